@@ -1,0 +1,1 @@
+"""The models in plain PyTorch; host-agnostic."""

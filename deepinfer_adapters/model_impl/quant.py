@@ -1,0 +1,339 @@
+"""Numeric formats of the official checkpoint and the reference's quantization round trips.
+
+Three element formats and two scale formats appear in DeepSeek-V4(.1)-Flash:
+
+- FP8 E4M3 (``torch.float8_e4m3fn``, max 448): linear weights with 2-D block scales, window KV.
+- FP4 E2M1 (magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6; max 6): routed experts, stored two per byte as
+  ``I8`` with the even element in the low nibble; index keys/queries and V4.1 compressed KV.
+- E8M0 scales (``torch.float8_e8m0fnu``, value 2^(e-127), byte 255 = NaN) and, for V4.1
+  compressed KV only, E4M3 scales.
+
+The round trips (``fp8_roundtrip``, ``fp4_roundtrip_*``) reproduce the official
+``act_quant(..., inplace=True)`` and ``fp4_act_quant(..., inplace=True)`` tilelang kernels, which
+the model runs on every cached key and index query because the weights were trained with them
+(QAT). Sources, and how far each rule is verified:
+
+- V4 ``act_quant`` / ``fp4_act_quant`` (e8m0 branch): read from a verbatim copy of the official
+  V4-Pro ``inference/kernel.py`` tilelang source (amax floor, scale rounding, division, clamp,
+  cast). Verified against that text.
+- V4.1 ``act_quant`` and both ``fp4_act_quant`` branches: read from tenstorrent/tt-metal
+  ``reference/deepseek_v41/kernel_cpu.py`` (a torch port that claims bit-exactness with the V4.1
+  kernels) and from a third-party quote of the official kernel lines for the E4M3-scale branch.
+  Verified only through those secondary sources, not the original file.
+- The CUDA casts to E4M3/E2M1 are round-to-nearest-even with saturation (``satfinite``); that is
+  the documented PTX ``cvt.rn.satfinite`` behaviour, assumed here, not tested on a GPU.
+
+Everything is computed in float32; results are cast back to the input dtype, which is exact for
+bfloat16/float32 inputs (an E4M3 or E2M1 value times its scale has at most 6 significant bits).
+"""
+
+from __future__ import annotations
+
+import torch
+
+FP8_MAX = 448.0
+FP4_MAX = 6.0
+
+# The kernels multiply amax by the reciprocal held as a float32 constant (fp8_max_inv,
+# fp4_max_inv), not divide by the max: the product can round differently, so keep the constant.
+_FP8_MAX_INV = torch.tensor(1.0 / FP8_MAX, dtype=torch.float32)
+_FP4_MAX_INV = torch.tensor(1.0 / FP4_MAX, dtype=torch.float32)
+
+# amax floors of the kernels. They keep an all-zero block's scale positive, so zeros stay zeros
+# instead of 0/0 = NaN.
+_FP8_ACT_AMAX_FLOOR = 1e-4  # act_quant
+_FP4_E8M0_AMAX_FLOOR = 6 * 2.0**-126  # fp4_act_quant, e8m0 scales: scale >= 2^-126
+_FP4_E4M3_AMAX_FLOOR = 6 * 2.0**-9  # fp4_act_quant, e4m3 scales: scale >= 2^-9 (min subnormal)
+# Weight writers (our choice; the official converter is not public): scales never below the
+# smallest normal float32, so a zero block gets scale 2^-126 and zero codes.
+_MIN_POW2_SCALE = 2.0**-126
+
+# E2M1 magnitude by 3-bit code; code bit 3 is the sign.
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+_FP4_TABLE = torch.tensor(E2M1_VALUES + tuple(-v for v in E2M1_VALUES), dtype=torch.float32)
+
+
+# ----------------------------------------------------------------------------------- E8M0 ----
+
+
+def e8m0_to_float(t: torch.Tensor) -> torch.Tensor:
+    """E8M0 scales (``float8_e8m0fnu``, or their raw bytes as uint8) -> float32 2^(e-127).
+
+    Byte 0 is 2^-127 (a float32 subnormal, exact); byte 255 is NaN, as in the OCP MX spec. There is
+    no zero and no sign.
+    """
+    if t.dtype == torch.uint8:
+        t = t.view(torch.float8_e8m0fnu)
+    if t.dtype != torch.float8_e8m0fnu:
+        raise ValueError(f"expected float8_e8m0fnu or uint8 scales, got {t.dtype}")
+    return t.float()
+
+
+def ceil_pow2(x: torch.Tensor) -> torch.Tensor:
+    """2^ceil(log2(|x|)) as float32, computed from the float32 bits like the kernels' fast_round_scale.
+
+    Exponent field minus 127, plus one when any mantissa bit is set. Bit-exact with the kernel for
+    every input; the result is the true power-of-two ceiling for positive normal floats. Edge cases
+    (kernel-consistent, never reached by the round trips because of their amax floors): 0 -> 0.0,
+    subnormals -> 2^-126, inf -> inf, NaN -> -0.0.
+    """
+    bits = x.float().contiguous().view(torch.int32)
+    exponent = (bits >> 23) & 0xFF
+    has_mantissa = (bits & 0x7FFFFF) != 0
+    log2_ceil = exponent - 127 + has_mantissa.to(torch.int32)
+    return ((log2_ceil + 127) << 23).view(torch.float32)
+
+
+def float_to_e8m0_ceil(scale: torch.Tensor) -> torch.Tensor:
+    """Positive float scales -> ``float8_e8m0fnu``, rounded UP to a power of two (ue8m0).
+
+    torch's own ``.to(float8_e8m0fnu)`` rounds to nearest (3.0 -> 4 but 5.0 -> 4, 1.0000001 -> 1),
+    which could put a block's amax past the format max; the reference rounds up, so we do too.
+    Zero maps to byte 0 (2^-127, the smallest e8m0), anything above 2^127 to byte 255 (NaN).
+    """
+    if bool((scale < 0).any()):
+        raise ValueError("e8m0 scales must be >= 0; e8m0 has no sign bit")
+    byte = (ceil_pow2(scale).view(torch.int32) >> 23) & 0xFF
+    return byte.to(torch.uint8).view(torch.float8_e8m0fnu)
+
+
+def _scale_to_float(scale: torch.Tensor) -> torch.Tensor:
+    if scale.dtype in (torch.float8_e8m0fnu, torch.uint8):
+        return e8m0_to_float(scale)
+    return scale.float()
+
+
+# ------------------------------------------------------------------------- FP8 E4M3 ----
+
+
+def to_e4m3_satfinite(x: torch.Tensor) -> torch.Tensor:
+    """float -> ``float8_e4m3fn``, round-to-nearest-even, saturating at +-448 like CUDA's satfinite.
+
+    The explicit clamp matters: older torch versions turn overflow into NaN.
+    """
+    return x.float().clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+
+
+def _as_e4m3(w8: torch.Tensor) -> torch.Tensor:
+    if w8.dtype in (torch.uint8, torch.int8):
+        return w8.view(torch.float8_e4m3fn)
+    if w8.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"expected float8_e4m3fn weights (or their raw bytes), got {w8.dtype}")
+    return w8
+
+
+def _block_pair(block: int | tuple[int, int]) -> tuple[int, int]:
+    rows, cols = (block, block) if isinstance(block, int) else block
+    if rows <= 0 or cols <= 0:
+        raise ValueError(f"block sizes must be positive, got {block}")
+    return rows, cols
+
+
+def dequant_fp8_blocks(
+    w8: torch.Tensor,
+    scale: torch.Tensor,
+    block: int | tuple[int, int],
+    dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """W[r, c] = w8[r, c] * scale[r // B0, c // B1] for a 2-D block-scaled FP8 weight.
+
+    ``scale`` is [ceil(out/B0), ceil(in/B1)], E8M0 or float32 (V4-Flash-Base FP8 experts); the
+    last block row/column may be partial. B = 128 for V4, 32 for V4.1. The product is exact in
+    float32; only the final cast to ``dtype`` can round.
+    """
+    w8 = _as_e4m3(w8)
+    rows, cols = _block_pair(block)
+    if w8.dim() != 2:
+        raise ValueError(f"expected a 2-D FP8 weight, got shape {tuple(w8.shape)}")
+    out_f, in_f = w8.shape
+    expected = (-(-out_f // rows), -(-in_f // cols))
+    if tuple(scale.shape) != expected:
+        raise ValueError(
+            f"scale shape {tuple(scale.shape)} does not match weight {tuple(w8.shape)} with block "
+            f"{(rows, cols)}: expected {expected}"
+        )
+    s = _scale_to_float(scale).repeat_interleave(rows, 0).repeat_interleave(cols, 1)
+    return (w8.float() * s[:out_f, :in_f]).to(dtype)
+
+
+def quant_fp8_blocks(
+    w: torch.Tensor, block: int | tuple[int, int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checkpoint writer: 2-D weight -> (``float8_e4m3fn`` weight, ``float8_e8m0fnu`` block scales).
+
+    scale = 2^ceil(log2(amax * fp32(1/448))) per block (the act_quant rule), floored at 2^-126 so
+    a zero block gets zero codes; values are divided by it, clamped to +-448 (the rounded
+    reciprocal could leave amax/scale a hair above 448) and cast round-to-nearest-even.
+    """
+    rows, cols = _block_pair(block)
+    if w.dim() != 2:
+        raise ValueError(f"expected a 2-D weight, got shape {tuple(w.shape)}")
+    wf = w.float()
+    if not bool(torch.isfinite(wf).all()):
+        raise ValueError("cannot quantize a weight with inf/NaN values")
+    out_f, in_f = wf.shape
+    nb_r, nb_c = -(-out_f // rows), -(-in_f // cols)
+    # zero padding to whole blocks leaves every block's amax unchanged
+    padded = torch.nn.functional.pad(wf, (0, nb_c * cols - in_f, 0, nb_r * rows - out_f))
+    amax = padded.view(nb_r, rows, nb_c, cols).abs().amax(dim=(1, 3))
+    scale = ceil_pow2((amax * _FP8_MAX_INV).clamp_min(_MIN_POW2_SCALE))
+    full = scale.repeat_interleave(rows, 0).repeat_interleave(cols, 1)[:out_f, :in_f]
+    return to_e4m3_satfinite(wf / full), float_to_e8m0_ceil(scale)
+
+
+# ------------------------------------------------------------------------- FP4 E2M1 ----
+
+
+def e2m1_round(x: torch.Tensor) -> torch.Tensor:
+    """Nearest E2M1 value (float32), ties to even, saturating at +-6; the sign is kept (-0.1 -> -0.0).
+
+    In each binade the grid is evenly spaced (step .5 below 2, 1 in [2, 4), 2 in [4, 6]), so
+    rounding to a multiple of the step with half-to-even ``torch.round`` is IEEE round-to-nearest-
+    even: ties go to the code with a zero mantissa bit (0.25 -> 0, 0.75 -> 1, 1.25 -> 1,
+    1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), as CUDA's ``cvt.rn.satfinite.e2m1x2.f32`` does.
+    """
+    mag = x.float().abs().clamp(max=FP4_MAX)
+    step = torch.where(mag < 2, 0.5, torch.where(mag < 4, 1.0, 2.0))
+    return torch.copysign(torch.round(mag / step) * step, x.float())
+
+
+def fp4_codes(x: torch.Tensor) -> torch.Tensor:
+    """float -> 4-bit E2M1 codes (uint8, bit 3 = sign) after ``e2m1_round``; NaN is rejected."""
+    if bool(torch.isnan(x).any()):
+        raise ValueError("E2M1 has no NaN encoding")
+    r = e2m1_round(x)
+    mag = r.abs()
+    # magnitude -> code: {0,.5,1,1.5} -> 2m, {2,3} -> m+2, {4,6} -> m/2+4
+    code = torch.where(mag < 2, mag * 2, torch.where(mag < 4, mag + 2, mag / 2 + 4))
+    return code.to(torch.uint8) | (torch.signbit(r).to(torch.uint8) << 3)
+
+
+def _as_bytes(packed: torch.Tensor) -> torch.Tensor:
+    if packed.dtype in (torch.int8, torch.uint8, torch.float4_e2m1fn_x2):
+        return packed.view(torch.uint8)
+    raise ValueError(f"expected packed FP4 as int8/uint8/float4_e2m1fn_x2, got {packed.dtype}")
+
+
+def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
+    """Packed E2M1 [..., n] (int8/uint8/float4_e2m1fn_x2) -> float32 [..., 2n].
+
+    Low nibble = even element, high nibble = odd element; bit 3 of a nibble is the sign.
+    """
+    b = _as_bytes(packed).long()
+    table = _FP4_TABLE.to(packed.device)
+    return torch.stack((table[b & 0xF], table[b >> 4]), dim=-1).flatten(-2)
+
+
+def pack_fp4(codes_or_values: torch.Tensor) -> torch.Tensor:
+    """E2M1 codes (uint8, 0..15) or float values [..., 2n] -> packed int8 [..., n].
+
+    Floats are rounded with ``e2m1_round`` first (RNE, saturating), so grid values pack exactly.
+    """
+    t = codes_or_values
+    if t.is_floating_point():
+        codes = fp4_codes(t)
+    elif t.dtype == torch.uint8:
+        if bool((t > 15).any()):
+            raise ValueError("FP4 codes must be in 0..15")
+        codes = t
+    else:
+        raise ValueError(f"expected uint8 codes or float values, got {t.dtype}")
+    if codes.shape[-1] % 2:
+        raise ValueError(f"last dim must be even to pack two per byte, got {codes.shape[-1]}")
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).view(torch.int8)
+
+
+def dequant_fp4_experts(
+    packed: torch.Tensor,
+    scale: torch.Tensor,
+    dtype: torch.dtype = torch.bfloat16,
+    group: int = 32,
+) -> torch.Tensor:
+    """Routed-expert weight: packed E2M1 [out, in/2] with E8M0 scales [out, in/group] -> [out, in]."""
+    values = unpack_fp4(packed)
+    out_f, in_f = values.shape[-2:]
+    if tuple(scale.shape) != (out_f, in_f // group) or in_f % group:
+        raise ValueError(
+            f"FP4 scale shape {tuple(scale.shape)} does not match packed weight "
+            f"{tuple(packed.shape)} (logical [{out_f}, {in_f}]): expected ({out_f}, {in_f // group})"
+        )
+    s = _scale_to_float(scale).repeat_interleave(group, dim=-1)
+    return (values * s).to(dtype)
+
+
+def _groups(x: torch.Tensor, group: int) -> torch.Tensor:
+    n = x.shape[-1]
+    if group <= 0 or n % group:
+        raise ValueError(f"last dim {n} is not a multiple of the quantization block {group}")
+    return x.float().unflatten(-1, (n // group, group))
+
+
+def quant_fp4_blocks(w: torch.Tensor, group: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checkpoint writer: weight [out, in] -> (packed int8 [out, in/2], e8m0 scales [out, in/group]).
+
+    Same rule as the e8m0 ``fp4_act_quant`` branch: scale = 2^ceil(log2(amax * fp32(1/6))) with
+    amax floored at 6*2^-126, then x/scale clamped to +-6 and rounded RNE onto the E2M1 grid.
+    """
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError("cannot quantize a weight with inf/NaN values")
+    g = _groups(w, group)
+    scale = _e8m0_fp4_scale(g)
+    codes = fp4_codes(g / scale.unsqueeze(-1)).flatten(-2)
+    return pack_fp4(codes), float_to_e8m0_ceil(scale)
+
+
+def _e8m0_fp4_scale(g: torch.Tensor) -> torch.Tensor:
+    amax = g.abs().amax(dim=-1).clamp_min(_FP4_E8M0_AMAX_FLOOR)
+    return ceil_pow2(amax * _FP4_MAX_INV)
+
+
+# ------------------------------------------------------------------- round trips ----
+
+
+def fp8_roundtrip(x: torch.Tensor, block: int, dims: slice | None = None) -> torch.Tensor:
+    """``act_quant(x, block, "ue8m0", e8m0, inplace=True)``: E4M3 quantize-dequantize per block.
+
+    Per contiguous block of ``block`` elements of the last dim (restricted to ``x[..., dims]``
+    when given; the other dims pass through unchanged):
+    amax = max(max|x|, 1e-4); s = 2^ceil(log2(amax * fp32(1/448)));
+    y = e4m3_rne(clamp(x / s, -448, 448)) * s, cast back to x.dtype.
+    V4 window/compressed KV: ``dims=slice(0, 448), block=64`` (RoPE dims stay bf16).
+    V4.1 window KV: all 512 dims, ``block=32``.
+    """
+    if dims is not None:
+        y = x.clone()
+        y[..., dims] = fp8_roundtrip(x[..., dims], block)
+        return y
+    g = _groups(x, block)
+    amax = g.abs().amax(dim=-1, keepdim=True).clamp_min(_FP8_ACT_AMAX_FLOOR)
+    s = ceil_pow2(amax * _FP8_MAX_INV)
+    return (to_e4m3_satfinite(g / s).float() * s).flatten(-2).to(x.dtype)
+
+
+def fp4_roundtrip_e8m0(x: torch.Tensor, block: int = 32) -> torch.Tensor:
+    """``fp4_act_quant(x, block, inplace=True)`` with E8M0 scales (V4/V4.1 index keys and queries).
+
+    amax = max(max|x|, 6*2^-126); s = 2^ceil(log2(amax * fp32(1/6)));
+    y = e2m1_rne(clamp(x / s, -6, 6)) * s, cast back to x.dtype.
+    """
+    g = _groups(x, block)
+    s = _e8m0_fp4_scale(g).unsqueeze(-1)
+    return (e2m1_round(g / s) * s).flatten(-2).to(x.dtype)
+
+
+def fp4_roundtrip_e4m3(x: torch.Tensor, group: int = 16) -> torch.Tensor:
+    """``fp4_act_quant(x, 16, inplace=True, scale_dtype=e4m3)``: V4.1 stored compressed KV rows.
+
+    NVFP4-like without a global scale: amax = max(max|x|, 6*2^-9);
+    s = e4m3_rne_satfinite(amax / 6) (a true division here, per the quoted kernel line);
+    y = e2m1_rne(clamp(x / s, -6, 6)) * s, cast back to x.dtype.
+    Because s is rounded to E4M3, amax/s can exceed 6 and is clamped. Idempotent while s is an
+    E4M3 normal (amax >= 6*2^-6); with subnormal scales (smaller blocks) a second pass can pick a
+    different scale, as the kernel would.
+    Unverified detail: whether the kernel's x/s division is IEEE-exact (tilelang fast-math) can
+    flip exact E2M1 ties; we use IEEE division.
+    """
+    g = _groups(x, group)
+    amax = g.abs().amax(dim=-1, keepdim=True).clamp_min(_FP4_E4M3_AMAX_FLOOR)
+    s = to_e4m3_satfinite(amax / FP4_MAX).float()
+    return (e2m1_round(g / s) * s).flatten(-2).to(x.dtype)
