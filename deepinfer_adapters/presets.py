@@ -164,24 +164,23 @@ def release_config(arch: str) -> dict[str, Any]:
     return copy.deepcopy(_V41_FLASH)
 
 
-# Widths shared by the tiny presets. hidden/intermediate are multiples of 32 so
-# FP4 expert groups tile exactly; q_lora_rank (80) is deliberately *not* a
-# multiple of the FP8 block so partial scale blocks are exercised.
+# Widths of the tiny presets. Every activation width is a multiple of the FP8
+# block (32 for V4.1, 128 for V4) because the reference quantizes activations
+# per block and requires whole blocks.
 _TINY_WIDTHS = {
     "hidden_size": 128,
     "num_attention_heads": 4,
     "head_dim": 64,
     "qk_rope_head_dim": 16,
-    "q_lora_rank": 80,
-    "o_lora_rank": 32,
     "o_groups": 2,
-    "moe_intermediate_size": 64,
     "n_routed_experts": 8,
     "num_experts_per_tok": 2,
     "index_n_heads": 4,
     "index_head_dim": 32,
     "index_topk": 16,
 }
+_TINY_V41 = {"q_lora_rank": 96, "o_lora_rank": 32, "moe_intermediate_size": 64}
+_TINY_V4 = {"q_lora_rank": 128, "o_lora_rank": 64, "moe_intermediate_size": 128}
 
 
 def tiny_config(arch: str) -> dict[str, Any]:
@@ -190,7 +189,7 @@ def tiny_config(arch: str) -> dict[str, Any]:
     cfg = release_config(arch)
     if arch == ARCH_V41:
         text = cfg["text_config"]
-        text.update(_TINY_WIDTHS)
+        text.update(_TINY_WIDTHS, **_TINY_V41)
         # Layers: 0,1 window | 2-5 ratio 2 (sources 2, 4; reuse 3, 5) |
         # 6-9 ratio 1 (candidate source 6, reuse 7, 9, reindex 8) | 3 DSpark stages.
         text.update(
@@ -216,7 +215,7 @@ def tiny_config(arch: str) -> dict[str, Any]:
         cfg["vision_config"].update(num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
                                     intermediate_size=64)
         return cfg
-    cfg.update(_TINY_WIDTHS)
+    cfg.update(_TINY_WIDTHS, **_TINY_V4)
     # 0,1 window | 2,4 CSA (ratio 4) | 3,5 HCA (ratio 128) | hash MoE on 0-2.
     ratios = [0, 0, 4, 128, 4, 128]
     cfg.update(num_hidden_layers=len(ratios), num_hash_layers=3)

@@ -46,8 +46,10 @@ def test_dtypes_are_the_release_formats(tiny_checkpoint):
         raw.update(load_file(f))
     assert raw["layers.2.attn.wq_a.weight"].dtype == torch.float8_e4m3fn
     assert raw["layers.2.attn.wq_a.scale"].dtype == torch.float8_e8m0fnu
-    # V4.1 blocks are 32x32: q_lora_rank 80 x hidden 128 -> 3 x 4 scales (a partial block row)
+    # V4.1 blocks are 32x32: q_lora_rank 96 x hidden 128 -> 3 x 4 scales
     assert tuple(raw["layers.2.attn.wq_a.scale"].shape) == (3, 4)
+    # index wq_b: 4 heads x 32 = 128 out, q_lora_rank 96 in
+    assert tuple(raw["layers.2.attn.indexer.wq_b.scale"].shape) == (4, 3)
     assert raw["layers.2.ffn.experts.0.w1.weight"].dtype == torch.int8
     assert tuple(raw["layers.2.ffn.experts.0.w1.weight"].shape) == (64, 64)  # [inter, hidden/2]
     assert tuple(raw["layers.2.ffn.experts.0.w1.scale"].shape) == (64, 4)  # hidden/32
@@ -90,7 +92,7 @@ def test_dequantized_load(tiny_checkpoint):
     dense = load_checkpoint(path, cfg, dequantize=torch.float32, progress=False)
     assert not any(k.endswith(".scale") and not k.endswith("hc_attn_scale") and "hc_" not in k for k in dense)
     w = dense["layers.2.attn.wq_a.weight"]
-    assert w.dtype == torch.float32 and w.shape == (80, 128)
+    assert w.dtype == torch.float32 and w.shape == (96, 128)
     assert dense["layers.2.ffn.experts.3.w2.weight"].shape == (128, 64)
     assert dense["layers.1.engram.embed.weight"].shape[1] == 32
     for name, t in dense.items():
@@ -181,7 +183,7 @@ def test_unexpected_tensor(ckpt):
 def test_wrong_shape(ckpt):
     name = "layers.2.attn.wq_b.weight"
     _edit_shard(ckpt, name, lambda t: t.update({name: t[name][:-1].clone()}))
-    with pytest.raises(CheckpointError, match=r"'layers\.2\.attn\.wq_b\.weight'.*wrong shape: expected \[256, 80\], found \[255, 80\]"):
+    with pytest.raises(CheckpointError, match=r"'layers\.2\.attn\.wq_b\.weight'.*wrong shape: expected \[256, 128\], found \[255, 128\]"):
         _validate(ckpt)
 
 

@@ -1,0 +1,74 @@
+"""Kernel dispatch. Every op has a pure-torch reference (``kernels.reference``);
+faster backends (Triton, TileLang, FlashMLA, ...) register against the same
+signature and are picked by ``supports`` (device, dtype, availability), highest
+priority first. ``use_backend(op, name)`` pins one, e.g. in parity tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from deepinfer_adapters.kernels import reference
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    fn: Callable[..., Any]
+    supports: Callable[..., bool]
+    priority: int
+
+
+_BACKENDS: dict[str, list[Backend]] = {}
+_PINNED: dict[str, str] = {}
+
+
+def register(op: str, name: str, fn: Callable[..., Any], *, supports: Callable[..., bool] = lambda *a, **k: True,
+             priority: int = 0) -> None:
+    backends = [b for b in _BACKENDS.get(op, []) if b.name != name]
+    backends.append(Backend(name, fn, supports, priority))
+    _BACKENDS[op] = sorted(backends, key=lambda b: -b.priority)
+
+
+def use_backend(op: str, name: str | None) -> None:
+    """Pin ``op`` to backend ``name`` (None: automatic choice again)."""
+    if name is None:
+        _PINNED.pop(op, None)
+        return
+    if name not in {b.name for b in _BACKENDS.get(op, [])}:
+        raise ValueError(f"kernel op {op!r} has no backend {name!r}; have {[b.name for b in _BACKENDS.get(op, [])]}")
+    _PINNED[op] = name
+
+
+def backends(op: str) -> list[str]:
+    return [b.name for b in _BACKENDS.get(op, [])]
+
+
+def call(op: str, *args: Any, **kwargs: Any) -> Any:
+    pinned = _PINNED.get(op)
+    for b in _BACKENDS[op]:
+        if (pinned is None and b.supports(*args, **kwargs)) or b.name == pinned:
+            return b.fn(*args, **kwargs)
+    raise RuntimeError(f"no backend of kernel op {op!r} supports these inputs")
+
+
+for _op in reference.OPS:
+    register(_op, "torch", getattr(reference, _op), priority=-100)
+
+
+def rms_norm(*args: Any, **kwargs: Any) -> Any:
+    return call("rms_norm", *args, **kwargs)
+
+
+def apply_rope(*args: Any, **kwargs: Any) -> Any:
+    return call("apply_rope", *args, **kwargs)
+
+
+def sparse_attn(*args: Any, **kwargs: Any) -> Any:
+    return call("sparse_attn", *args, **kwargs)
+
+
+def hc_split_sinkhorn(*args: Any, **kwargs: Any) -> Any:
+    return call("hc_split_sinkhorn", *args, **kwargs)

@@ -1,0 +1,99 @@
+"""Pure-torch reference ops: the slow path every fast backend is tested against.
+
+They follow the official reference kernels' numerics (model_spec.md 2.1-2.2):
+fp32 islands, the sink logit, block-wise online softmax with bf16 probabilities.
+"""
+
+from __future__ import annotations
+
+import torch
+
+OPS = ("rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn")
+
+SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """y = w * x * rsqrt(mean(x^2) + eps) in fp32, cast back to x's dtype. ``weight`` None: weightless."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
+    if weight is not None:
+        y = weight.float() * y
+    return y.to(x.dtype)
+
+
+def apply_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+    """Rotate the last ``2 * freqs.shape[-1]`` dims of x; adjacent pairs are complex numbers.
+
+    x: [S, rd] or [S, H, rd]... any shape whose first dim matches ``freqs`` [S, rd/2]
+    (complex64). ``inverse`` rotates by the conjugate. Returns a new tensor in x's dtype
+    whose leading dims are untouched.
+    """
+    rd = 2 * freqs.shape[-1]
+    head, tail = x[..., :-rd], x[..., -rd:]
+    xc = torch.view_as_complex(tail.float().unflatten(-1, (-1, 2)).contiguous())
+    f = freqs.conj() if inverse else freqs
+    f = f.view(f.shape[0], *([1] * (xc.dim() - 2)), f.shape[-1])
+    rotated = torch.view_as_real(xc * f).flatten(-2).to(x.dtype)
+    return torch.cat([head, rotated], dim=-1)
+
+
+def sparse_attn(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    sink: torch.Tensor,
+    idx: torch.Tensor,
+    scale: float,
+    probs_bf16: bool = True,
+) -> torch.Tensor:
+    """Single-latent (K = V) attention over gathered rows, with a per-head sink logit.
+
+    q [S, H, d]; kv [N, d]; sink [H] fp32 (not scaled); idx [S, K] int, -1 = skip.
+    For each query: o = sum_k e^{l_k} kv_k / (sum_k e^{l_k} + e^{sink_h}), l = scale * q.k.
+    Computed as the official kernel does: online softmax over blocks of 64 indices, fp32
+    scores, probabilities cast to bf16 (relative to the running max) before P @ V when
+    ``probs_bf16``. A row with no valid index yields 0. Returns q's dtype.
+    """
+    S, H, d = q.shape
+    qf, kvf = q.float(), kv.float()
+    acc = torch.zeros(S, H, d, dtype=torch.float32, device=q.device)
+    denom = torch.zeros(S, H, dtype=torch.float32, device=q.device)
+    run_max = torch.full((S, H), -1e30, dtype=torch.float32, device=q.device)  # finite: empty rows give 0
+    for t in range(0, idx.shape[1], SPARSE_ATTN_BLOCK):
+        blk = idx[:, t : t + SPARSE_ATTN_BLOCK].long()
+        valid = blk >= 0
+        rows = kvf[blk.clamp_min(0)] * valid.unsqueeze(-1)  # [S, k, d]
+        logits = torch.einsum("shd,skd->shk", qf, rows)
+        logits = torch.where(valid.unsqueeze(1), logits, -torch.inf) * scale
+        prev = run_max
+        run_max = torch.maximum(prev, logits.amax(-1))
+        rescale = torch.exp(prev - run_max)
+        p = torch.exp(logits - run_max.unsqueeze(-1))
+        denom = denom * rescale + p.sum(-1)
+        if probs_bf16:
+            p = p.to(torch.bfloat16).float()
+        acc = acc * rescale.unsqueeze(-1) + torch.einsum("shk,skd->shd", p, rows)
+    denom = denom + torch.exp(sink.float() - run_max)
+    return (acc / denom.unsqueeze(-1)).to(q.dtype)
+
+
+def hc_split_sinkhorn(
+    mixes: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, hc: int, iters: int, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Hyper-connection mixes [..., (2 + hc) * hc] -> pre [..., hc], post [..., hc], comb [..., hc, hc].
+
+    pre = sigmoid(m0 s0 + b0) + eps; post = 2 sigmoid(m1 s1 + b1); comb: softmax over the
+    destination + eps, column-normalised, then ``iters - 1`` more row/column passes
+    (model_spec.md 2.2). comb[a, b]: a = source stream, b = destination. All fp32.
+    """
+    m, scale, base = mixes.float(), scale.float(), base.float()
+    pre = torch.sigmoid(m[..., :hc] * scale[0] + base[:hc]) + eps
+    post = 2 * torch.sigmoid(m[..., hc : 2 * hc] * scale[1] + base[hc : 2 * hc])
+    comb = (m[..., 2 * hc :] * scale[2] + base[2 * hc :]).unflatten(-1, (hc, hc))
+    comb = torch.exp(comb - comb.amax(-1, keepdim=True))
+    comb = comb / comb.sum(-1, keepdim=True) + eps
+    comb = comb / (comb.sum(-2, keepdim=True) + eps)
+    for _ in range(iters - 1):
+        comb = comb / (comb.sum(-1, keepdim=True) + eps)
+        comb = comb / (comb.sum(-2, keepdim=True) + eps)
+    return pre, post, comb

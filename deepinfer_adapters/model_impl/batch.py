@@ -1,0 +1,83 @@
+"""ForwardBatch: what one model step computes, for any mix of sequences.
+
+The T new tokens of all sequences are flattened into one dimension. Sequence i
+owns rows ``cu_seqlens[i]:cu_seqlens[i+1]``; its first new token sits at
+absolute position ``start_pos[i]`` (the context it already has in its state
+slot), so a step may hold fresh prefills (start 0), continued chunks and
+single-token decodes side by side. The model never sees requests or hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class ForwardBatch:
+    input_ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64, absolute positions
+    cu_seqlens: list[int]  # [B + 1] offsets into the T rows
+    start_pos: list[int]  # [B] tokens already in each sequence's state before this step
+    slots: list[int]  # [B] state-cache slot of each sequence
+    # rows whose logits are wanted; None = the last new token of every sequence
+    logits_rows: torch.Tensor | None = None
+    # [T] bool, True for image-span tokens (MoE bias_vl, Engram blocking); None = text only
+    image_mask: torch.Tensor | None = None
+    # filled by the model during the forward: per-sequence scratch shared between layers
+    scratch: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        seqs: Sequence[tuple[int, int, Sequence[int]]],
+        *,
+        all_logits: bool = False,
+        device: str | torch.device = "cpu",
+    ) -> "ForwardBatch":
+        """From (slot, start_pos, new token ids) per sequence."""
+        ids: list[int] = []
+        pos: list[int] = []
+        cu = [0]
+        for _, start, toks in seqs:
+            if len(toks) == 0:
+                raise ValueError("every sequence in a ForwardBatch needs at least one new token")
+            ids.extend(int(t) for t in toks)
+            pos.extend(range(start, start + len(toks)))
+            cu.append(len(ids))
+        batch = cls(
+            input_ids=torch.tensor(ids, dtype=torch.long, device=device),
+            positions=torch.tensor(pos, dtype=torch.long, device=device),
+            cu_seqlens=cu,
+            start_pos=[s for _, s, _ in seqs],
+            slots=[slot for slot, _, _ in seqs],
+        )
+        if all_logits:
+            batch.logits_rows = torch.arange(len(ids), device=device)
+        return batch
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.slots)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.cu_seqlens[-1]
+
+    def seq_len(self, i: int) -> int:
+        return self.cu_seqlens[i + 1] - self.cu_seqlens[i]
+
+    def rows(self, i: int) -> slice:
+        return slice(self.cu_seqlens[i], self.cu_seqlens[i + 1])
+
+    def end_pos(self, i: int) -> int:
+        """Context length of sequence i after this step."""
+        return self.start_pos[i] + self.seq_len(i)
+
+    def default_logits_rows(self) -> torch.Tensor:
+        if self.logits_rows is not None:
+            return self.logits_rows
+        last = torch.tensor(self.cu_seqlens[1:], device=self.input_ids.device) - 1
+        return last

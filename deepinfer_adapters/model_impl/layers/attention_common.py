@@ -1,0 +1,110 @@
+"""What every V4 / V4.1 attention layer shares (model_spec.md 2.3, 2.4):
+
+- the low-rank query path (wq_a -> q_norm -> wq_b, RoPE on the last dims),
+- the per-layer window KV (wkv -> kv_norm -> RoPE -> cache quantization), kept in a
+  ring of ``sliding_window`` slots between steps,
+- the per-head sink, and the output path (inverse RoPE, grouped wo_a, wo_b).
+
+The window-index layout reproduces the reference's for its two cases (a prefill
+from position 0; a one-token decode), because ``sparse_attn``'s block-wise
+online softmax makes results depend, at the last bf16 bit, on where valid
+indices fall. Other chunks list the window ascending, padded at the end.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from deepinfer_adapters import kernels
+from deepinfer_adapters.config import LayerSpec, ModelConfig
+from deepinfer_adapters.model_impl.layers.linear import Linear
+from deepinfer_adapters.model_impl.layers.norm import RMSNorm
+from deepinfer_adapters.model_impl.layers.rope import RotaryTable
+from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.state import StateCache, StateField
+
+
+class AttentionBase(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, key: str) -> None:
+        super().__init__()
+        self.cfg, self.layer, self.key = cfg, layer, key
+        D, H, d, block = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim, cfg.quant.fp8_block[1]
+        self.n_heads, self.head_dim, self.rope_dim = H, d, cfg.qk_rope_head_dim
+        self.window = cfg.sliding_window
+        self.groups, self.o_rank = cfg.o_groups, cfg.o_lora_rank
+        self.scale = d**-0.5
+        self.wq_a = Linear(D, cfg.q_lora_rank, quantized=True, act_block=block)
+        self.q_norm = RMSNorm(cfg.q_lora_rank, cfg.rms_norm_eps)
+        self.wq_b = Linear(cfg.q_lora_rank, H * d, quantized=True, act_block=block)
+        self.wkv = Linear(D, d, quantized=True, act_block=block)
+        self.kv_norm = RMSNorm(d, cfg.rms_norm_eps)
+        # FP8 in the checkpoint, but the reference dequantizes it and runs a bf16 einsum
+        self.wo_a = Linear(H * d // self.groups, self.groups * self.o_rank, quantized=False)
+        self.wo_b = Linear(self.groups * self.o_rank, D, quantized=True, act_block=block)
+        self.attn_sink = nn.Parameter(torch.empty(H), requires_grad=False)
+        self.rope = RotaryTable(cfg, compressed=layer.compress_ratio > 0)
+
+    # ------------------------------------------------------------------ state ----
+    def window_fields(self) -> list[StateField]:
+        return [StateField("window_kv", (self.window, self.head_dim), torch.float32, "fixed")]
+
+    # ------------------------------------------------------------ projections ----
+    def normalize_q(self, q: torch.Tensor) -> torch.Tensor:
+        """V4 normalises each head (weightless RMS); V4.1 does not."""
+        return q
+
+    def quantize_window_kv(self, kv: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        raise NotImplementedError
+
+    def project_q(self, x: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+        qr = self.q_norm(self.wq_a(x, numerics))
+        q = self.normalize_q(self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim)))
+        return kernels.apply_rope(q, freqs), qr
+
+    def project_kv(self, x: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        kv = kernels.apply_rope(self.kv_norm(self.wkv(x, numerics)), freqs)
+        return self.quantize_window_kv(kv, numerics) if numerics.kv_quant else kv
+
+    def output(self, o: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        """o [T, H, d] -> [T, D]: inverse RoPE, per-group wo_a, then wo_b."""
+        o = kernels.apply_rope(o, freqs, inverse=True)
+        T = o.shape[0]
+        grouped = o.reshape(T, self.groups, -1).float()
+        wo_a = self.wo_a.weight.float().view(self.groups, self.o_rank, -1)
+        z = torch.einsum("tgd,grd->tgr", grouped, wo_a).to(o.dtype)
+        return self.wo_b(z.flatten(1), numerics)
+
+    # ----------------------------------------------------------------- window ----
+    def window_keys(self, state: StateCache, slot: int, start: int, kv_new: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """Keys for the window of every new query: earlier ring entries + this chunk's KV.
+
+        Returns (keys [m + n, d], position of keys[0]) and stores the newest
+        ``window`` positions in the ring (slot of position p is p % window).
+        """
+        W, n = self.window, kv_new.shape[0]
+        ring = state.fixed(self.key, "window_kv")[slot]
+        base = max(0, start - (W - 1))
+        old_pos = torch.arange(base, start)
+        keys = torch.cat([ring[old_pos % W].to(kv_new.dtype), kv_new]) if start > 0 else kv_new
+        keep = torch.arange(max(start, start + n - W), start + n)
+        ring[keep % W] = kv_new[keep - start].to(ring.dtype)
+        return keys, base
+
+    def window_index(self, start: int, n: int, base: int) -> torch.Tensor:
+        """[n, K] indices into ``window_keys``' output; -1 = nothing."""
+        W = self.window
+        p = torch.arange(start, start + n).unsqueeze(1)
+        if start == 0:  # reference prefill: K = min(n, W), row p lists max(0, p-W+1) + j
+            pos = (p - W + 1).clamp(min=0) + torch.arange(min(n, W))
+            pos = torch.where(pos > p, -1, pos)
+        elif n == 1:  # reference decode: the ring oldest first; unfilled slots (-1) lead
+            pos = p - W + 1 + torch.arange(W)
+            pos = torch.where(pos < 0, -1, pos)
+        else:  # continued chunk: ascending, padded at the end
+            pos = (p - W + 1).clamp(min=0) + torch.arange(W)
+            pos = torch.where(pos > p, -1, pos)
+        return torch.where(pos >= 0, pos - base, -1)
+
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, idx: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        return kernels.sparse_attn(q, keys, self.attn_sink, idx, self.scale, probs_bf16=numerics.attn_probs_bf16)

@@ -1,0 +1,57 @@
+"""Manifold-constrained hyper-connections (model_spec.md 2.2).
+
+The residual stream is ``hc`` parallel copies [T, hc, D]. A sublayer reads
+``hc_pre`` (a weighted collapse to [T, D]) and writes back through ``hc_post``
+(its output spread by ``post`` plus the residual mixed by the doubly-stochastic
+``comb``). ``hc_mixes`` derives pre/post/comb from the stream itself.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from deepinfer_adapters import kernels
+from deepinfer_adapters.config import ModelConfig
+
+
+class HyperConnection(nn.Module):
+    """The mix parameters of one sublayer, registered on the block as ``hc_{branch}_{fn,base,scale}``."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.hc, self.iters, self.hc_eps, self.norm_eps = cfg.hc_mult, cfg.hc_sinkhorn_iters, cfg.hc_eps, cfg.rms_norm_eps
+        self.fn = nn.Parameter(torch.empty(cfg.hc_mix_dim, cfg.hc_mult * cfg.hidden_size), requires_grad=False)
+        self.base = nn.Parameter(torch.empty(cfg.hc_mix_dim), requires_grad=False)
+        self.scale = nn.Parameter(torch.empty(3), requires_grad=False)
+
+    def mixes(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [T, hc, D] -> pre [T, hc], post [T, hc], comb [T, hc, hc] (fp32)."""
+        return kernels.hc_split_sinkhorn(mix_logits(x, self.fn, self.norm_eps), self.scale, self.base,
+                                         self.hc, self.iters, self.hc_eps)
+
+
+def mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> torch.Tensor:
+    """(flat(X) @ fn^T) * rsqrt(mean(flat(X)^2) + eps): one RMS statistic per token over all hc*D values."""
+    flat = x.flatten(-2).float()
+    rsqrt = torch.rsqrt(flat.square().mean(-1, keepdim=True) + norm_eps)
+    return F.linear(flat, fn.float()) * rsqrt
+
+
+def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
+    """Collapse [T, hc, D] with weights [T, hc] -> [T, D] (fp32 sum, cast back)."""
+    return (pre.unsqueeze(-1) * x.float()).sum(-2).to(x.dtype)
+
+
+def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
+    """Expand y [T, D] to [T, hc, D]: post_b * y + sum_a comb[a, b] * residual_a."""
+    mixed = (comb.unsqueeze(-1) * residual.unsqueeze(-2).float()).sum(-3)
+    return (post.unsqueeze(-1) * y.unsqueeze(-2).float() + mixed).to(y.dtype)
+
+
+def identity_pre_mix(num_tokens: int, hc: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """V4.1's first collapse: all weight on stream 0."""
+    pre = torch.zeros(num_tokens, hc, dtype=torch.float32, device=device)
+    pre[:, 0] = 1.0
+    return pre

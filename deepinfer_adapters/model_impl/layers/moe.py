@@ -1,0 +1,98 @@
+"""Mixture of experts (model_spec.md 2.6): sqrtsoftplus gate with a selection-only bias
+(or V4's hash routing through tid2eid), clamped SwiGLU experts, one shared expert.
+
+Routed experts are FP4 in the checkpoint and the shared expert FP8; both take an
+FP8-quantized activation in the reference. The routed sum accumulates in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from deepinfer_adapters.config import LayerSpec, ModelConfig, Routing
+from deepinfer_adapters.model_impl.layers.linear import Linear
+from deepinfer_adapters.model_impl.numerics import Numerics
+
+
+class Gate(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, vision: bool = False) -> None:
+        super().__init__()
+        self.topk = layer.num_experts_per_tok
+        self.hash = layer.routing is Routing.HASH
+        self.norm = cfg.norm_topk_prob
+        self.scale = cfg.routed_scaling_factor
+        self.temp = cfg.gate_temp
+        # V4.1 adds 1e-20 to the normaliser and skips it for top-1 (training's rule); V4 divides plainly.
+        self.v41 = cfg.is_v41
+        E = layer.n_routed_experts
+        self.weight = nn.Parameter(torch.empty(E, cfg.hidden_size), requires_grad=False)
+        if self.hash:
+            self.register_buffer("tid2eid", torch.zeros(cfg.vocab_size, self.topk, dtype=torch.long))
+        else:
+            self.bias = nn.Parameter(torch.empty(E), requires_grad=False)
+            self.bias_vl = nn.Parameter(torch.empty(E), requires_grad=False) if vision else None
+
+    def forward(self, x: torch.Tensor, input_ids: torch.Tensor, image_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [T, D] -> (weights [T, k] fp32, expert ids [T, k])."""
+        scores = F.softplus(F.linear(x.float(), self.weight.float()) / self.temp).sqrt()
+        if self.hash:
+            idx = self.tid2eid[input_ids].long()
+        else:
+            bias = self.bias.float()
+            if image_mask is not None and self.bias_vl is not None:
+                bias = torch.where(image_mask.unsqueeze(-1), self.bias_vl.float(), bias)
+            idx = (scores + bias).topk(self.topk, dim=-1).indices
+        w = scores.gather(1, idx)
+        if self.norm and (self.topk > 1 or not self.v41):
+            w = w / (w.sum(-1, keepdim=True) + (1e-20 if self.v41 else 0.0))
+        return w * self.scale, idx
+
+
+class Expert(nn.Module):
+    def __init__(self, dim: int, inter: int, limit: float, act_block: int) -> None:
+        super().__init__()
+        self.w1 = Linear(dim, inter, quantized=True, act_block=act_block)
+        self.w2 = Linear(inter, dim, quantized=True, act_block=act_block)
+        self.w3 = Linear(dim, inter, quantized=True, act_block=act_block)
+        self.limit = limit
+
+    def forward(self, x: torch.Tensor, numerics: Numerics, route_w: torch.Tensor | None = None) -> torch.Tensor:
+        gate = self.w1(x, numerics).float()
+        up = self.w3(x, numerics).float()
+        if self.limit > 0:
+            up = up.clamp(-self.limit, self.limit)
+            gate = gate.clamp(max=self.limit)
+        h = F.silu(gate) * up
+        if route_w is not None:  # the route weight multiplies before w2
+            h = route_w * h
+        return self.w2(h.to(x.dtype), numerics)
+
+
+class MoE(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, *, vision: bool = False) -> None:
+        super().__init__()
+        block = cfg.quant.fp8_block[1]
+        self.gate = Gate(cfg, layer, vision=vision)
+        self.experts = nn.ModuleList(
+            Expert(cfg.hidden_size, cfg.moe_intermediate_size, cfg.swiglu_limit, block)
+            for _ in range(layer.n_routed_experts)
+        )
+        self.shared_experts = (
+            Expert(cfg.hidden_size, cfg.moe_intermediate_size, cfg.swiglu_limit, block) if cfg.n_shared_experts else None
+        )
+
+    def forward(self, x: torch.Tensor, numerics: Numerics, input_ids: torch.Tensor,
+                image_mask: torch.Tensor | None = None) -> torch.Tensor:
+        w, idx = self.gate(x, input_ids, image_mask)
+        y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+        counts = torch.bincount(idx.flatten(), minlength=len(self.experts)).tolist()
+        for e, n in enumerate(counts):
+            if n == 0:
+                continue
+            rows, slot = torch.where(idx == e)
+            y[rows] += self.experts[e](x[rows], numerics, w[rows, slot, None]).float()
+        if self.shared_experts is not None:
+            y += self.shared_experts(x, numerics).float()
+        return y.to(x.dtype)

@@ -1,0 +1,47 @@
+"""Rotary tables: interleaved pairs on the last ``qk_rope_head_dim`` dims (model_spec.md 2.1).
+
+Window-only layers use ``rope_theta`` without YaRN; compressed layers use
+``compress_rope_theta`` with YaRN over the original context (no mscale). The
+same per-layer table serves q, window KV, compressed KV and indexer q/k.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+
+from deepinfer_adapters.config import ModelConfig
+
+
+@lru_cache(maxsize=16)
+def _inv_freqs(rd: int, base: float, orig_len: int, factor: float, beta_fast: float, beta_slow: float) -> torch.Tensor:
+    freqs = 1.0 / (base ** (torch.arange(0, rd, 2, dtype=torch.float32) / rd))
+    if orig_len > 0:
+        def corrected_dim(rotations: float) -> float:
+            return rd * math.log(orig_len / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+        low = max(math.floor(corrected_dim(beta_fast)), 0)
+        high = min(math.ceil(corrected_dim(beta_slow)), rd - 1)
+        ramp = ((torch.arange(rd // 2, dtype=torch.float32) - low) / max(high - low, 1e-3)).clamp(0, 1)
+        freqs = freqs / factor * ramp + freqs * (1 - ramp)
+    return freqs
+
+
+class RotaryTable:
+    """Complex rotations for any positions, for one layer kind."""
+
+    def __init__(self, cfg: ModelConfig, compressed: bool) -> None:
+        r = cfg.rope
+        if compressed:
+            args = (cfg.qk_rope_head_dim, r.compress_theta, r.original_max_position_embeddings, r.factor,
+                    r.beta_fast, r.beta_slow)
+        else:
+            args = (cfg.qk_rope_head_dim, r.theta, 0, r.factor, r.beta_fast, r.beta_slow)
+        self.inv_freqs = _inv_freqs(*args)
+
+    def __call__(self, positions: torch.Tensor) -> torch.Tensor:
+        """[n] integer positions -> [n, rd/2] complex64."""
+        angles = torch.outer(positions.to(torch.float32).cpu(), self.inv_freqs).to(positions.device)
+        return torch.polar(torch.ones_like(angles), angles)

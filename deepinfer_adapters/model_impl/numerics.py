@@ -1,0 +1,34 @@
+"""How closely a forward pass follows the official reference's rounding points.
+
+The official inference code runs bf16 activations, quantizes every activation to
+FP8 (per block of the weight block width, power-of-two scales) before an FP8 or
+FP4 GEMM, and round-trips cached keys through FP8/FP4 because the weights were
+trained that way (QAT). ``Numerics.reference()`` does all of that. Tests that
+compare two of our own paths (chunked vs full, batched vs alone) can use
+float32 without the round trips to get tight tolerances; the parity tests
+against transformers turn off what transformers does not simulate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Numerics:
+    dtype: torch.dtype = torch.bfloat16  # activations between ops
+    act_quant: bool = True  # FP8 activation quantization before FP8/FP4 linears
+    kv_quant: bool = True  # FP8/FP4 round trips of window KV, compressed KV, index q/k
+    attn_probs_bf16: bool = True  # sparse_attn casts probabilities to bf16 before P @ V
+
+    @classmethod
+    def reference(cls) -> "Numerics":
+        """The official reference's numerics (bf16, every quantization point)."""
+        return cls()
+
+    @classmethod
+    def float32(cls, quant: bool = False) -> "Numerics":
+        """float32 activations; with ``quant`` the round trips stay on."""
+        return cls(dtype=torch.float32, act_quant=quant, kv_quant=quant, attn_probs_bf16=False)

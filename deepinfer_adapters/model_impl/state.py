@@ -1,0 +1,118 @@
+"""StateSpec / StateCache: what each layer keeps between steps, and where it lives.
+
+A layer declares its state as fields:
+- ``rows`` fields grow with the sequence: one row per ``ratio`` tokens
+  (compressed KV, index keys). Hosts page these.
+- ``fixed`` fields have a constant size per sequence (the window KV ring, a
+  compressor's partial block, Engram token history).
+
+``StateSpec`` collects the fields of every layer so any host can size memory
+(bytes per token, bytes per sequence) before allocating. ``StateCache`` is the
+interface the model reads and writes through; ``DenseStateCache`` is the simple
+contiguous implementation used by tests and the reference path. The standalone
+engine implements it over paged blocks; the vLLM and SGLang adapters over the
+cache tensors their host allocates.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class StateField:
+    name: str
+    shape: tuple[int, ...]  # rows: shape of one row; fixed: the whole per-sequence tensor
+    dtype: torch.dtype
+    kind: str  # "rows" | "fixed"
+    ratio: int = 1  # rows: tokens per row
+    fill: float = 0.0  # fixed: value of a fresh sequence's state (e.g. -inf for softmax scores)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one row (rows) or of the whole field (fixed)."""
+        return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+    def rows_for(self, num_tokens: int) -> int:
+        return num_tokens // self.ratio
+
+
+@dataclass
+class StateSpec:
+    layers: dict[str, list[StateField]] = field(default_factory=dict)
+
+    def add(self, key: str, *fields: StateField) -> None:
+        self.layers.setdefault(key, []).extend(fields)
+
+    def fields(self):
+        for key, fields in self.layers.items():
+            for f in fields:
+                yield key, f
+
+    def bytes_per_token(self, key: str | None = None) -> float:
+        return sum(f.nbytes / f.ratio for k, f in self.fields() if f.kind == "rows" and key in (None, k))
+
+    def bytes_per_seq(self, key: str | None = None) -> int:
+        return sum(f.nbytes for k, f in self.fields() if f.kind == "fixed" and key in (None, k))
+
+    def bytes_for(self, num_tokens: int) -> int:
+        """Exact bytes one sequence of ``num_tokens`` tokens holds."""
+        rows = sum(f.nbytes * f.rows_for(num_tokens) for _, f in self.fields() if f.kind == "rows")
+        return rows + self.bytes_per_seq()
+
+
+class StateCache(ABC):
+    """Per-slot state storage. Slots are assigned by the host, one per live sequence."""
+
+    spec: StateSpec
+
+    @abstractmethod
+    def fixed(self, key: str, name: str) -> torch.Tensor:
+        """[num_slots, *shape] tensor of a fixed field; index by slot, write in place."""
+
+    @abstractmethod
+    def read_rows(self, key: str, name: str, slot: int, start: int, end: int) -> torch.Tensor:
+        """Rows [start, end) of a rows field for one slot: [end - start, *row_shape]."""
+
+    @abstractmethod
+    def write_rows(self, key: str, name: str, slot: int, start: int, rows: torch.Tensor) -> None:
+        """Write rows [start, start + len(rows)) of a rows field for one slot."""
+
+    def reset(self, slot: int) -> None:
+        """Give a slot to a new sequence: fixed fields back to their fill value."""
+        for key, f in self.spec.fields():
+            if f.kind == "fixed":
+                self.fixed(key, f.name)[slot].fill_(f.fill)
+
+
+class DenseStateCache(StateCache):
+    """Contiguous storage: every slot reserves ``max_len`` tokens of rows."""
+
+    def __init__(self, spec: StateSpec, num_slots: int, max_len: int, device: str | torch.device = "cpu") -> None:
+        self.spec = spec
+        self.num_slots = num_slots
+        self.max_len = max_len
+        self._tensors: dict[tuple[str, str], torch.Tensor] = {}
+        for key, f in spec.fields():
+            if f.kind == "fixed":
+                t = torch.full((num_slots, *f.shape), f.fill, dtype=f.dtype, device=device)
+            else:
+                t = torch.zeros((num_slots, f.rows_for(max_len), *f.shape), dtype=f.dtype, device=device)
+            self._tensors[(key, f.name)] = t
+
+    def fixed(self, key: str, name: str) -> torch.Tensor:
+        return self._tensors[(key, name)]
+
+    def read_rows(self, key: str, name: str, slot: int, start: int, end: int) -> torch.Tensor:
+        return self._tensors[(key, name)][slot, start:end]
+
+    def write_rows(self, key: str, name: str, slot: int, start: int, rows: torch.Tensor) -> None:
+        t = self._tensors[(key, name)]
+        if start + rows.shape[0] > t.shape[1]:
+            raise ValueError(f"state field {key}.{name}: writing rows up to {start + rows.shape[0]} "
+                             f"exceeds capacity {t.shape[1]} (max_len {self.max_len})")
+        t[slot, start : start + rows.shape[0]] = rows.to(t.dtype)
