@@ -48,8 +48,8 @@ def test_dtypes_are_the_release_formats(tiny_checkpoint):
     assert raw["layers.2.attn.wq_a.scale"].dtype == torch.float8_e8m0fnu
     # V4.1 blocks are 32x32: q_lora_rank 96 x hidden 128 -> 3 x 4 scales
     assert tuple(raw["layers.2.attn.wq_a.scale"].shape) == (3, 4)
-    # index wq_b: 4 heads x 32 = 128 out, q_lora_rank 96 in
-    assert tuple(raw["layers.2.attn.indexer.wq_b.scale"].shape) == (4, 3)
+    # index wq_b: 16 heads x 32 = 512 out, q_lora_rank 96 in
+    assert tuple(raw["layers.2.attn.indexer.wq_b.scale"].shape) == (16, 3)
     assert raw["layers.2.ffn.experts.0.w1.weight"].dtype == torch.int8
     assert tuple(raw["layers.2.ffn.experts.0.w1.weight"].shape) == (64, 64)  # [inter, hidden/2]
     assert tuple(raw["layers.2.ffn.experts.0.w1.scale"].shape) == (64, 4)  # hidden/32

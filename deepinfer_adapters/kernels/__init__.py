@@ -58,6 +58,10 @@ for _op in reference.OPS:
     register(_op, "torch", getattr(reference, _op), priority=-100)
 
 
+def linear(*args: Any, **kwargs: Any) -> Any:
+    return call("linear", *args, **kwargs)
+
+
 def rms_norm(*args: Any, **kwargs: Any) -> Any:
     return call("rms_norm", *args, **kwargs)
 

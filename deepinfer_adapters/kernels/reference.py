@@ -8,9 +8,21 @@ from __future__ import annotations
 
 import torch
 
-OPS = ("rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn")
+OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ weight^T in fp32, batch-invariant: a row's result never depends on the other rows.
+
+    CPU BLAS picks different kernels and K splits for different row counts (a 1-row
+    and a 40-row product of the same row differ in the last fp32 bits), which would
+    make a sequence's logits depend on what else is in the batch. Accumulating in
+    fp64, where fp32 products are exact and reordering errors sit far below an fp32
+    ulp, and rounding once to fp32 removes that dependence.
+    """
+    return torch.nn.functional.linear(x.double(), weight.double()).float()
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -51,7 +63,7 @@ def sparse_attn(
     q [S, H, d]; kv [N, d]; sink [H] fp32 (not scaled); idx [S, K] int, -1 = skip.
     For each query: o = sum_k e^{l_k} kv_k / (sum_k e^{l_k} + e^{sink_h}), l = scale * q.k.
     Computed as the official kernel does: online softmax over blocks of 64 indices, fp32
-    scores, probabilities cast to bf16 (relative to the running max) before P @ V when
+    scores (dot products via fp64, so batch- and length-invariant), probabilities cast to bf16 (relative to the running max) before P @ V when
     ``probs_bf16``. A row with no valid index yields 0. Returns q's dtype.
     """
     S, H, d = q.shape
@@ -63,7 +75,7 @@ def sparse_attn(
         blk = idx[:, t : t + SPARSE_ATTN_BLOCK].long()
         valid = blk >= 0
         rows = kvf[blk.clamp_min(0)] * valid.unsqueeze(-1)  # [S, k, d]
-        logits = torch.einsum("shd,skd->shk", qf, rows)
+        logits = _dot(qf, rows, "shd,skd->shk")
         logits = torch.where(valid.unsqueeze(1), logits, -torch.inf) * scale
         prev = run_max
         run_max = torch.maximum(prev, logits.amax(-1))
@@ -72,9 +84,15 @@ def sparse_attn(
         denom = denom * rescale + p.sum(-1)
         if probs_bf16:
             p = p.to(torch.bfloat16).float()
-        acc = acc * rescale.unsqueeze(-1) + torch.einsum("shk,skd->shd", p, rows)
+        acc = acc * rescale.unsqueeze(-1) + _dot(p, rows, "shk,skd->shd")
     denom = denom + torch.exp(sink.float() - run_max)
     return (acc / denom.unsqueeze(-1)).to(q.dtype)
+
+
+def _dot(a: torch.Tensor, b: torch.Tensor, spec: str) -> torch.Tensor:
+    """fp32 contraction through fp64, so results do not depend on how many rows,
+    keys or sequences share the call (see ``linear``)."""
+    return torch.einsum(spec, a.double(), b.double()).float()
 
 
 def hc_split_sinkhorn(

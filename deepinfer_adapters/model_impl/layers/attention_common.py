@@ -46,8 +46,9 @@ class AttentionBase(nn.Module):
         self.rope = RotaryTable(cfg, compressed=layer.compress_ratio > 0)
 
     # ------------------------------------------------------------------ state ----
-    def window_fields(self) -> list[StateField]:
-        return [StateField("window_kv", (self.window, self.head_dim), torch.float32, "fixed")]
+    def window_fields(self, dtype: torch.dtype = torch.float32) -> list[StateField]:
+        """The ring of the last ``window`` positions' KV (the reference keeps it in the activation dtype)."""
+        return [StateField("window_kv", (self.window, self.head_dim), dtype, "fixed")]
 
     # ------------------------------------------------------------ projections ----
     def normalize_q(self, q: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,6 @@ The residual stream is ``hc`` parallel copies [T, hc, D]. A sublayer reads
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from deepinfer_adapters import kernels
@@ -22,7 +21,8 @@ class HyperConnection(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.hc, self.iters, self.hc_eps, self.norm_eps = cfg.hc_mult, cfg.hc_sinkhorn_iters, cfg.hc_eps, cfg.rms_norm_eps
-        self.fn = nn.Parameter(torch.empty(cfg.hc_mix_dim, cfg.hc_mult * cfg.hidden_size), requires_grad=False)
+        self.fn = nn.Parameter(torch.empty(cfg.hc_mix_dim, cfg.hc_mult * cfg.hidden_size, dtype=torch.float64),
+                               requires_grad=False)
         self.base = nn.Parameter(torch.empty(cfg.hc_mix_dim), requires_grad=False)
         self.scale = nn.Parameter(torch.empty(3), requires_grad=False)
 
@@ -36,7 +36,7 @@ def mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> torch.Tens
     """(flat(X) @ fn^T) * rsqrt(mean(flat(X)^2) + eps): one RMS statistic per token over all hc*D values."""
     flat = x.flatten(-2).float()
     rsqrt = torch.rsqrt(flat.square().mean(-1, keepdim=True) + norm_eps)
-    return F.linear(flat, fn.float()) * rsqrt
+    return kernels.linear(flat, fn) * rsqrt
 
 
 def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from deepinfer_adapters import kernels
 from deepinfer_adapters.config import LayerSpec, ModelConfig, Routing
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -27,7 +28,7 @@ class Gate(nn.Module):
         # V4.1 adds 1e-20 to the normaliser and skips it for top-1 (training's rule); V4 divides plainly.
         self.v41 = cfg.is_v41
         E = layer.n_routed_experts
-        self.weight = nn.Parameter(torch.empty(E, cfg.hidden_size), requires_grad=False)
+        self.weight = nn.Parameter(torch.empty(E, cfg.hidden_size, dtype=torch.float64), requires_grad=False)
         if self.hash:
             self.register_buffer("tid2eid", torch.zeros(cfg.vocab_size, self.topk, dtype=torch.long))
         else:
@@ -36,7 +37,7 @@ class Gate(nn.Module):
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor, image_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """x [T, D] -> (weights [T, k] fp32, expert ids [T, k])."""
-        scores = F.softplus(F.linear(x.float(), self.weight.float()) / self.temp).sqrt()
+        scores = F.softplus(kernels.linear(x.float(), self.weight) / self.temp).sqrt()
         if self.hash:
             idx = self.tid2eid[input_ids].long()
         else:

@@ -1,0 +1,132 @@
+"""DeepSeek-V4.1-Flash (model_spec.md sections 1.2, 1.3, 2): embed -> hc copies ->
+blocks (Engram before layers that have it; single-pass hyper-connections) -> collapse
+with the last mix -> norm -> fp32 logits. DSpark draft stages live in layers/dspark.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from deepinfer_adapters.config import LayerSpec, ModelConfig
+from deepinfer_adapters.model_impl.base import CausalLMBase, ModelOutput
+from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.engram_hash import BLOCKED, EngramHasher, engram_hash_chunk, make_engram_hasher
+from deepinfer_adapters.model_impl.layers.block_v41 import BlockV41
+from deepinfer_adapters.model_impl.layers.linear import Linear
+from deepinfer_adapters.model_impl.layers.dspark import DSparkStage
+from deepinfer_adapters.model_impl.layers.hyper_connection import hc_pre, identity_pre_mix
+from deepinfer_adapters.model_impl.layers.norm import RMSNorm
+from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.state import StateCache, StateField, StateSpec
+
+ENGRAM_KEY = "engram"
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(-1)
+
+
+@dataclass
+class DraftOutput:
+    tokens: torch.Tensor  # [B, block_size] drafted tokens
+    logits: torch.Tensor  # [B, block_size, vocab] fp32, Markov bias included
+    confidence: torch.Tensor  # [B, block_size] logits of the acceptance probability
+
+
+class DeepseekV41ForCausalLM(CausalLMBase):
+    def __init__(self, cfg: ModelConfig, numerics: Numerics | None = None, *, model_dir: Path | None = None,
+                 hasher: EngramHasher | None = None, with_draft: bool = True) -> None:
+        super().__init__()
+        self.cfg, self.numerics = cfg, numerics or Numerics.reference()
+        self.vision = "vision_config" in cfg.extra
+        D = cfg.hidden_size
+        self.embed = nn.Embedding(cfg.vocab_size, D)
+        self.embed.weight.requires_grad_(False)
+        self.layers = nn.ModuleList(BlockV41(cfg, l, f"layers.{l.index}", vision=self.vision) for l in cfg.main_layers)
+        self.norm = RMSNorm(D, cfg.rms_norm_eps)
+        self.head = Linear(D, cfg.vocab_size, quantized=False)
+        self.with_draft = with_draft and cfg.draft is not None
+        self.target_layers = cfg.draft.target_layer_ids if self.with_draft else ()
+        self.mtp = nn.ModuleList(
+            DSparkStage(cfg, l, f"mtp.{l.index - cfg.num_hidden_layers}", vision=self.vision)
+            for l in (cfg.draft_layers if self.with_draft else ())
+        )
+        self.hasher = hasher
+        if cfg.engram is not None and hasher is None and model_dir is not None:
+            self.hasher = make_engram_hasher(cfg, model_dir)
+
+    def ignores(self, official: str) -> bool:
+        skipped = ("vision.", "aligner.", "image_") + (() if self.with_draft else ("mtp.",))
+        return official.startswith(skipped)  # the vision tower is not run yet
+
+    def state_spec(self) -> StateSpec:
+        spec = StateSpec()
+        for block in (*self.layers, *self.mtp):
+            spec.add(block.attn.key, *block.attn.state_fields(self.numerics))
+        if self.cfg.engram is not None:  # the last max_ngram_size - 1 compressed token ids
+            history = (self.cfg.engram.max_ngram_size - 1,)
+            spec.add(ENGRAM_KEY, StateField("history", history, torch.int64, "fixed", fill=BLOCKED))
+        return spec
+
+    def engram_ids(self, batch: ForwardBatch, state: StateCache) -> torch.Tensor | None:
+        if self.cfg.engram is None:
+            return None
+        if self.hasher is None:
+            raise ValueError("this V4.1 model has Engram layers but no token map: build it with model_dir "
+                             "(the tokenizer files) or pass hasher=")
+        history = state.fixed(ENGRAM_KEY, "history")
+        slots = torch.tensor(batch.slots, dtype=torch.long)
+        ids, new_history = engram_hash_chunk(self.hasher, batch.input_ids, history[slots], batch.cu_seqlens,
+                                             batch.image_mask)
+        history[slots] = new_history
+        return ids
+
+    def forward(self, batch: ForwardBatch, state: StateCache) -> ModelOutput:
+        num, dt = self.numerics, self.numerics.dtype
+        hash_ids = self.engram_ids(batch, state)
+        text = None if batch.image_mask is None else ~batch.image_mask
+        h = self.embed.weight[batch.input_ids].to(dt).unsqueeze(1).repeat(1, self.cfg.hc_mult, 1)
+        pre = identity_pre_mix(h.shape[0], self.cfg.hc_mult, h.device)
+        targets = []
+        for block in self.layers:
+            if block.engram is not None:
+                h = block.engram(h, hash_ids[:, block.engram.table_index], num, text)
+            if block.layer.index in self.target_layers:  # DSpark reads the block *input*
+                targets.append(h.float().mean(1).to(dt))
+            h, pre = block(h, pre, batch, state, num)
+        rows = batch.default_logits_rows()
+        x = self.norm(hc_pre(h, pre)[rows])
+        logits = self.head(x.float(), num)
+        main_hidden = torch.cat(targets, -1) if targets else None
+        if self.with_draft:
+            self.observe(main_hidden, batch, state)
+        return ModelOutput(logits=logits, hidden=main_hidden)
+
+    # ----------------------------------------------------------------- DSpark ----
+    def observe(self, main_hidden: torch.Tensor, batch: ForwardBatch, state: StateCache) -> None:
+        """Keep the draft stages' rings in step with the main model (every step)."""
+        first = self.mtp[0]
+        main_x = first.main_norm(first.main_proj(main_hidden, self.numerics))
+        for stage in self.mtp:
+            stage.attn.observe(main_x, batch, state, self.numerics)
+
+    def draft(self, last_tokens: list[int], positions: list[int], slots: list[int], state: StateCache,
+              sample: Callable[[torch.Tensor], torch.Tensor] = greedy) -> DraftOutput:
+        """Propose ``block_size`` tokens for each sequence whose last processed position is
+        ``positions[i]`` and whose next token (sampled from the main model) is ``last_tokens[i]``."""
+        d, num = self.cfg.draft, self.numerics
+        noise = [d.noise_token_id] * (d.block_size - 1)
+        batch = ForwardBatch.build([(s, p + 1, [t, *noise]) for t, p, s in zip(last_tokens, positions, slots)])
+        h = self.embed.weight[batch.input_ids].to(num.dtype).unsqueeze(1).repeat(1, self.cfg.hc_mult, 1)
+        pre = identity_pre_mix(h.shape[0], self.cfg.hc_mult, h.device)
+        for stage in self.mtp:
+            h, pre = stage(h, pre, batch, state, num)
+        x = hc_pre(h, pre).view(len(slots), d.block_size, -1)
+        tokens, logits, conf = self.mtp[-1].heads(x, self.head, torch.tensor(last_tokens), num, sample)
+        return DraftOutput(tokens=tokens[:, 1:], logits=logits, confidence=conf)
+

@@ -1,0 +1,104 @@
+"""V4.1 CSA2 attention (model_spec.md 2.4): the window plus up to ``index_topk``
+compressed rows, with compressed KV produced by a few source layers and shared.
+
+Per layer role:
+- window: sliding window only;
+- KV+index source (and the candidate source): compress, publish compressed KV
+  and index keys, run the indexer;
+- reindex: own indexer query over the latest source's keys, inside the pool;
+- reuse: the latest index source's selections over the latest source's rows.
+
+Compressed rows live in the source layer's state (rows fields, one row per
+``ratio`` tokens); selections pass down the stack in ``ForwardBatch.scratch``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from deepinfer_adapters.config import LayerSpec, ModelConfig
+from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase
+from deepinfer_adapters.model_impl.layers.compressor_v41 import CompressorV41
+from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41
+from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.quant import fp4_roundtrip_e4m3, fp8_roundtrip
+from deepinfer_adapters.model_impl.state import StateCache, StateField
+from deepinfer_adapters import kernels
+
+WINDOW_FP8_BLOCK = 32  # the whole post-RoPE window vector, blocks of 32
+COMPRESSED_FP4_GROUP = 16  # stored compressed rows: FP4 with e4m3 scales per 16
+
+
+class AttentionV41(AttentionBase):
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, key: str) -> None:
+        super().__init__(cfg, layer, key)
+        self.ratio = layer.compress_ratio
+        self.is_source = layer.is_kv_source
+        self.source_key = f"layers.{layer.kv_source}" if layer.kv_source is not None else None
+        self.compressor = CompressorV41(cfg, self.ratio, key) if self.is_source else None
+        self.indexer = IndexerV41(cfg, layer) if (self.is_source or layer.has_indexer_query) else None
+        self.runs_indexer = layer.has_indexer_query
+
+    def state_fields(self, numerics: Numerics) -> list[StateField]:
+        dt = numerics.dtype
+        fields = self.window_fields(dt)
+        if self.is_source:
+            fields += [StateField("compressed_kv", (self.head_dim,), dt, "rows", ratio=self.ratio),
+                       StateField("index_k", (self.cfg.index_head_dim,), dt, "rows", ratio=self.ratio)]
+            fields += self.compressor.state_fields()
+        return fields
+
+    def quantize_window_kv(self, kv: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        return fp8_roundtrip(kv, WINDOW_FP8_BLOCK)
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
+        freqs = self.rope(batch.positions)
+        q, qr = self.project_q(x, freqs, numerics)
+        kv = self.project_kv(x, freqs, numerics)
+        out = torch.empty_like(q)
+        for i in range(batch.num_seqs):
+            rows, slot, start = batch.rows(i), batch.slots[i], batch.start_pos[i]
+            keys, base = self.window_keys(state, slot, start, kv[rows])
+            idx = self.window_index(start, batch.seq_len(i), base)
+            if self.ratio:
+                compressed, sel = self._compressed(x[rows], qr[rows], freqs[rows], batch, i, state, numerics)
+                idx = torch.cat([idx, torch.where(sel >= 0, sel + keys.shape[0], -1)], dim=1)
+                keys = torch.cat([keys, compressed])
+            out[rows] = self.attend(q[rows], keys, idx, numerics)
+        return self.output(out, freqs, numerics)
+
+    def _compressed(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: ForwardBatch, i: int,
+                    state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+        """This sequence's compressed rows and each query's selected row indices (-1 = none)."""
+        r, slot, start, n = self.ratio, batch.slots[i], batch.start_pos[i], x.shape[0]
+        end = start + n
+        if self.is_source:
+            self._publish(x, slot, start, state, numerics)
+        rows = state.read_rows(self.source_key, "compressed_kv", slot, 0, end // r).to(numerics.dtype)
+        selections = batch.scratch.setdefault("selections", {})
+        if self.runs_indexer:
+            if end // r == 0:
+                sel = torch.empty(n, 0, dtype=torch.long)
+            else:
+                keys = state.read_rows(self.source_key, "index_k", slot, 0, end // r).to(numerics.dtype)
+                scores = self.indexer.scores(x, qr, freqs, keys, numerics)
+                visible = torch.arange(start + 1, end + 1) // r
+                sel = self.indexer.select(scores, visible, batch.scratch.setdefault(("pool", i), {}))
+            selections[i] = sel
+        return rows, selections[i]
+
+    def _publish(self, x: torch.Tensor, slot: int, start: int, state: StateCache, numerics: Numerics) -> None:
+        """Compress this chunk's finished groups; store their index keys and compressed KV."""
+        r = self.ratio
+        latent = self.compressor(x, numerics, state, slot, start)
+        if latent.shape[0] == 0:
+            return
+        first_row = start // r
+        group_pos = (first_row + torch.arange(latent.shape[0])) * r  # a row sits at its group's first token
+        freqs = self.rope(group_pos)
+        state.write_rows(self.key, "index_k", slot, first_row, self.indexer.index_keys(latent, freqs, numerics))
+        kv = kernels.apply_rope(latent, freqs)
+        if numerics.kv_quant:
+            kv = fp4_roundtrip_e4m3(kv, COMPRESSED_FP4_GROUP)
+        state.write_rows(self.key, "compressed_kv", slot, first_row, kv)

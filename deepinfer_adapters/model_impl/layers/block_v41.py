@@ -1,0 +1,43 @@
+"""A V4.1 block: attention and MoE between single-pass hyper-connections, Engram before it."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from deepinfer_adapters.config import LayerSpec, ModelConfig
+from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase
+from deepinfer_adapters.model_impl.layers.attention_v41 import AttentionV41
+from deepinfer_adapters.model_impl.layers.engram import Engram
+from deepinfer_adapters.model_impl.layers.hyper_connection import HyperConnection, hc_post, hc_pre
+from deepinfer_adapters.model_impl.layers.moe import MoE
+from deepinfer_adapters.model_impl.layers.norm import RMSNorm
+from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.state import StateCache
+
+
+class BlockV41(nn.Module):
+    """Single-pass hyper-connections: attention collapses with the previous block's
+    FFN mix, the FFN with this block's attention mix (model_spec.md 2.2)."""
+
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec, key: str, *, vision: bool,
+                 attention: type[AttentionBase] = AttentionV41) -> None:
+        super().__init__()
+        self.layer = layer
+        self.attn = attention(cfg, layer, key)
+        self.ffn = MoE(cfg, layer, vision=vision)
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.ffn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.hc_attn = HyperConnection(cfg)
+        self.hc_ffn = HyperConnection(cfg)
+        self.engram = Engram(cfg, layer.index) if layer.engram else None
+
+    def forward(self, x: torch.Tensor, pre_mix: torch.Tensor, batch: ForwardBatch, state: StateCache,
+                numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+        attn_pre, post, comb = self.hc_attn.mixes(x)
+        y = self.attn(self.attn_norm(hc_pre(x, pre_mix)), batch, state, numerics)
+        x = hc_post(y, x, post, comb)
+        ffn_pre, post, comb = self.hc_ffn.mixes(x)
+        y = self.ffn(self.ffn_norm(hc_pre(x, attn_pre)), numerics, batch.input_ids, batch.image_mask)
+        return hc_post(y, x, post, comb), ffn_pre

@@ -1,0 +1,59 @@
+"""V4.1 compressor (model_spec.md 2.4), on KV-source layers only.
+
+Ratio 2: ``latent_j = norm(sum_{t in group j} softmax_t(wgate x_t) * wkv x_t)`` with
+the pooling in fp32; the unfinished group is carried between steps as state.
+Ratio 1: ``latent = norm(wkv x)`` (bf16, no gate). Latents are returned before
+RoPE: the indexer keys need them unrotated.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from deepinfer_adapters.config import ModelConfig
+from deepinfer_adapters.model_impl.layers.linear import Linear
+from deepinfer_adapters.model_impl.layers.norm import RMSNorm
+from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.state import StateCache, StateField
+
+
+class CompressorV41(nn.Module):
+    def __init__(self, cfg: ModelConfig, ratio: int, key: str) -> None:
+        super().__init__()
+        self.ratio, self.key, d = ratio, key, cfg.head_dim
+        self.wkv = Linear(cfg.hidden_size, d, quantized=False)
+        self.wgate = Linear(cfg.hidden_size, d, quantized=False) if ratio > 1 else None
+        self.norm = RMSNorm(d, cfg.rms_norm_eps)
+
+    def state_fields(self) -> list[StateField]:
+        if self.ratio == 1:
+            return []
+        shape = (self.ratio, self.norm.weight.shape[0])
+        return [StateField("comp_kv", shape, torch.float32, "fixed"),
+                StateField("comp_score", shape, torch.float32, "fixed", fill=float("-inf"))]
+
+    def forward(self, x: torch.Tensor, numerics: Numerics, state: StateCache, slot: int, start: int) -> torch.Tensor:
+        """x [n, D] of one sequence at positions start.. -> latents of the groups this chunk
+        completes, [(start + n) // r - start // r, d], in the activation dtype."""
+        r, n = self.ratio, x.shape[0]
+        if r == 1:
+            return self.norm(self.wkv(x, numerics))
+        xf = x.float()
+        kv, score = self.wkv(xf, numerics), self.wgate(xf, numerics)
+        kv_state, score_state = state.fixed(self.key, "comp_kv")[slot], state.fixed(self.key, "comp_score")[slot]
+        first = start - start % r  # first position of the group in progress
+        done = (start + n) // r * r  # positions before this are in completed groups
+        # rows of positions first .. start+n-1: carried partial rows, then this chunk's
+        held = torch.arange(first, start) % r
+        kv = torch.cat([kv_state[held], kv])
+        score = torch.cat([score_state[held], score])
+        complete = done - first
+        tail = torch.arange(done, start + n)
+        kv_state[tail % r] = kv[complete:]
+        score_state[tail % r] = score[complete:]
+        if complete <= 0:
+            return x.new_zeros(0, kv.shape[-1])
+        kv, score = kv[:complete].unflatten(0, (-1, r)), score[:complete].unflatten(0, (-1, r))
+        pooled = (kv * score.softmax(dim=1)).sum(dim=1)
+        return self.norm(pooled.to(numerics.dtype))

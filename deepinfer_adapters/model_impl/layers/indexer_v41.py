@@ -1,0 +1,87 @@
+"""V4.1 indexer (model_spec.md 2.4): which compressed rows each query attends to.
+
+KV-source layers publish index keys ``k = k_norm(wk latent)``, RoPE'd at the
+group's first position and FP4 round-tripped. Index-source layers score
+``sum_h w_h relu(q_h . k_t)`` over the latest source's keys, mask what the query
+cannot see yet (row t is visible from position p iff t < (p+1) // ratio), and
+keep the top ``index_topk``. The candidate-source layer also picks the best
+``candidate_topk_blocks`` blocks of ``candidate_block_size`` rows (the block
+holding the newest visible row always kept); later index sources score only
+inside that pool. Scores are rounded where the reference's tensors are bf16.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from deepinfer_adapters import kernels
+from deepinfer_adapters.config import AttnRole, LayerSpec, ModelConfig
+from deepinfer_adapters.model_impl.layers.linear import Linear
+from deepinfer_adapters.model_impl.layers.norm import RMSNorm
+from deepinfer_adapters.model_impl.layers.topk import topk_lowest_index_ties
+from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.quant import fp4_roundtrip_e8m0
+
+INDEX_FP4_BLOCK = 32
+
+
+class IndexerV41(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim, self.topk = cfg.index_n_heads, cfg.index_head_dim, cfg.index_topk
+        self.weight_scale = self.head_dim**-0.5 * self.n_heads**-0.5
+        self.is_candidate_source = layer.attn is AttnRole.CANDIDATE_SOURCE
+        self.uses_pool = layer.attn is AttnRole.REINDEX and layer.uses_candidate_pool
+        self.pool_blocks, self.pool_block_size = cfg.candidate_topk_blocks, cfg.candidate_block_size
+        if layer.is_kv_source:
+            self.wk = Linear(cfg.head_dim, self.head_dim, quantized=False)
+            self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        if layer.has_indexer_query:
+            self.wq_b = Linear(cfg.q_lora_rank, self.n_heads * self.head_dim, quantized=True,
+                               act_block=cfg.quant.fp8_block[1])
+            self.weights_proj = Linear(cfg.hidden_size, self.n_heads, quantized=False)
+
+    def index_keys(self, latent: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        """Latents [m, head_dim] (pre-RoPE) -> index keys [m, index_head_dim]."""
+        k = kernels.apply_rope(self.k_norm(self.wk(latent, numerics)), freqs)
+        return fp4_roundtrip_e8m0(k, INDEX_FP4_BLOCK) if numerics.kv_quant else k
+
+    def scores(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, keys: torch.Tensor,
+               numerics: Numerics) -> torch.Tensor:
+        """[n, m] index scores of n queries against m keys (no masking yet)."""
+        dt = numerics.dtype
+        q = kernels.apply_rope(self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim)), freqs)
+        if numerics.kv_quant:
+            q = fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK)
+        w = (self.weights_proj(x, numerics) * self.weight_scale).to(dt)
+        qk = torch.einsum("nhd,md->nhm", q.double(), keys.double()).to(dt)  # fp64: length-invariant
+        per_head = (qk.float().relu() * w.float().unsqueeze(-1)).to(dt)
+        return per_head.float().sum(1).to(dt)
+
+    def select(self, scores: torch.Tensor, visible: torch.Tensor, scratch: dict) -> torch.Tensor:
+        """Masked top-k. scores [n, m]; visible [n] rows each query can see.
+
+        Returns row indices [n, k] ascending, -1 where the pick is not visible.
+        ``scratch['candidates']`` carries the candidate pool to the layers after the source.
+        """
+        m = scores.shape[-1]
+        t = torch.arange(m)
+        scores = scores.float().masked_fill(t >= visible.unsqueeze(-1), -torch.inf)
+        if self.is_candidate_source:
+            scratch["candidates"] = self._candidate_pool(scores, visible)
+        elif self.uses_pool:
+            scores = scores.masked_fill(~scratch["candidates"], -torch.inf)
+        picked, _ = topk_lowest_index_ties(scores, min(self.topk, m))
+        return torch.where(picked < visible.unsqueeze(-1), picked, -1)
+
+    def _candidate_pool(self, scores: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        bs, m = self.pool_block_size, scores.shape[-1]
+        blocks = F.pad(scores, (0, -m % bs), value=-torch.inf).unflatten(-1, (-1, bs)).amax(-1)
+        n_blocks = blocks.shape[-1]
+        newest = (visible - 1).div(bs, rounding_mode="floor")  # the partly filled block stays in
+        blocks = blocks.masked_fill(torch.arange(n_blocks) == newest.unsqueeze(-1), torch.inf)
+        top, values = topk_lowest_index_ties(blocks, min(self.pool_blocks, n_blocks))
+        keep = torch.zeros_like(blocks, dtype=torch.bool).scatter_(-1, top, values > -torch.inf)
+        return keep.repeat_interleave(bs, dim=-1)[..., :m]
