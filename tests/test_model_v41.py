@@ -273,3 +273,58 @@ def test_misshaped_tensor_is_named(ckpt, tmp_path):
     out = _copy_with(ckpt, tmp_path, "layers.6.attn.indexer.wk.weight", lambda t: t[:, :-1].clone())
     with pytest.raises(CheckpointError, match=r"layers\.6\.attn\.indexer\.wk\.weight.*wrong shape"):
         DeepseekV41ForCausalLM.from_pretrained(out, progress=False)
+
+
+# ------------------------------------------------------------------ bounded replay ----
+
+from deepinfer_adapters.model_impl.replay import Replay  # noqa: E402
+
+
+def _replay_run(model, ids, mode, chunk=150, decode=4, keep=140):
+    """Prefill ``ids`` in chunks under ``mode``, then greedy-decode a few tokens."""
+    state, prefill = model.new_state(1, MAX_LEN), []
+    rows_seen = []
+    consumer = model.layers[model.cfg.candidate_source_layer_id + 1].ffn
+    hook = consumer.register_forward_pre_hook(lambda mod, args: rows_seen.append(args[0].shape[0]))
+    try:
+        for s in range(0, len(ids), chunk):
+            batch = ForwardBatch.build([(0, s, ids[s : s + chunk])])
+            batch.prompt_len = [len(ids)]
+            prefill.append(model(batch, state, Replay(mode, keep)).logits)
+    finally:
+        hook.remove()
+    p, tok, decoded = len(ids), int(prefill[-1].argmax()), []
+    for _ in range(decode):
+        logits = model(ForwardBatch.build([(0, p, [tok])]), state).logits
+        decoded.append(logits)
+        tok, p = int(logits.argmax()), p + 1
+    return torch.cat(prefill), torch.cat(decoded), sum(rows_seen)
+
+
+@pytest.mark.parametrize("which", ["model_q", "model_bf16"])
+def test_replay_mask_and_compact_agree_exactly(which, request):
+    model = request.getfixturevalue(which)
+    ids = _prompt(400, 9)
+    mask = _replay_run(model, ids, "mask")
+    compact = _replay_run(model, ids, "compact")
+    assert torch.equal(mask[0], compact[0]) and torch.equal(mask[1], compact[1])
+    # compact runs the consumer layers on the kept rows only: the last 140 prompt
+    # positions, plus the last row of each chunk that lies wholly before them
+    assert mask[2] == 400 and compact[2] == 140 + 1
+
+
+def test_replay_off_is_exact(model_q):
+    ids = _prompt(300, 10)
+    off = _replay_run(model_q, ids, "off")
+    plain_state = model_q.new_state(1, MAX_LEN)
+    plain = [model_q(ForwardBatch.build([(0, s, ids[s : s + 150])]), plain_state).logits for s in (0, 150)]
+    assert torch.equal(off[0], torch.cat(plain))
+
+
+def test_replay_keep_must_cover_the_window(model_q):
+    batch = ForwardBatch.build([(0, 0, _prompt(10))])
+    batch.prompt_len = [10]
+    with pytest.raises(ValueError, match="replay keep .* must be >= sliding_window"):
+        model_q(batch, model_q.new_state(1, MAX_LEN), Replay("mask", 100))
+    with pytest.raises(ValueError, match="replay mode must be one of"):
+        model_q(batch, model_q.new_state(1, MAX_LEN), Replay("sometimes", 140))

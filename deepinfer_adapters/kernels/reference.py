@@ -2,6 +2,14 @@
 
 They follow the official reference kernels' numerics (model_spec.md 2.1-2.2):
 fp32 islands, the sink logit, block-wise online softmax with bf16 probabilities.
+
+Batch invariance: a row's result must not depend on the other rows of the call
+(DeepInfer's batch-invariant inference; our engine's deterministic sampling
+relies on it). On the CPU, torch picks different GEMM kernels, reduction orders
+and vector-vs-scalar transcendental code paths for different tensor shapes, so
+fp32 results can differ in the last bit. Where that can happen we compute in
+fp64 and round once to fp32: fp64's own shape-dependent differences sit ~2^-29
+below an fp32 ulp and vanish in the rounding.
 """
 
 from __future__ import annotations
@@ -25,10 +33,17 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.linear(x.double(), weight.double()).float()
 
 
+def mean_square(x: torch.Tensor) -> torch.Tensor:
+    """mean(x^2) over the last dim (keepdim), fp32, the same for a row whatever the tensor's
+    shape: torch's CPU reductions vectorize differently for different row counts, so the
+    sum runs in fp64 and is rounded once."""
+    return x.double().square().mean(-1, keepdim=True).float()
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     """y = w * x * rsqrt(mean(x^2) + eps) in fp32, cast back to x's dtype. ``weight`` None: weightless."""
     xf = x.float()
-    y = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
+    y = xf * torch.rsqrt(mean_square(xf) + eps)
     if weight is not None:
         y = weight.float() * y
     return y.to(x.dtype)
@@ -79,13 +94,13 @@ def sparse_attn(
         logits = torch.where(valid.unsqueeze(1), logits, -torch.inf) * scale
         prev = run_max
         run_max = torch.maximum(prev, logits.amax(-1))
-        rescale = torch.exp(prev - run_max)
-        p = torch.exp(logits - run_max.unsqueeze(-1))
+        rescale = exp32(prev - run_max)
+        p = exp32(logits - run_max.unsqueeze(-1))
         denom = denom * rescale + p.sum(-1)
         if probs_bf16:
             p = p.to(torch.bfloat16).float()
         acc = acc * rescale.unsqueeze(-1) + _dot(p, rows, "shk,skd->shd")
-    denom = denom + torch.exp(sink.float() - run_max)
+    denom = denom + exp32(sink.float() - run_max)
     return (acc / denom.unsqueeze(-1)).to(q.dtype)
 
 
@@ -104,7 +119,7 @@ def hc_split_sinkhorn(
     destination + eps, column-normalised, then ``iters - 1`` more row/column passes
     (model_spec.md 2.2). comb[a, b]: a = source stream, b = destination. All fp32.
     """
-    m, scale, base = mixes.float(), scale.float(), base.float()
+    m, scale, base = mixes.double(), scale.double(), base.double()  # fp64 inside: see module doc
     pre = torch.sigmoid(m[..., :hc] * scale[0] + base[:hc]) + eps
     post = 2 * torch.sigmoid(m[..., hc : 2 * hc] * scale[1] + base[hc : 2 * hc])
     comb = (m[..., 2 * hc :] * scale[2] + base[2 * hc :]).unflatten(-1, (hc, hc))
@@ -114,4 +129,9 @@ def hc_split_sinkhorn(
     for _ in range(iters - 1):
         comb = comb / (comb.sum(-1, keepdim=True) + eps)
         comb = comb / (comb.sum(-2, keepdim=True) + eps)
-    return pre, post, comb
+    return pre.float(), post.float(), comb.float()
+
+
+def exp32(x: torch.Tensor) -> torch.Tensor:
+    """exp rounded to fp32 through fp64 (shape-independent, see module doc)."""
+    return torch.exp(x.double()).float()

@@ -28,6 +28,16 @@ def module_name(official: str) -> str:
 class ModelOutput:
     logits: torch.Tensor  # [R, vocab] fp32 for the batch's logits rows
     hidden: torch.Tensor | None = None  # model-specific extras (e.g. draft-head inputs)
+    rows: torch.Tensor | None = None  # batch row of each logits row when it is not the requested set
+
+
+@dataclass
+class DraftOutput:
+    """What a draft head proposes for each sequence."""
+
+    tokens: torch.Tensor  # [B, n] drafted tokens
+    logits: torch.Tensor  # [B, n, vocab] fp32 (DSpark: Markov bias included)
+    confidence: torch.Tensor  # [B, n] acceptance-probability logits (sigmoid -> probability)
 
 
 class CausalLMBase(nn.Module):

@@ -26,6 +26,13 @@ class ForwardBatch:
     logits_rows: torch.Tensor | None = None
     # [T] bool, True for image-span tokens (MoE bias_vl, Engram blocking); None = text only
     image_mask: torch.Tensor | None = None
+    # bounded replay (see model_impl/replay.py), per sequence: the prompt's full length when
+    # this step is a chunk of that prompt's prefill, else None
+    prompt_len: list[int | None] | None = None
+    # set by the model for layers under bounded replay: lowest position each sequence's
+    # window may show, and how many leading rows of its chunk were dropped (compact mode)
+    window_lo: list[int] | None = None
+    row_clip: list[int] | None = None
     # filled by the model during the forward: per-sequence scratch shared between layers
     scratch: dict = field(default_factory=dict, repr=False)
 
@@ -66,6 +73,13 @@ class ForwardBatch:
     def num_tokens(self) -> int:
         return self.cu_seqlens[-1]
 
+    def clip(self, i: int) -> int:
+        """Leading rows of sequence i's chunk that this (compacted) batch no longer holds."""
+        return self.row_clip[i] if self.row_clip is not None else 0
+
+    def lo(self, i: int) -> int:
+        return self.window_lo[i] if self.window_lo is not None else 0
+
     def seq_len(self, i: int) -> int:
         return self.cu_seqlens[i + 1] - self.cu_seqlens[i]
 
@@ -74,7 +88,7 @@ class ForwardBatch:
 
     def end_pos(self, i: int) -> int:
         """Context length of sequence i after this step."""
-        return self.start_pos[i] + self.seq_len(i)
+        return self.start_pos[i] + self.clip(i) + self.seq_len(i)
 
     def default_logits_rows(self) -> torch.Tensor:
         if self.logits_rows is not None:

@@ -5,15 +5,15 @@ with the last mix -> norm -> fp32 logits. DSpark draft stages live in layers/dsp
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from deepinfer_adapters.config import LayerSpec, ModelConfig
-from deepinfer_adapters.model_impl.base import CausalLMBase, ModelOutput
+from deepinfer_adapters.model_impl.base import CausalLMBase, DraftOutput, ModelOutput
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.engram_hash import BLOCKED, EngramHasher, engram_hash_chunk, make_engram_hasher
 from deepinfer_adapters.model_impl.layers.block_v41 import BlockV41
@@ -22,6 +22,8 @@ from deepinfer_adapters.model_impl.layers.dspark import DSparkStage
 from deepinfer_adapters.model_impl.layers.hyper_connection import hc_pre, identity_pre_mix
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.replay import (Replay, compact_rows, compact_selections, compacted,
+                                                  consumer_boundary, rectangle)
 from deepinfer_adapters.model_impl.state import StateCache, StateField, StateSpec
 
 ENGRAM_KEY = "engram"
@@ -29,13 +31,6 @@ ENGRAM_KEY = "engram"
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(-1)
-
-
-@dataclass
-class DraftOutput:
-    tokens: torch.Tensor  # [B, block_size] drafted tokens
-    logits: torch.Tensor  # [B, block_size, vocab] fp32, Markov bias included
-    confidence: torch.Tensor  # [B, block_size] logits of the acceptance probability
 
 
 class DeepseekV41ForCausalLM(CausalLMBase):
@@ -86,26 +81,64 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         history[slots] = new_history
         return ids
 
-    def forward(self, batch: ForwardBatch, state: StateCache) -> ModelOutput:
+    def forward(self, batch: ForwardBatch, state: StateCache, replay: Replay | None = None) -> ModelOutput:
+        """One step. ``replay`` (mask / compact) bounds the consumer layers' prefill work;
+        under ``compact`` the logits rows are the kept ones (``ModelOutput.rows``)."""
         num, dt = self.numerics, self.numerics.dtype
         hash_ids = self.engram_ids(batch, state)
         text = None if batch.image_mask is None else ~batch.image_mask
         h = self.embed.weight[batch.input_ids].to(dt).unsqueeze(1).repeat(1, self.cfg.hc_mult, 1)
         pre = identity_pre_mix(h.shape[0], self.cfg.hc_mult, h.device)
-        targets = []
+        boundary, mode = self._replay_plan(batch, replay)
+        full, targets, kept = batch, [], None
         for block in self.layers:
+            attn_batch = None
+            if block.layer.index == boundary:
+                lo = rectangle(full, replay.keep)
+                batch = dataclasses.replace(full, window_lo=lo)
+                if mode == "compact":
+                    kept, clips = compact_rows(full, lo)
+                    attn_batch, batch = batch, compacted(full, kept, clips, lo)
             if block.engram is not None:
                 h = block.engram(h, hash_ids[:, block.engram.table_index], num, text)
             if block.layer.index in self.target_layers:  # DSpark reads the block *input*
                 targets.append(h.float().mean(1).to(dt))
-            h, pre = block(h, pre, batch, state, num)
-        rows = batch.default_logits_rows()
-        x = self.norm(hc_pre(h, pre)[rows])
-        logits = self.head(x.float(), num)
+            h, pre = block(h, pre, batch, state, num, keep=kept if attn_batch else None, attn_batch=attn_batch)
+            if attn_batch is not None:
+                compact_selections(batch.scratch, clips)
+        rows = self._logits_rows(full, kept)
+        logits = self.head(self.norm(hc_pre(h, pre)[rows]).float(), num)
         main_hidden = torch.cat(targets, -1) if targets else None
         if self.with_draft:
-            self.observe(main_hidden, batch, state)
-        return ModelOutput(logits=logits, hidden=main_hidden)
+            self.observe(main_hidden, batch if self._targets_after(boundary) else full, state)
+        return ModelOutput(logits=logits, hidden=main_hidden, rows=None if kept is None else kept[rows])
+
+    def _replay_plan(self, batch: ForwardBatch, replay: Replay | None) -> tuple[int | None, str]:
+        if replay is None or replay.mode == "off" or batch.prompt_len is None:
+            return None, "off"
+        replay.validate(self.cfg)
+        boundary = consumer_boundary(self.cfg)
+        if boundary is None:
+            return None, "off"
+        if replay.mode == "compact":
+            after = [t >= boundary for t in self.target_layers]
+            if any(after) and not all(after):
+                raise ValueError("compact replay needs every DSpark target layer on one side of layer "
+                                 f"{boundary}, got {list(self.target_layers)}")
+        return boundary, replay.mode
+
+    def _targets_after(self, boundary: int | None) -> bool:
+        return boundary is not None and bool(self.target_layers) and min(self.target_layers) >= boundary
+
+    @staticmethod
+    def _logits_rows(full: ForwardBatch, kept: torch.Tensor | None) -> torch.Tensor:
+        rows = full.default_logits_rows()
+        if kept is None:
+            return rows
+        position = torch.full((full.num_tokens,), -1, dtype=torch.long)
+        position[kept] = torch.arange(kept.numel())
+        mapped = position[rows]
+        return mapped[mapped >= 0]  # requested rows that survived compaction
 
     # ----------------------------------------------------------------- DSpark ----
     def observe(self, main_hidden: torch.Tensor, batch: ForwardBatch, state: StateCache) -> None:

@@ -18,6 +18,7 @@ from torch import nn
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.config import LayerSpec, ModelConfig
+from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.layers.rope import RotaryTable
@@ -92,8 +93,10 @@ class AttentionBase(nn.Module):
         ring[keep % W] = kv_new[keep - start].to(ring.dtype)
         return keys, base
 
-    def window_index(self, start: int, n: int, base: int) -> torch.Tensor:
-        """[n, K] indices into ``window_keys``' output; -1 = nothing."""
+    def window_index(self, start: int, n: int, base: int, lo: int = 0) -> torch.Tensor:
+        """[n, K] indices into ``window_keys``' output; -1 = nothing.
+
+        ``lo`` narrows every window to positions >= lo (bounded replay's rectangle)."""
         W = self.window
         p = torch.arange(start, start + n).unsqueeze(1)
         if start == 0:  # reference prefill: K = min(n, W), row p lists max(0, p-W+1) + j
@@ -105,7 +108,20 @@ class AttentionBase(nn.Module):
         else:  # continued chunk: ascending, padded at the end
             pos = (p - W + 1).clamp(min=0) + torch.arange(W)
             pos = torch.where(pos > p, -1, pos)
-        return torch.where(pos >= 0, pos - base, -1)
+        return torch.where(pos >= max(lo, 0), pos - base, -1)
+
+    def chunk_window(self, state: StateCache, batch: ForwardBatch, i: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Window keys and index rows for sequence i of a step.
+
+        Under compact bounded replay the batch lacks the first ``clip`` rows of the chunk:
+        they are stood in for by zeros (never visible: they lie below ``lo``) so keys and
+        index rows keep exactly the layout of the full chunk."""
+        clip, start = batch.clip(i), batch.start_pos[i]
+        if clip:
+            kv = torch.cat([kv.new_zeros(clip, kv.shape[1]), kv])
+        keys, base = self.window_keys(state, batch.slots[i], start, kv)
+        idx = self.window_index(start, kv.shape[0], base, batch.lo(i))[clip:]
+        return keys, idx
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, idx: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         return kernels.sparse_attn(q, keys, self.attn_sink, idx, self.scale, probs_bf16=numerics.attn_probs_bf16)

@@ -58,9 +58,8 @@ class AttentionV41(AttentionBase):
         kv = self.project_kv(x, freqs, numerics)
         out = torch.empty_like(q)
         for i in range(batch.num_seqs):
-            rows, slot, start = batch.rows(i), batch.slots[i], batch.start_pos[i]
-            keys, base = self.window_keys(state, slot, start, kv[rows])
-            idx = self.window_index(start, batch.seq_len(i), base)
+            rows = batch.rows(i)
+            keys, idx = self.chunk_window(state, batch, i, kv[rows])
             if self.ratio:
                 compressed, sel = self._compressed(x[rows], qr[rows], freqs[rows], batch, i, state, numerics)
                 idx = torch.cat([idx, torch.where(sel >= 0, sel + keys.shape[0], -1)], dim=1)
@@ -72,8 +71,9 @@ class AttentionV41(AttentionBase):
                     state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
         """This sequence's compressed rows and each query's selected row indices (-1 = none)."""
         r, slot, start, n = self.ratio, batch.slots[i], batch.start_pos[i], x.shape[0]
-        end = start + n
+        end = batch.end_pos(i)
         if self.is_source:
+            assert batch.clip(i) == 0, "a KV source never runs on a compacted batch"
             self._publish(x, slot, start, state, numerics)
         rows = state.read_rows(self.source_key, "compressed_kv", slot, 0, end // r).to(numerics.dtype)
         selections = batch.scratch.setdefault("selections", {})
@@ -83,7 +83,7 @@ class AttentionV41(AttentionBase):
             else:
                 keys = state.read_rows(self.source_key, "index_k", slot, 0, end // r).to(numerics.dtype)
                 scores = self.indexer.scores(x, qr, freqs, keys, numerics)
-                visible = torch.arange(start + 1, end + 1) // r
+                visible = (batch.positions[batch.rows(i)].cpu() + 1) // r
                 sel = self.indexer.select(scores, visible, batch.scratch.setdefault(("pool", i), {}))
             selections[i] = sel
         return rows, selections[i]

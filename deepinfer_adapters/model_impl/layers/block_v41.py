@@ -34,9 +34,15 @@ class BlockV41(nn.Module):
         self.engram = Engram(cfg, layer.index) if layer.engram else None
 
     def forward(self, x: torch.Tensor, pre_mix: torch.Tensor, batch: ForwardBatch, state: StateCache,
-                numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+                numerics: Numerics, keep: torch.Tensor | None = None,
+                attn_batch: ForwardBatch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``keep``: rows to continue with after attention (compact bounded replay). Then
+        attention runs on every row of ``x`` with the full-layout ``attn_batch`` (so a KV
+        source here still compresses every token) and the rest on ``batch``'s kept rows."""
         attn_pre, post, comb = self.hc_attn.mixes(x)
-        y = self.attn(self.attn_norm(hc_pre(x, pre_mix)), batch, state, numerics)
+        y = self.attn(self.attn_norm(hc_pre(x, pre_mix)), attn_batch or batch, state, numerics)
+        if keep is not None:
+            y, x, attn_pre, post, comb = y[keep], x[keep], attn_pre[keep], post[keep], comb[keep]
         x = hc_post(y, x, post, comb)
         ffn_pre, post, comb = self.hc_ffn.mixes(x)
         y = self.ffn(self.ffn_norm(hc_pre(x, attn_pre)), numerics, batch.input_ids, batch.image_mask)

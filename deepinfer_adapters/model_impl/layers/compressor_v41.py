@@ -55,5 +55,5 @@ class CompressorV41(nn.Module):
         if complete <= 0:
             return x.new_zeros(0, kv.shape[-1])
         kv, score = kv[:complete].unflatten(0, (-1, r)), score[:complete].unflatten(0, (-1, r))
-        pooled = (kv * score.softmax(dim=1)).sum(dim=1)
+        pooled = (kv * score.double().softmax(dim=1).float()).sum(dim=1)
         return self.norm(pooled.to(numerics.dtype))

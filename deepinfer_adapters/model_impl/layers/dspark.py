@@ -44,7 +44,7 @@ class DSparkAttention(AttentionBase):
         """Write the main tokens' context KV into this stage's ring."""
         kv = self.project_kv(main_x, self.rope(batch.positions), numerics)
         for i in range(batch.num_seqs):
-            self.window_keys(state, batch.slots[i], batch.start_pos[i], kv[batch.rows(i)])
+            self.chunk_window(state, batch, i, kv[batch.rows(i)])
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         """x: the draft blocks; sequence i's block sits at positions start_pos[i].. (= p + 1..)."""

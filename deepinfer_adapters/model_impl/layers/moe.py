@@ -37,7 +37,7 @@ class Gate(nn.Module):
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor, image_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """x [T, D] -> (weights [T, k] fp32, expert ids [T, k])."""
-        scores = F.softplus(kernels.linear(x.float(), self.weight) / self.temp).sqrt()
+        scores = F.softplus(kernels.linear(x.float(), self.weight).double() / self.temp).sqrt().float()
         if self.hash:
             idx = self.tid2eid[input_ids].long()
         else:
@@ -65,7 +65,7 @@ class Expert(nn.Module):
         if self.limit > 0:
             up = up.clamp(-self.limit, self.limit)
             gate = gate.clamp(max=self.limit)
-        h = F.silu(gate) * up
+        h = F.silu(gate.double()).float() * up  # fp64 silu: shape-independent rounding
         if route_w is not None:  # the route weight multiplies before w2
             h = route_w * h
         return self.w2(h.to(x.dtype), numerics)

@@ -43,5 +43,7 @@ class RotaryTable:
 
     def __call__(self, positions: torch.Tensor) -> torch.Tensor:
         """[n] integer positions -> [n, rd/2] complex64."""
-        angles = torch.outer(positions.to(torch.float32).cpu(), self.inv_freqs).to(positions.device)
-        return torch.polar(torch.ones_like(angles), angles)
+        angles = torch.outer(positions.to(torch.float32).cpu(), self.inv_freqs)  # fp32, as the reference
+        # cos/sin through fp64: vectorized fp32 cos/sin round differently at different tensor sizes
+        rot = torch.polar(torch.ones_like(angles, dtype=torch.float64), angles.double())
+        return rot.to(torch.complex64).to(positions.device)

@@ -1,0 +1,158 @@
+"""DeepSeek-V4-Flash (and V4-Flash-0731): the backbone, its blocks and the HC head.
+
+Data path (model_spec.md 2.1-2.8): embed -> repeat to hc streams -> blocks, each
+attention and FFN sublayer wrapped in its own mHC mixes -> HC head collapse ->
+final norm -> fp32 logits. The draft heads (MTP for V4-Flash, DSpark stages for
+0731) live in ``layers.mtp`` and read what ``forward`` returns in
+``ModelOutput.hidden``:
+- MTP: the pre-HC-head stream of every new token, [T, hc, D];
+- DSpark: the inputs of the target layers, averaged over the hc streams and
+  concatenated, [T, n_targets * D].
+
+Everything runs through the two contracts: ``ForwardBatch`` (any mix of prefill
+chunks and decodes) and ``StateCache`` (window rings, compressed rows, index keys
+and compressor partial blocks, all declared in ``state_spec``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from deepinfer_adapters.config import LayerSpec, ModelConfig
+from deepinfer_adapters.errors import ConfigError
+from deepinfer_adapters.model_impl.base import CausalLMBase, ModelOutput
+from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.layers.attention_v4 import AttentionV4
+from deepinfer_adapters.model_impl.layers.linear import Linear
+from deepinfer_adapters.model_impl.layers.hyper_connection import HyperConnection, hc_post, hc_pre, mix_logits
+from deepinfer_adapters.model_impl.layers.moe import MoE
+from deepinfer_adapters.model_impl.layers.norm import RMSNorm
+from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.state import StateCache, StateSpec
+
+if TYPE_CHECKING:
+    from deepinfer_adapters.model_impl.layers.mtp import DraftOutput
+
+
+def layer_key(cfg: ModelConfig, layer: LayerSpec) -> str:
+    """State/checkpoint prefix of a layer: ``layers.N`` or ``mtp.S`` for draft layers."""
+    return f"mtp.{layer.index - cfg.num_hidden_layers}" if layer.is_draft else f"layers.{layer.index}"
+
+
+class HyperHead(nn.Module):
+    """The HC head (``hc_head_{fn,base,scale}``): collapse the streams with learned weights."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.hc_eps, self.norm_eps = cfg.hc_eps, cfg.rms_norm_eps
+        self.fn = nn.Parameter(torch.empty(cfg.hc_mult, cfg.hc_mult * cfg.hidden_size, dtype=torch.float64),
+                               requires_grad=False)
+        self.base = nn.Parameter(torch.empty(cfg.hc_mult), requires_grad=False)
+        self.scale = nn.Parameter(torch.empty(1), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, hc, D] -> [T, D]: pre = sigmoid(m * scale + base) + eps, sum_a pre_a x_a."""
+        logits = mix_logits(x, self.fn, self.norm_eps) * self.scale.float() + self.base.float()
+        pre = torch.sigmoid(logits.double()).float()  # fp64: shape-independent rounding (kernels.reference)
+        return hc_pre(x, pre + self.hc_eps)
+
+
+class BlockV4(nn.Module):
+    """One V4 block: each sublayer computes its own (pre, post, comb) from the stream it reads."""
+
+    attention_cls: type[AttentionV4] = AttentionV4
+
+    def __init__(self, cfg: ModelConfig, layer: LayerSpec) -> None:
+        super().__init__()
+        self.key = layer_key(cfg, layer)
+        self.attn = self.attention_cls(cfg, layer, self.key)
+        self.ffn = MoE(cfg, layer)
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.ffn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.hc_attn = HyperConnection(cfg)
+        self.hc_ffn = HyperConnection(cfg)
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
+        """x [T, hc, D] -> [T, hc, D]."""
+        pre, post, comb = self.hc_attn.mixes(x)
+        y = self.attn(self.attn_norm(hc_pre(x, pre)), batch, state, numerics)
+        x = hc_post(y, x, post, comb)
+        pre, post, comb = self.hc_ffn.mixes(x)
+        y = self.ffn(self.ffn_norm(hc_pre(x, pre)), numerics, batch.input_ids, batch.image_mask)
+        return hc_post(y, x, post, comb)
+
+
+class DeepseekV4ForCausalLM(CausalLMBase):
+    def __init__(self, cfg: ModelConfig, numerics: Numerics | None = None, model_dir: Path | None = None) -> None:
+        super().__init__()
+        if cfg.is_v41:
+            raise ConfigError(f"DeepseekV4ForCausalLM runs V4-Flash checkpoints; got arch {cfg.arch!r}", "arch")
+        self.cfg, self.numerics, self.model_dir = cfg, numerics or Numerics.reference(), model_dir
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed.weight.requires_grad_(False)
+        self.layers = nn.ModuleList(BlockV4(cfg, layer) for layer in cfg.main_layers)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.head = Linear(cfg.hidden_size, cfg.vocab_size, quantized=False)
+        self.hc_head = HyperHead(cfg)
+        self.mtp = nn.ModuleList()
+        self.drafter = None  # MTPDrafter / DSparkDrafter: plain objects driving the ``mtp`` layers
+        if cfg.draft is not None:
+            from deepinfer_adapters.model_impl.layers import mtp  # it imports BlockV4 from here
+
+            self.mtp.extend(mtp.build_draft_layers(cfg))
+            self.drafter = mtp.make_drafter(self)
+        dspark = cfg.draft is not None and cfg.draft.kind == "dspark"
+        self.target_layers = tuple(cfg.draft.target_layer_ids) if dspark else ()
+
+    def state_spec(self) -> StateSpec:
+        spec = StateSpec()
+        for block in [*self.layers, *self.mtp]:
+            spec.add(block.key, *block.attn.state_fields(self.numerics))
+        return spec
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embed.weight[ids].to(self.numerics.dtype)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Collapsed [R, D] after the final norm -> fp32 logits (bf16 head weights used in fp32)."""
+        return self.head(h.float(), self.numerics)
+
+    @torch.no_grad()
+    def forward(self, batch: ForwardBatch, state: StateCache) -> ModelOutput:
+        """Logits for batch.default_logits_rows(); ``hidden`` holds the draft head's input for
+        every new token (see the module docstring). With DSpark stages, their context rings
+        are written here, so they stay in step with the main model."""
+        num = self.numerics
+        x = self.embed_tokens(batch.input_ids).unsqueeze(1).repeat(1, self.cfg.hc_mult, 1)
+        targets = []
+        for i, block in enumerate(self.layers):
+            if i in self.target_layers:  # DSpark reads the *input* of its target layers
+                targets.append(x.float().mean(dim=1).to(x.dtype))
+            x = block(x, batch, state, num)
+        rows = batch.default_logits_rows()
+        logits = self.logits(self.norm(self.hc_head(x[rows])))
+        if targets:
+            main_hidden = torch.cat(targets, dim=-1)
+            self.drafter.observe(main_hidden, batch, state)
+            return ModelOutput(logits=logits, hidden=main_hidden)
+        return ModelOutput(logits=logits, hidden=x if self.cfg.draft is not None else None)
+
+    # ------------------------------------------------------------- draft heads ----
+    def mtp_step(self, batch: ForwardBatch, hidden: torch.Tensor, state: StateCache, *, stage: int = 0) -> ModelOutput:
+        """V4-Flash MTP: logits of token t+2 from (main stream at t, token t+1); see layers.mtp."""
+        if self.cfg.draft is None or self.cfg.draft.kind != "mtp":
+            raise ValueError(f"this {self.cfg.arch} checkpoint has no MTP layer")
+        return self.drafter.forward(batch, hidden, state, stage=stage)
+
+    def draft(self, last_tokens: list[int], positions: list[int], slots: list[int], state: StateCache,
+              sample: Callable[[torch.Tensor], torch.Tensor] | None = None) -> DraftOutput:
+        """0731 DSpark: propose a block per sequence after its last position (as V4.1's ``draft``)."""
+        if self.cfg.draft is None or self.cfg.draft.kind != "dspark":
+            raise ValueError(f"this {self.cfg.arch} checkpoint has no DSpark stages")
+        kwargs = {} if sample is None else {"sample": sample}
+        return self.drafter.draft(last_tokens, positions, slots, state, **kwargs)

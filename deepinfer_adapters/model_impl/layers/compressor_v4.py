@@ -1,0 +1,133 @@
+"""V4 compressor (model_spec.md 2.3): gated pooling of ``ratio`` tokens into one KV row.
+
+Per token ``k = wkv x`` and ``s = wgate x + ape[p mod r]`` (fp32, weights stored bf16).
+- ratio 128 ("HCA", no overlap): entry j = sum over block j of softmax_t(s) * k, per channel.
+- ratio 4 ("CSA", overlap): k and s are twice as wide; entry j pools 2r rows, the
+  previous block's first half (A) and block j's second half (B). Before block 0 the
+  previous rows are k = 0, s = -inf.
+The pooled entry goes through ``norm`` and RoPE at position j*r, then the cache
+round trip: FP8 of the non-rope dims for KV, or (indexer keys) a Hadamard rotation
+and FP4.
+
+Chunked prefill and decode carry two things between steps (fixed state fields):
+the rows of the block in progress and, with overlap, the whole previous block.
+Layout of ``{name}_kv`` / ``{name}_score`` [c*r, c*width]: rows 0..r-1 hold the
+previous complete block (overlap only), rows off+(p mod r) the block in progress
+(off = r with overlap, else 0), as in the reference's kv_state/score_state.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from deepinfer_adapters import kernels
+from deepinfer_adapters.config import ModelConfig
+from deepinfer_adapters.model_impl.layers.linear import Linear
+from deepinfer_adapters.model_impl.layers.norm import RMSNorm
+from deepinfer_adapters.model_impl.layers.rope import RotaryTable
+from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.quant import fp4_roundtrip_e8m0, fp8_roundtrip
+from deepinfer_adapters.model_impl.state import StateCache, StateField
+
+# Block of the V4 FP8 round trip on cached KV (non-rope dims) and of the FP4 round trip
+# on index keys/queries: constants of the official code, not config fields.
+KV_FP8_BLOCK = 64
+INDEX_FP4_BLOCK = 32
+
+
+def quantize_kv_v4(kv: torch.Tensor, rope_dim: int) -> torch.Tensor:
+    """FP8 round trip of the first ``d - rope_dim`` dims in blocks of 64; RoPE dims untouched.
+
+    A trailing partial block (only in shrunken test configs, e.g. 48 non-rope dims) is
+    quantized as one block of its own: zero padding leaves its amax unchanged.
+    """
+    nope = kv.shape[-1] - rope_dim
+    pad = -nope % KV_FP8_BLOCK
+    head = kv[..., :nope]
+    if pad:
+        head = torch.nn.functional.pad(head, (0, pad))
+    head = fp8_roundtrip(head, KV_FP8_BLOCK)[..., :nope]
+    return torch.cat([head, kv[..., nope:]], dim=-1)
+
+
+def hadamard(x: torch.Tensor) -> torch.Tensor:
+    """Normalised Walsh-Hadamard transform of the last dim (Sylvester order, scale d^-1/2).
+
+    What ``fast_hadamard_transform`` computes (fp32 inside, cast back). Orthogonal, so
+    q.k is unchanged in exact arithmetic; it matters only for the FP4 round trip after it.
+    """
+    d = x.shape[-1]
+    if d & (d - 1):
+        raise ValueError(f"Hadamard transform needs a power-of-two width, got {d}")
+    y = x.float()
+    h = d // 2
+    while h >= 1:  # H_2n [a; b] = [H_n(a + b); H_n(a - b)], applied from the widest stride down
+        y = y.unflatten(-1, (-1, 2, h))
+        y = torch.stack([y[..., 0, :] + y[..., 1, :], y[..., 0, :] - y[..., 1, :]], dim=-2).flatten(-3)
+        h //= 2
+    return (y.reshape(x.shape) * d**-0.5).to(x.dtype)
+
+
+class CompressorV4(nn.Module):
+    def __init__(self, cfg: ModelConfig, ratio: int, width: int, key: str, name: str, *, rotate: bool) -> None:
+        super().__init__()
+        self.ratio, self.width, self.key, self.name, self.rotate = ratio, width, key, name, rotate
+        self.overlap = ratio == 4  # the reference ties overlap to ratio 4, not to a config flag
+        c = 2 if self.overlap else 1
+        self.ape = nn.Parameter(torch.empty(ratio, c * width), requires_grad=False)
+        self.wkv = Linear(cfg.hidden_size, c * width, quantized=False)
+        self.wgate = Linear(cfg.hidden_size, c * width, quantized=False)
+        self.norm = RMSNorm(width, cfg.rms_norm_eps)
+        self.rope_dim = cfg.qk_rope_head_dim
+        self.rope = RotaryTable(cfg, compressed=True)
+
+    def state_fields(self) -> list[StateField]:
+        c = 2 if self.overlap else 1
+        shape = (c * self.ratio, c * self.width)
+        return [StateField(f"{self.name}_kv", shape, torch.float32, "fixed"),
+                StateField(f"{self.name}_score", shape, torch.float32, "fixed", fill=float("-inf"))]
+
+    def forward(self, x: torch.Tensor, numerics: Numerics, state: StateCache, slot: int, start: int) -> torch.Tensor:
+        """x [n, D] of one sequence at positions start.. -> the entries of the blocks this chunk
+        completes, [(start + n) // r - start // r, width], ready for the cache."""
+        r, n, w = self.ratio, x.shape[0], self.width
+        pos = torch.arange(start, start + n, device=x.device)
+        xf = x.float()  # the reference pools in fp32
+        kv = self.wkv(xf, numerics)
+        score = self.wgate(xf, numerics) + self.ape[pos % r]
+        kv_state = state.fixed(self.key, f"{self.name}_kv")[slot]
+        score_state = state.fixed(self.key, f"{self.name}_score")[slot]
+        off = r if self.overlap else 0
+        first = start - start % r  # first position of the block in progress
+        held = torch.arange(first, start, device=x.device) % r + off
+        kv = torch.cat([kv_state[held], kv])  # rows of positions first .. start+n-1
+        score = torch.cat([score_state[held], score])
+        complete = (start + n) // r * r - first
+        n_blocks = complete // r
+        pooled = None
+        if n_blocks:
+            bkv, bscore = kv[:complete].unflatten(0, (n_blocks, r)), score[:complete].unflatten(0, (n_blocks, r))
+            if self.overlap:
+                prev_kv = torch.cat([kv_state[None, :r], bkv[:-1]])
+                prev_score = torch.cat([score_state[None, :r], bscore[:-1]])
+                bkv = torch.cat([prev_kv[..., :w], bkv[..., w:]], dim=1)
+                bscore = torch.cat([prev_score[..., :w], bscore[..., w:]], dim=1)
+                kv_state[:r] = kv[complete - r : complete]
+                score_state[:r] = score[complete - r : complete]
+            pooled = (bkv * bscore.double().softmax(dim=1).float()).sum(dim=1)  # fp64 exp: shape-independent
+        tail = torch.arange(first + complete, start + n, device=x.device) % r + off
+        kv_state[tail] = kv[complete:]
+        score_state[tail] = score[complete:]
+        if pooled is None:
+            return x.new_zeros(0, w)
+        return self.finish(pooled.to(numerics.dtype), first // r, numerics)
+
+    def finish(self, pooled: torch.Tensor, first_entry: int, numerics: Numerics) -> torch.Tensor:
+        """norm -> RoPE at entry j's first position j*r -> cache round trip."""
+        entries = torch.arange(first_entry, first_entry + pooled.shape[0], device=pooled.device)
+        out = kernels.apply_rope(self.norm(pooled), self.rope(entries * self.ratio))
+        if self.rotate:  # indexer keys: Hadamard always (it is part of the math), FP4 when simulated
+            out = hadamard(out)
+            return fp4_roundtrip_e8m0(out, INDEX_FP4_BLOCK) if numerics.kv_quant else out
+        return quantize_kv_v4(out, self.rope_dim) if numerics.kv_quant else out
