@@ -13,6 +13,7 @@ from typing import Any
 
 from deepinfer_adapters.config import ARCH_V4, ARCH_V4_0731, ARCH_V41, ARCHES
 from deepinfer_adapters.errors import ConfigError
+from deepinfer_adapters.primes import next_prime
 
 _V4_FLASH: dict[str, Any] = {
     "architectures": ["DeepseekV4ForCausalLM"],
@@ -240,41 +241,10 @@ def engram_table_rows(n_layers: int, vocab_size: int, columns_per_layer: int) ->
     for _ in range(n_layers):
         total = 0
         for _ in range(columns_per_layer):
-            p = _next_prime(p)
+            p = next_prime(p)
             total += p
         rows.append(total)
     return rows
-
-
-def _next_prime(n: int) -> int:
-    n += 1
-    while not _is_prime(n):
-        n += 1
-    return n
-
-
-def _is_prime(n: int) -> bool:
-    """Deterministic Miller-Rabin, exact for n < 3.3e24."""
-    if n < 2:
-        return False
-    small = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
-    for p in small:
-        if n % p == 0:
-            return n == p
-    d, s = n - 1, 0
-    while d % 2 == 0:
-        d, s = d // 2, s + 1
-    for a in small:
-        x = pow(a, d, n)
-        if x in (1, n - 1):
-            continue
-        for _ in range(s - 1):
-            x = x * x % n
-            if x == n - 1:
-                break
-        else:
-            return False
-    return True
 
 
 def _check_arch(arch: str) -> None:

@@ -31,6 +31,7 @@ from tokenizers import Regex, normalizers
 
 from deepinfer_adapters.config import EngramConfig, ModelConfig
 from deepinfer_adapters.errors import ConfigError
+from deepinfer_adapters.primes import next_prime
 
 TOKENIZER_JSON = "tokenizer.json"
 
@@ -202,37 +203,6 @@ def build_compressed_token_map(
 # ---------------------------------------------------------------------------
 
 
-def _is_prime(n: int) -> bool:
-    """Deterministic Miller-Rabin (exact for n < 3.3e24)."""
-    if n < 2:
-        return False
-    witnesses = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
-    for p in witnesses:
-        if n % p == 0:
-            return n == p
-    d, r = n - 1, 0
-    while d % 2 == 0:
-        d, r = d // 2, r + 1
-    for a in witnesses:
-        x = pow(a, d, n)
-        if x in (1, n - 1):
-            continue
-        for _ in range(r - 1):
-            x = x * x % n
-            if x == n - 1:
-                break
-        else:
-            return False
-    return True
-
-
-def _next_prime(n: int) -> int:
-    n += 1
-    while not _is_prime(n):
-        n += 1
-    return n
-
-
 def hash_multipliers(layer_ids: Sequence[int], max_ngram_size: int, compressed_vocab_size: int) -> torch.Tensor:
     """[n_layers, max_ngram_size] int64: odd multipliers, one per look-back slot.
 
@@ -303,7 +273,7 @@ def build_hash_layout(engram: EngramConfig) -> EngramHashLayout:
         for _ in range(engram.max_ngram_size - 1):
             heads = []
             for _ in range(engram.n_heads):
-                prime = _next_prime(prime)
+                prime = next_prime(prime)
                 heads.append(prime)
             per_n.append(tuple(heads))
         layers.append(tuple(per_n))
