@@ -3,6 +3,8 @@
 Subcommands:
   init-tiny   write a tiny random checkpoint in the official format
   inspect     parse a checkpoint's config.json, validate its tensors, print layer roles
+  generate    generate text with the standalone engine (default model: the tiny
+              V4.1 preset, RANDOM weights)
 """
 
 from __future__ import annotations
@@ -48,6 +50,96 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate(args: argparse.Namespace) -> int:
+    import json
+
+    from deepinfer_adapters.decoding.sampling_params import SamplingParams
+    from deepinfer_adapters.standalone.llm import DEFAULT_MODEL, LLM, random_weights_notice
+
+    prompts = list(args.prompts) + list(args.prompt_flags)
+    if args.prompts_file:
+        with open(args.prompts_file, encoding="utf-8") as f:
+            prompts += [line.rstrip("\n") for line in f if line.strip()]
+    if not prompts:
+        print("error: give a prompt (generate \"Hello\", --prompt TEXT or --prompts-file FILE)", file=sys.stderr)
+        return 2
+    sampling = {k: v for k, v in dict(
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
+        stop=args.stop or None, stop_token_ids=args.stop_token_id or None, seed=args.seed,
+        logprobs=args.logprobs, ignore_eos=args.ignore_eos or None).items() if v is not None}
+    params = SamplingParams(**sampling)
+    engine_args = {k: v for k, v in dict(
+        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.max_model_len, block_size=args.block_size, state_memory_bytes=args.state_memory,
+        gpu_memory_utilization=args.gpu_memory_utilization, async_scheduling=args.async_scheduling,
+        numerics=args.numerics, device=args.device, seed=args.engine_seed, replay=args.replay,
+        replay_keep=args.replay_keep).items() if v is not None}
+    llm = LLM(args.model or DEFAULT_MODEL, config=args.config, progress=not args.no_progress, **engine_args)
+    try:
+        if args.chat:
+            outputs = llm.chat([[{"role": "user", "content": p}] for p in prompts], params, thinking=args.thinking,
+                               use_tqdm=not args.no_progress)
+        else:
+            outputs = llm.generate(prompts, params, use_tqdm=not args.no_progress)
+    finally:
+        llm.close()
+    for i, (prompt, out) in enumerate(zip(prompts, outputs)):
+        if args.json:
+            print(json.dumps({"prompt": prompt, "text": out.text, "token_ids": out.token_ids,
+                              "finish_reason": out.finish_reason, "logprobs": out.logprobs}, ensure_ascii=False))
+        else:
+            print(f"[{i}] prompt: {prompt!r}\n    output: {out.text!r}\n"
+                  f"    ({len(out.token_ids)} tokens, finish_reason={out.finish_reason})")
+    if llm.preset is not None:
+        print(f"note: {random_weights_notice(llm.preset)}")
+    return 0
+
+
+def _add_generate_parser(sub) -> None:
+    p = sub.add_parser("generate", help="generate text with the standalone engine",
+                       description="Generate with the standalone engine. Without --model it uses the embedded "
+                                   "tiny V4.1 preset, built once into ~/.cache/deepinfer-adapters/tiny-v41 from "
+                                   "a fixed seed: RANDOM weights, nonsense text.")
+    p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompt text (several allowed)")
+    p.add_argument("--prompt", action="append", default=[], dest="prompt_flags", metavar="TEXT",
+                   help="a prompt (repeatable)")
+    p.add_argument("--prompts-file", help="file with one prompt per line (blank lines skipped)")
+    p.add_argument("--model", help="checkpoint directory or preset name (tiny-v41, tiny-v4, tiny-v4-0731); "
+                                   "default: tiny-v41")
+    p.add_argument("--config", help="engine YAML file (EngineConfig fields); flags win over it")
+    p.add_argument("--chat", action="store_true", help="send each prompt as a user message through the chat template")
+    p.add_argument("--thinking", action="store_true", help="with --chat: thinking mode")
+    p.add_argument("--json", action="store_true", help="print one JSON object per output")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g = p.add_argument_group("sampling (SamplingParams)")
+    g.add_argument("--max-tokens", type=int, help="tokens to generate per prompt (default 16)")
+    g.add_argument("--temperature", type=float, help="0 = greedy (default 1.0)")
+    g.add_argument("--top-p", type=float, help="nucleus mass in (0, 1] (default 1)")
+    g.add_argument("--top-k", type=int, help="keep the k most likely tokens; 0 = off (default)")
+    g.add_argument("--seed", type=int, help="sampling seed of every prompt (default: derived from --engine-seed)")
+    g.add_argument("--stop", action="append", help="stop string (repeatable)")
+    g.add_argument("--stop-token-id", action="append", type=int, help="stop token id (repeatable)")
+    g.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS")
+    g.add_argument("--logprobs", type=int, help="top logprobs per token to report (0-20)")
+    g = p.add_argument_group("engine (EngineConfig)")
+    g.add_argument("--max-num-seqs", type=int)
+    g.add_argument("--max-num-batched-tokens", type=int)
+    g.add_argument("--max-model-len", type=int)
+    g.add_argument("--block-size", type=int, help="tokens per state page")
+    g.add_argument("--state-memory", help="CPU state budget, e.g. 2GiB")
+    g.add_argument("--gpu-memory-utilization", type=float)
+    g.add_argument("--numerics", choices=("reference", "float32", "float32-quant"))
+    g.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
+    g.add_argument("--engine-seed", type=int, help="seed for requests without --seed (default 0)")
+    g.add_argument("--async-scheduling", dest="async_scheduling", action="store_true", default=None,
+                   help="overlap scheduling with the model (default on)")
+    g.add_argument("--no-async-scheduling", dest="async_scheduling", action="store_false")
+    g.add_argument("--replay", choices=("off", "mask", "compact"),
+                   help="V4.1 SWA bounded replay of prompt prefills (default off = exact)")
+    g.add_argument("--replay-keep", type=int, help="positions the consumer layers keep (default 140)")
+    p.set_defaults(func=_generate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="deepinfer-adapters", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -64,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="checkpoint directory")
     p.add_argument("--config-only", action="store_true", help="skip tensor validation")
     p.set_defaults(func=_inspect)
+
+    _add_generate_parser(sub)
     return parser
 
 

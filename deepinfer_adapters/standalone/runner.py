@@ -1,0 +1,160 @@
+"""ModelRunner: scheduled work -> ForwardBatch -> model -> sampler.
+
+``prepare`` runs on the scheduler's thread and copies everything the step needs
+into a ``StepInput`` of plain data (token ids, block-table snapshots, sampling
+parameters), so the scheduler may go on changing requests and tables while the
+step runs. ``execute`` runs on the model thread, one step at a time, in order.
+A decode input that was still being sampled when the step was planned (async
+scheduling) is a placeholder; ``execute`` fills it from the tokens the previous
+step sampled, which is the only state carried from one step to the next.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from deepinfer_adapters.config import ARCH_V41, load_config
+from deepinfer_adapters.decoding.sampler import sample, seed_to_int64
+from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.weights import load_checkpoint
+from deepinfer_adapters.standalone.cache_manager import CacheManager, PagedStateCache
+from deepinfer_adapters.standalone.scheduler import SchedulerOutput
+
+PLACEHOLDER = -1
+
+
+def model_class(arch: str) -> type:
+    if arch == ARCH_V41:
+        from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
+
+        return DeepseekV41ForCausalLM
+    from deepinfer_adapters.model_impl.deepseek_v4 import DeepseekV4ForCausalLM
+
+    return DeepseekV4ForCausalLM
+
+
+def load_model(model_dir: str | Path, numerics: Numerics, device: str = "cpu", progress: bool = True):
+    """The model class for the checkpoint's arch (v4, v4-0731 -> V4; v41 -> V4.1), weights loaded.
+    Draft heads are left out: the engine does not speculate (yet), and they would cost a
+    ring update per layer and step."""
+    cfg = load_config(model_dir)
+    cls = model_class(cfg.arch)
+    kwargs: dict[str, Any] = {"model_dir": Path(model_dir)}
+    if "with_draft" in inspect.signature(cls.__init__).parameters:
+        kwargs["with_draft"] = False
+    model = cls(cfg, numerics, **kwargs)
+    model.load_weights(load_checkpoint(model_dir, cfg, dequantize=torch.float32, progress=progress))
+    return model.to(device).eval()
+
+
+@dataclass
+class StepInput:
+    """One planned step as plain data and tensors, built on the engine thread."""
+
+    step: int
+    batch: ForwardBatch  # PLACEHOLDER ids where the previous step's sample goes
+    keys: list[int]  # per sequence: the request's unique key (its arrival number)
+    fill_rows: torch.Tensor  # [F] rows of batch.input_ids to fill ...
+    fill_keys: list[int]  # ... with the token last sampled for these request keys
+    tables: dict[int, list[int]]  # slot -> block ids, as scheduled
+    table_tensors: dict[int, torch.Tensor]
+    resets: list[int]  # slots given to a new sequence this step
+    sampling: list[int]  # indices of the sequences that sample
+    temperature: torch.Tensor  # [S] per sampling sequence ...
+    top_p: torch.Tensor
+    top_k: torch.Tensor
+    seeds: torch.Tensor  # int64 bits of the uint64 seeds
+    positions: torch.Tensor  # position of each sampled token
+    num_logprobs: int
+    replay: Any = None  # per-step model option (SWA bounded replay), passed through when set
+    schedule: SchedulerOutput | None = None  # the scheduler's objects; execute never reads them
+
+
+@dataclass
+class StepResult:
+    step: int
+    tokens: list[int]  # per sampling sequence
+    logprobs: list[float]
+    top: list[list[tuple[int, float]]] | None  # per sampling sequence, most likely first
+
+
+class ModelRunner:
+    def __init__(self, model: torch.nn.Module, cache: CacheManager) -> None:
+        self.model, self.cache_manager = model, cache
+        self.state: PagedStateCache = cache.cache
+        self.device = self.state.device
+        self._last_sampled: dict[int, int] = {}  # key -> token, from the previous executed step
+
+    def prepare(self, sched: SchedulerOutput, step: int, replay: Any = None) -> StepInput:
+        """Engine thread: the ForwardBatch, block-table snapshots and sampling tensors."""
+        seqs, keys, fill_rows, fill_keys, tables, resets, sampling = [], [], [], [], {}, [], []
+        temperature, top_p, top_k, seeds, positions, num_logprobs = [], [], [], [], [], 0
+        row = 0
+        for i, s in enumerate(sched.seqs):
+            req = s.request
+            ids = req.token_ids(s.start, s.start + s.num_tokens)
+            for j, t in enumerate(ids):
+                if t is None:
+                    fill_rows.append(row + j)
+                    fill_keys.append(req.arrival)
+            seqs.append((req.slot, s.start, [PLACEHOLDER if t is None else t for t in ids]))
+            keys.append(req.arrival)
+            tables[req.slot] = self.cache_manager.table(req.slot)
+            if s.fresh_slot:
+                resets.append(req.slot)
+            if s.samples:
+                p = req.params
+                sampling.append(i)
+                temperature.append(float(p.temperature))
+                top_p.append(float(p.top_p))
+                top_k.append(int(p.top_k))
+                seeds.append(seed_to_int64(req.seed))
+                positions.append(s.start + s.num_tokens)
+                num_logprobs = max(num_logprobs, p.logprobs or 0)
+            row += s.num_tokens
+        dev = self.device
+        batch = ForwardBatch.build(seqs, device=dev)
+        batch.logits_rows = torch.tensor([batch.cu_seqlens[i + 1] - 1 for i in sampling], dtype=torch.long,
+                                         device=dev)
+        if replay is not None:  # bounded replay narrows prompt prefills: the *original* prompt's length,
+            # also when a preempted request recomputes prompt + outputs, so the recomputed state
+            # equals the one it replaces
+            batch.prompt_len = [s.request.num_prompt_tokens if s.start < s.request.num_prompt_tokens else None
+                                for s in sched.seqs]
+        return StepInput(
+            step=step, batch=batch, keys=keys, fill_rows=torch.tensor(fill_rows, dtype=torch.long, device=dev),
+            fill_keys=fill_keys, tables=tables,
+            table_tensors={k: torch.tensor(v, dtype=torch.long, device=dev) for k, v in tables.items()},
+            resets=resets, sampling=sampling, temperature=torch.tensor(temperature, device=dev),
+            top_p=torch.tensor(top_p, device=dev), top_k=torch.tensor(top_k, dtype=torch.long, device=dev),
+            seeds=torch.tensor(seeds, dtype=torch.long, device=dev),
+            positions=torch.tensor(positions, dtype=torch.long, device=dev), num_logprobs=num_logprobs,
+            replay=replay, schedule=sched)
+
+    @torch.inference_mode()
+    def execute(self, inp: StepInput) -> StepResult:
+        """Model thread: fill placeholders, bind the state, forward, sample."""
+        batch = inp.batch
+        if inp.fill_keys:
+            toks = [self._last_sampled[k] for k in inp.fill_keys]
+            batch.input_ids[inp.fill_rows] = torch.tensor(toks, dtype=torch.long, device=self.device)
+        self.state.bind(inp.tables, inp.table_tensors)
+        for slot in inp.resets:
+            self.state.reset(slot)
+        kwargs = {} if inp.replay is None else {"replay": inp.replay}
+        logits = self.model(batch, self.state, **kwargs).logits
+        result = StepResult(inp.step, [], [], None)
+        if inp.sampling:
+            res = sample(logits, inp.temperature, inp.top_p, inp.top_k, inp.seeds, inp.positions,
+                         num_logprobs=inp.num_logprobs)
+            result.tokens, result.logprobs = res.tokens.tolist(), res.logprobs.tolist()
+            if res.top_token_ids is not None:
+                result.top = [list(zip(i, v)) for i, v in zip(res.top_token_ids.tolist(), res.top_logprobs.tolist())]
+        self._last_sampled = {inp.keys[i]: t for i, t in zip(inp.sampling, result.tokens)}
+        return result
