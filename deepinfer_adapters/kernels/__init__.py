@@ -76,3 +76,7 @@ def sparse_attn(*args: Any, **kwargs: Any) -> Any:
 
 def hc_split_sinkhorn(*args: Any, **kwargs: Any) -> Any:
     return call("hc_split_sinkhorn", *args, **kwargs)
+
+
+# Faster backends register themselves on import; each imports its GPU stack lazily.
+from deepinfer_adapters.kernels import triton_sparse_attn  # noqa: E402,F401

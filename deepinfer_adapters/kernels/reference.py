@@ -87,7 +87,7 @@ def sparse_attn(
     denom = torch.zeros(S, H, dtype=torch.float32, device=q.device)
     run_max = torch.full((S, H), -1e30, dtype=torch.float32, device=q.device)  # finite: empty rows give 0
     for t in range(0, idx.shape[1], SPARSE_ATTN_BLOCK):
-        blk = idx[:, t : t + SPARSE_ATTN_BLOCK].long()
+        blk = idx[:, t : t + SPARSE_ATTN_BLOCK].to(q.device).long()  # index rows may be built on the host
         valid = blk >= 0
         rows = kvf[blk.clamp_min(0)] * valid.unsqueeze(-1)  # [S, k, d]
         logits = _dot(qf, rows, "shd,skd->shk")

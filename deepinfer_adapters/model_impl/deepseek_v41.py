@@ -55,6 +55,13 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         if cfg.engram is not None and hasher is None and model_dir is not None:
             self.hasher = make_engram_hasher(cfg, model_dir)
 
+    def _apply(self, fn, recurse=True):
+        """Move the Engram hasher's tables along with the parameters (model.to(device))."""
+        out = super()._apply(fn, recurse)
+        if self.hasher is not None:
+            self.hasher = self.hasher.to(self.embed.weight.device)
+        return out
+
     def ignores(self, official: str) -> bool:
         skipped = ("vision.", "aligner.", "image_") + (() if self.with_draft else ("mtp.",))
         return official.startswith(skipped)  # the vision tower is not run yet
@@ -75,7 +82,7 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             raise ValueError("this V4.1 model has Engram layers but no token map: build it with model_dir "
                              "(the tokenizer files) or pass hasher=")
         history = state.fixed(ENGRAM_KEY, "history")
-        slots = torch.tensor(batch.slots, dtype=torch.long)
+        slots = torch.tensor(batch.slots, dtype=torch.long, device=history.device)
         ids, new_history = engram_hash_chunk(self.hasher, batch.input_ids, history[slots], batch.cu_seqlens,
                                              batch.image_mask)
         history[slots] = new_history
@@ -135,8 +142,8 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         rows = full.default_logits_rows()
         if kept is None:
             return rows
-        position = torch.full((full.num_tokens,), -1, dtype=torch.long)
-        position[kept] = torch.arange(kept.numel())
+        position = torch.full((full.num_tokens,), -1, dtype=torch.long, device=rows.device)
+        position[kept.to(rows.device)] = torch.arange(kept.numel(), device=rows.device)
         mapped = position[rows]
         return mapped[mapped >= 0]  # requested rows that survived compaction
 
@@ -154,12 +161,15 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         ``positions[i]`` and whose next token (sampled from the main model) is ``last_tokens[i]``."""
         d, num = self.cfg.draft, self.numerics
         noise = [d.noise_token_id] * (d.block_size - 1)
-        batch = ForwardBatch.build([(s, p + 1, [t, *noise]) for t, p, s in zip(last_tokens, positions, slots)])
+        device = self.embed.weight.device
+        batch = ForwardBatch.build([(s, p + 1, [t, *noise]) for t, p, s in zip(last_tokens, positions, slots)],
+                                   device=device)
         h = self.embed.weight[batch.input_ids].to(num.dtype).unsqueeze(1).repeat(1, self.cfg.hc_mult, 1)
         pre = identity_pre_mix(h.shape[0], self.cfg.hc_mult, h.device)
         for stage in self.mtp:
             h, pre = stage(h, pre, batch, state, num)
         x = hc_pre(h, pre).view(len(slots), d.block_size, -1)
-        tokens, logits, conf = self.mtp[-1].heads(x, self.head, torch.tensor(last_tokens), num, sample)
+        first = torch.tensor(last_tokens, device=x.device)
+        tokens, logits, conf = self.mtp[-1].heads(x, self.head, first, num, sample)
         return DraftOutput(tokens=tokens[:, 1:], logits=logits, confidence=conf)
 

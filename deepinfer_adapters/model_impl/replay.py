@@ -63,7 +63,8 @@ def compact_rows(batch: ForwardBatch, lo: list[int]) -> tuple[torch.Tensor, list
         n, start = batch.seq_len(i), batch.start_pos[i]
         clip = min(max(lo[i] - start, 0), n - 1)
         clips.append(clip)
-        keep_rows.append(torch.arange(batch.cu_seqlens[i] + clip, batch.cu_seqlens[i + 1]))
+        keep_rows.append(torch.arange(batch.cu_seqlens[i] + clip, batch.cu_seqlens[i + 1],
+                                      device=batch.input_ids.device))
     return torch.cat(keep_rows), clips
 
 

@@ -87,9 +87,9 @@ class AttentionBase(nn.Module):
         W, n = self.window, kv_new.shape[0]
         ring = state.fixed(self.key, "window_kv")[slot]
         base = max(0, start - (W - 1))
-        old_pos = torch.arange(base, start)
+        old_pos = torch.arange(base, start, device=ring.device)
         keys = torch.cat([ring[old_pos % W].to(kv_new.dtype), kv_new]) if start > 0 else kv_new
-        keep = torch.arange(max(start, start + n - W), start + n)
+        keep = torch.arange(max(start, start + n - W), start + n, device=ring.device)
         ring[keep % W] = kv_new[keep - start].to(ring.dtype)
         return keys, base
 
@@ -120,7 +120,7 @@ class AttentionBase(nn.Module):
         if clip:
             kv = torch.cat([kv.new_zeros(clip, kv.shape[1]), kv])
         keys, base = self.window_keys(state, batch.slots[i], start, kv)
-        idx = self.window_index(start, kv.shape[0], base, batch.lo(i))[clip:]
+        idx = self.window_index(start, kv.shape[0], base, batch.lo(i))[clip:].to(kv.device)
         return keys, idx
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, idx: torch.Tensor, numerics: Numerics) -> torch.Tensor:

@@ -79,11 +79,11 @@ class AttentionV41(AttentionBase):
         selections = batch.scratch.setdefault("selections", {})
         if self.runs_indexer:
             if end // r == 0:
-                sel = torch.empty(n, 0, dtype=torch.long)
+                sel = torch.empty(n, 0, dtype=torch.long, device=x.device)
             else:
                 keys = state.read_rows(self.source_key, "index_k", slot, 0, end // r).to(numerics.dtype)
                 scores = self.indexer.scores(x, qr, freqs, keys, numerics)
-                visible = (batch.positions[batch.rows(i)].cpu() + 1) // r
+                visible = (batch.positions[batch.rows(i)] + 1) // r
                 sel = self.indexer.select(scores, visible, batch.scratch.setdefault(("pool", i), {}))
             selections[i] = sel
         return rows, selections[i]
@@ -95,7 +95,7 @@ class AttentionV41(AttentionBase):
         if latent.shape[0] == 0:
             return
         first_row = start // r
-        group_pos = (first_row + torch.arange(latent.shape[0])) * r  # a row sits at its group's first token
+        group_pos = (first_row + torch.arange(latent.shape[0], device=latent.device)) * r  # a row sits at its group's first token
         freqs = self.rope(group_pos)
         state.write_rows(self.key, "index_k", slot, first_row, self.indexer.index_keys(latent, freqs, numerics))
         kv = kernels.apply_rope(latent, freqs)

@@ -45,11 +45,11 @@ class CompressorV41(nn.Module):
         first = start - start % r  # first position of the group in progress
         done = (start + n) // r * r  # positions before this are in completed groups
         # rows of positions first .. start+n-1: carried partial rows, then this chunk's
-        held = torch.arange(first, start) % r
+        held = torch.arange(first, start, device=x.device) % r
         kv = torch.cat([kv_state[held], kv])
         score = torch.cat([score_state[held], score])
         complete = done - first
-        tail = torch.arange(done, start + n)
+        tail = torch.arange(done, start + n, device=x.device)
         kv_state[tail % r] = kv[complete:]
         score_state[tail % r] = score[complete:]
         if complete <= 0:

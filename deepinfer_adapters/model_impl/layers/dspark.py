@@ -59,7 +59,7 @@ class DSparkAttention(AttentionBase):
             visible = min(W, p + 1)  # ring slots holding positions <= p
             keys = torch.cat([ring[:visible].to(kv.dtype), kv[rows]])
             n = batch.seq_len(i)
-            idx = torch.arange(visible + n).expand(n, -1)  # every draft query sees everything
+            idx = torch.arange(visible + n, device=x.device).expand(n, -1)  # every draft query sees everything
             out[rows] = self.attend(q[rows], keys, idx, numerics)
         return self.output(out, freqs, numerics)
 

@@ -67,7 +67,7 @@ class IndexerV41(nn.Module):
         ``scratch['candidates']`` carries the candidate pool to the layers after the source.
         """
         m = scores.shape[-1]
-        t = torch.arange(m)
+        t = torch.arange(m, device=scores.device)
         scores = scores.float().masked_fill(t >= visible.unsqueeze(-1), -torch.inf)
         if self.is_candidate_source:
             scratch["candidates"] = self._candidate_pool(scores, visible)
@@ -81,7 +81,7 @@ class IndexerV41(nn.Module):
         blocks = F.pad(scores, (0, -m % bs), value=-torch.inf).unflatten(-1, (-1, bs)).amax(-1)
         n_blocks = blocks.shape[-1]
         newest = (visible - 1).div(bs, rounding_mode="floor")  # the partly filled block stays in
-        blocks = blocks.masked_fill(torch.arange(n_blocks) == newest.unsqueeze(-1), torch.inf)
+        blocks = blocks.masked_fill(torch.arange(n_blocks, device=blocks.device) == newest.unsqueeze(-1), torch.inf)
         top, values = topk_lowest_index_ties(blocks, min(self.pool_blocks, n_blocks))
         keep = torch.zeros_like(blocks, dtype=torch.bool).scatter_(-1, top, values > -torch.inf)
         return keep.repeat_interleave(bs, dim=-1)[..., :m]
