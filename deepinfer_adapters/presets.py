@@ -201,7 +201,7 @@ def tiny_config(arch: str) -> dict[str, Any]:
             kv_source_layer_ids=[2, 4, 6],
             index_source_layer_ids=[2, 4, 6, 8],
             candidate_source_layer_id=6,
-            candidate_topk_blocks=4,
+            candidate_topk_blocks=8,  # a pool of 32 rows > index_topk: picks never fall outside it
             candidate_block_size=4,
             engram_layer_ids=[1, 4],
             engram_vocab_size=1000,

@@ -127,7 +127,7 @@ def test_block_size_is_rounded_to_every_ratio():
 def test_real_model_logits_match_dense_state(tiny_checkpoint, arch, prompt_len, block_size):
     """The model reads and writes through PagedStateCache exactly as through the dense cache:
     the same chunked prefill + decode gives bit-identical logits."""
-    model = load_model(tiny_checkpoint(arch), Numerics.float32(), progress=False)
+    model = load_model(tiny_checkpoint(arch), Numerics.float32().invariant(), progress=False)
     spec = model.state_spec()
     ids = torch.randint(3, 1000, (prompt_len + 2,), generator=torch.Generator().manual_seed(0)).tolist()
     chunks = [(0, prompt_len // 2), (prompt_len // 2, prompt_len), (prompt_len, prompt_len + 1),

@@ -55,7 +55,7 @@ def ckpt(tiny_checkpoint):
 
 @pytest.fixture(scope="module")
 def model(ckpt):
-    return load_model(ckpt, Numerics.float32(), progress=False)
+    return load_model(ckpt, Numerics.float32().invariant(), progress=False)
 
 
 def engine_for(ckpt, model, **cfg) -> LLMEngine:
@@ -173,7 +173,7 @@ def test_engine_equals_plain_loop_over_full_forwards(tiny_checkpoint, arch):
     over prompt + tokens so far, one forward per generated token. A 48-token budget chunks
     the 140-token prompt (past the 128-token window) and mixes it with the others' decodes."""
     path = tiny_checkpoint(arch)
-    model = load_model(path, Numerics.float32(), progress=False)
+    model = load_model(path, Numerics.float32().invariant(), progress=False)
     prompts = [_prompt(4, 50), _prompt(37, 51), _prompt(140, 52)]
     params = [SamplingParams(temperature=0, max_tokens=4), SamplingParams(temperature=0, max_tokens=4),
               SamplingParams(temperature=0.8, top_k=50, max_tokens=4, seed=7)]

@@ -3,18 +3,16 @@
 They follow the official reference kernels' numerics (model_spec.md 2.1-2.2):
 fp32 islands, the sink logit, block-wise online softmax with bf16 probabilities.
 
-Batch invariance: a row's result must not depend on the other rows of the call
-(DeepInfer's batch-invariant inference; our engine's deterministic sampling
-relies on it). On the CPU, torch picks different GEMM kernels, reduction orders
-and vector-vs-scalar transcendental code paths for different tensor shapes, so
-fp32 results can differ in the last bit. Where that can happen we compute in
-fp64 and round once to fp32: fp64's own shape-dependent differences sit ~2^-29
-below an fp32 ulp and vanish in the rounding.
+Places where torch's CPU results depend on tensor shapes go through
+``invariance.wide``: fp64 in batch-invariant mode, fp32 otherwise (see
+kernels/invariance.py). GEMMs always accumulate in fp64 and round once.
 """
 
 from __future__ import annotations
 
 import torch
+
+from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn")
 
@@ -37,7 +35,7 @@ def mean_square(x: torch.Tensor) -> torch.Tensor:
     """mean(x^2) over the last dim (keepdim), fp32, the same for a row whatever the tensor's
     shape: torch's CPU reductions vectorize differently for different row counts, so the
     sum runs in fp64 and is rounded once."""
-    return x.double().square().mean(-1, keepdim=True).float()
+    return wide(x).square().mean(-1, keepdim=True).float()
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -107,7 +105,7 @@ def sparse_attn(
 def _dot(a: torch.Tensor, b: torch.Tensor, spec: str) -> torch.Tensor:
     """fp32 contraction through fp64, so results do not depend on how many rows,
     keys or sequences share the call (see ``linear``)."""
-    return torch.einsum(spec, a.double(), b.double()).float()
+    return torch.einsum(spec, wide(a), wide(b)).float()
 
 
 def hc_split_sinkhorn(
@@ -119,7 +117,7 @@ def hc_split_sinkhorn(
     destination + eps, column-normalised, then ``iters - 1`` more row/column passes
     (model_spec.md 2.2). comb[a, b]: a = source stream, b = destination. All fp32.
     """
-    m, scale, base = mixes.double(), scale.double(), base.double()  # fp64 inside: see module doc
+    m, scale, base = wide(mixes), wide(scale), wide(base)
     pre = torch.sigmoid(m[..., :hc] * scale[0] + base[:hc]) + eps
     post = 2 * torch.sigmoid(m[..., hc : 2 * hc] * scale[1] + base[hc : 2 * hc])
     comb = (m[..., 2 * hc :] * scale[2] + base[2 * hc :]).unflatten(-1, (hc, hc))
@@ -134,4 +132,4 @@ def hc_split_sinkhorn(
 
 def exp32(x: torch.Tensor) -> torch.Tensor:
     """exp rounded to fp32 through fp64 (shape-independent, see module doc)."""
-    return torch.exp(x.double()).float()
+    return torch.exp(wide(x)).float()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import torch
@@ -11,6 +14,7 @@ from torch import nn
 
 from deepinfer_adapters.config import ModelConfig, load_config
 from deepinfer_adapters.errors import CheckpointError
+from deepinfer_adapters.kernels.invariance import batch_invariant
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.state import DenseStateCache, StateSpec
 from deepinfer_adapters.model_impl.weights import load_checkpoint
@@ -40,9 +44,25 @@ class DraftOutput:
     confidence: torch.Tensor  # [B, n] acceptance-probability logits (sigmoid -> probability)
 
 
+def in_numerics_scope(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a model method under its numerics' batch-invariance mode (forward gets it
+    through ``__call__``; draft heads decorate their entry points)."""
+
+    @functools.wraps(method)
+    def wrapper(self: "CausalLMBase", *args: Any, **kwargs: Any) -> Any:
+        with batch_invariant(self.numerics.batch_invariant):
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 class CausalLMBase(nn.Module):
     cfg: ModelConfig
     numerics: Numerics
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with batch_invariant(self.numerics.batch_invariant):
+            return super().__call__(*args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, numerics: Numerics | None = None, *,

@@ -24,8 +24,9 @@ import torch
 from torch import nn
 
 from deepinfer_adapters.config import LayerSpec, ModelConfig
+from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.errors import ConfigError
-from deepinfer_adapters.model_impl.base import CausalLMBase, ModelOutput
+from deepinfer_adapters.model_impl.base import CausalLMBase, ModelOutput, in_numerics_scope
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_v4 import AttentionV4
 from deepinfer_adapters.model_impl.layers.linear import Linear
@@ -58,7 +59,7 @@ class HyperHead(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hc, D] -> [T, D]: pre = sigmoid(m * scale + base) + eps, sum_a pre_a x_a."""
         logits = mix_logits(x, self.fn, self.norm_eps) * self.scale.float() + self.base.float()
-        pre = torch.sigmoid(logits.double()).float()  # fp64: shape-independent rounding (kernels.reference)
+        pre = torch.sigmoid(wide(logits)).float()
         return hc_pre(x, pre + self.hc_eps)
 
 
@@ -143,12 +144,14 @@ class DeepseekV4ForCausalLM(CausalLMBase):
         return ModelOutput(logits=logits, hidden=x if self.cfg.draft is not None else None)
 
     # ------------------------------------------------------------- draft heads ----
+    @in_numerics_scope
     def mtp_step(self, batch: ForwardBatch, hidden: torch.Tensor, state: StateCache, *, stage: int = 0) -> ModelOutput:
         """V4-Flash MTP: logits of token t+2 from (main stream at t, token t+1); see layers.mtp."""
         if self.cfg.draft is None or self.cfg.draft.kind != "mtp":
             raise ValueError(f"this {self.cfg.arch} checkpoint has no MTP layer")
         return self.drafter.forward(batch, hidden, state, stage=stage)
 
+    @in_numerics_scope
     def draft(self, last_tokens: list[int], positions: list[int], slots: list[int], state: StateCache,
               sample: Callable[[torch.Tensor], torch.Tensor] | None = None) -> DraftOutput:
         """0731 DSpark: propose a block per sequence after its last position (as V4.1's ``draft``)."""

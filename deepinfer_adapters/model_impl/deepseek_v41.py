@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from deepinfer_adapters.config import LayerSpec, ModelConfig
-from deepinfer_adapters.model_impl.base import CausalLMBase, DraftOutput, ModelOutput
+from deepinfer_adapters.model_impl.base import CausalLMBase, DraftOutput, ModelOutput, in_numerics_scope
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.engram_hash import BLOCKED, EngramHasher, engram_hash_chunk, make_engram_hasher
 from deepinfer_adapters.model_impl.layers.block_v41 import BlockV41
@@ -155,6 +155,7 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         for stage in self.mtp:
             stage.attn.observe(main_x, batch, state, self.numerics)
 
+    @in_numerics_scope
     def draft(self, last_tokens: list[int], positions: list[int], slots: list[int], state: StateCache,
               sample: Callable[[torch.Tensor], torch.Tensor] = greedy) -> DraftOutput:
         """Propose ``block_size`` tokens for each sequence whose last processed position is

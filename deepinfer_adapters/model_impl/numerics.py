@@ -11,6 +11,7 @@ against transformers turn off what transformers does not simulate.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,10 @@ class Numerics:
     act_quant: bool = True  # FP8 activation quantization before FP8/FP4 linears
     kv_quant: bool = True  # FP8/FP4 round trips of window KV, compressed KV, index q/k
     attn_probs_bf16: bool = True  # sparse_attn casts probabilities to bf16 before P @ V
+    # fp64 where CPU torch's fp32 results depend on tensor shapes (kernels/invariance.py):
+    # a sequence's logits then never depend on the rest of the batch. Off follows the
+    # reference code's fp32 arithmetic more closely. The engine turns it on.
+    batch_invariant: bool = False
 
     @classmethod
     def reference(cls) -> "Numerics":
@@ -32,3 +37,7 @@ class Numerics:
     def float32(cls, quant: bool = False) -> "Numerics":
         """float32 activations; with ``quant`` the round trips stay on."""
         return cls(dtype=torch.float32, act_quant=quant, kv_quant=quant, attn_probs_bf16=False)
+
+    def invariant(self) -> "Numerics":
+        """The same numerics in batch-invariant mode."""
+        return dataclasses.replace(self, batch_invariant=True)

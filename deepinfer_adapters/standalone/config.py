@@ -62,9 +62,10 @@ class EngineConfig:
             raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}", "seed")
 
     def make_numerics(self) -> Numerics:
+        """Always batch-invariant: seeded sampling must not depend on the batch."""
         if self.numerics == "reference":
-            return Numerics.reference()
-        return Numerics.float32(quant=self.numerics == "float32-quant")
+            return Numerics.reference().invariant()
+        return Numerics.float32(quant=self.numerics == "float32-quant").invariant()
 
     def resolved_device(self) -> str:
         if self.device is not None:

@@ -23,6 +23,7 @@ from torch import nn
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.config import ModelConfig
+from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.layers.rope import RotaryTable
@@ -115,7 +116,7 @@ class CompressorV4(nn.Module):
                 bscore = torch.cat([prev_score[..., :w], bscore[..., w:]], dim=1)
                 kv_state[:r] = kv[complete - r : complete]
                 score_state[:r] = score[complete - r : complete]
-            pooled = (bkv * bscore.double().softmax(dim=1).float()).sum(dim=1)  # fp64 exp: shape-independent
+            pooled = (bkv * wide(bscore).softmax(dim=1).float()).sum(dim=1)
         tail = torch.arange(first + complete, start + n, device=x.device) % r + off
         kv_state[tail] = kv[complete:]
         score_state[tail] = score[complete:]

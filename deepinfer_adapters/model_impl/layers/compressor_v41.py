@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from deepinfer_adapters.config import ModelConfig
+from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -55,5 +56,5 @@ class CompressorV41(nn.Module):
         if complete <= 0:
             return x.new_zeros(0, kv.shape[-1])
         kv, score = kv[:complete].unflatten(0, (-1, r)), score[:complete].unflatten(0, (-1, r))
-        pooled = (kv * score.double().softmax(dim=1).float()).sum(dim=1)
+        pooled = (kv * wide(score).softmax(dim=1).float()).sum(dim=1)
         return self.norm(pooled.to(numerics.dtype))

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from deepinfer_adapters.config import ModelConfig
+from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.kernels.reference import mean_square
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -53,8 +54,8 @@ class Engram(nn.Module):
         weight = self.q_weight.float() * self.k_weight.float()
         # normalised per (token, stream) over D, not jointly over the streams
         rstd = torch.rsqrt(mean_square(h)[..., 0] + self.eps) * torch.rsqrt(mean_square(key)[..., 0] + self.eps)
-        dot = (h * weight * key).double().sum(-1).float() * rstd * self.dim**-0.5  # fp64 sum: row-invariant
-        gate = torch.sigmoid(torch.copysign(dot.double().abs().clamp_min(GATE_FLOOR).sqrt(), dot.double())).float()
+        dot = wide(h * weight * key).sum(-1).float() * rstd * self.dim**-0.5
+        gate = torch.sigmoid(torch.copysign(wide(dot).abs().clamp_min(GATE_FLOOR).sqrt(), wide(dot))).float()
         if token_mask is not None:
             gate = gate.masked_fill(~token_mask.unsqueeze(-1), 0)
         return (h + gate.unsqueeze(-1) * value.float().unsqueeze(-2)).to(x.dtype)

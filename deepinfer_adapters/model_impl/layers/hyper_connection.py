@@ -13,6 +13,7 @@ from torch import nn
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.config import ModelConfig
+from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.reference import mean_square
 
 
@@ -52,8 +53,11 @@ def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: t
 
 
 def _stream_sum(t: torch.Tensor, dim: int) -> torch.Tensor:
-    """Sum over the hc streams in a fixed order (stream 0 first), so every element's
-    result is the same whatever the number of tokens (torch's vectorized sum is not)."""
+    """Sum over the hc streams. Batch-invariant mode adds them in a fixed order (stream 0
+    first), so every element's result is the same whatever the number of tokens
+    (torch's vectorized sum is not); otherwise torch.sum, as the reference."""
+    if not invariance.enabled():
+        return t.sum(dim)
     parts = t.unbind(dim)
     total = parts[0]
     for part in parts[1:]:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from deepinfer_adapters import kernels
+from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.config import AttnRole, LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
@@ -56,7 +57,7 @@ class IndexerV41(nn.Module):
         if numerics.kv_quant:
             q = fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK)
         w = (self.weights_proj(x, numerics) * self.weight_scale).to(dt)
-        qk = torch.einsum("nhd,md->nhm", q.double(), keys.double()).to(dt)  # fp64: length-invariant
+        qk = torch.einsum("nhd,md->nhm", wide(q), wide(keys)).to(dt)
         per_head = (qk.float().relu() * w.float().unsqueeze(-1)).to(dt)
         return per_head.float().sum(1).to(dt)
 

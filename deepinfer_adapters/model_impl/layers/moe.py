@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from deepinfer_adapters import kernels
+from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.config import LayerSpec, ModelConfig, Routing
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -37,7 +38,7 @@ class Gate(nn.Module):
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor, image_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """x [T, D] -> (weights [T, k] fp32, expert ids [T, k])."""
-        scores = F.softplus(kernels.linear(x.float(), self.weight).double() / self.temp).sqrt().float()
+        scores = F.softplus(wide(kernels.linear(x.float(), self.weight)) / self.temp).sqrt().float()
         if self.hash:
             idx = self.tid2eid[input_ids].long()
         else:
@@ -65,7 +66,7 @@ class Expert(nn.Module):
         if self.limit > 0:
             up = up.clamp(-self.limit, self.limit)
             gate = gate.clamp(max=self.limit)
-        h = F.silu(gate.double()).float() * up  # fp64 silu: shape-independent rounding
+        h = F.silu(wide(gate)).float() * up
         if route_w is not None:  # the route weight multiplies before w2
             h = route_w * h
         return self.w2(h.to(x.dtype), numerics)
