@@ -41,3 +41,9 @@ def batch_invariant(on: bool) -> Iterator[None]:
 def wide(x: torch.Tensor) -> torch.Tensor:
     """x for an fp32-valued computation: fp64 in batch-invariant mode, else fp32."""
     return x.double() if enabled() else x.float()
+
+
+def narrow(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x for a product the reference runs in the activation dtype (bf16 GEMMs, fp32
+    accumulation): fp64 in batch-invariant mode, else ``dtype`` (default: x's own)."""
+    return x.double() if enabled() else x.to(dtype or x.dtype)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn")
@@ -20,15 +21,17 @@ SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official k
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x @ weight^T in fp32, batch-invariant: a row's result never depends on the other rows.
+    """x @ weight^T as fp32.
 
-    CPU BLAS picks different kernels and K splits for different row counts (a 1-row
-    and a 40-row product of the same row differ in the last fp32 bits), which would
-    make a sequence's logits depend on what else is in the batch. Accumulating in
-    fp64, where fp32 products are exact and reordering errors sit far below an fp32
-    ulp, and rounding once to fp32 removes that dependence.
+    Batch-invariant mode accumulates in fp64 (fp32 products are exact there) and
+    rounds once: CPU BLAS picks different kernels and K splits for different row
+    counts, so a 1-row and a 40-row product of the same row differ in the last bits.
+    Otherwise the GEMM runs in x's dtype (bf16 GEMMs accumulate in fp32 and round
+    to bf16, as the reference's FP8 GEMMs do); every weight value is exact in it.
     """
-    return torch.nn.functional.linear(x.double(), weight.double()).float()
+    if invariance.enabled():
+        return torch.nn.functional.linear(x.double(), weight.double()).float()
+    return torch.nn.functional.linear(x, weight.to(x.dtype)).float()
 
 
 def mean_square(x: torch.Tensor) -> torch.Tensor:

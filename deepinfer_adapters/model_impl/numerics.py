@@ -27,11 +27,16 @@ class Numerics:
     # a sequence's logits then never depend on the rest of the batch. Off follows the
     # reference code's fp32 arithmetic more closely. The engine turns it on.
     batch_invariant: bool = False
+    # top-k ties (index selection, candidate pool): "lowest_index" (our documented rule,
+    # layers/topk.py) or "torch" (torch.topk's own order, as DeepSeek's reference code)
+    topk_ties: str = "lowest_index"
 
     @classmethod
     def reference(cls) -> "Numerics":
-        """The official reference's numerics (bf16, every quantization point)."""
-        return cls()
+        """The official reference's numerics (bf16, every quantization point, its fp32
+        arithmetic order and torch.topk's tie order). On the CPU this reproduces DeepSeek's
+        reference code bit for bit on V4.1 prefills (docs/notes/v41_reference_check.md)."""
+        return cls(topk_ties="torch")
 
     @classmethod
     def float32(cls, quant: bool = False) -> "Numerics":
@@ -39,5 +44,6 @@ class Numerics:
         return cls(dtype=torch.float32, act_quant=quant, kv_quant=quant, attn_probs_bf16=False)
 
     def invariant(self) -> "Numerics":
-        """The same numerics in batch-invariant mode."""
-        return dataclasses.replace(self, batch_invariant=True)
+        """The same numerics in batch-invariant mode, with our stated tie rule (what the
+        engine runs: tokens depend only on the request, never on the batch)."""
+        return dataclasses.replace(self, batch_invariant=True, topk_ties="lowest_index")

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from deepinfer_adapters import kernels
+from deepinfer_adapters.kernels.invariance import narrow
 from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.layers.linear import Linear
@@ -72,9 +73,9 @@ class AttentionBase(nn.Module):
         """o [T, H, d] -> [T, D]: inverse RoPE, per-group wo_a, then wo_b."""
         o = kernels.apply_rope(o, freqs, inverse=True)
         T = o.shape[0]
-        grouped = o.reshape(T, self.groups, -1).float()
-        wo_a = self.wo_a.weight.float().view(self.groups, self.o_rank, -1)
-        z = torch.einsum("tgd,grd->tgr", grouped, wo_a).to(o.dtype)
+        grouped = o.reshape(T, self.groups, -1)
+        wo_a = self.wo_a.weight.view(self.groups, self.o_rank, -1)
+        z = torch.einsum("tgd,grd->tgr", narrow(grouped), narrow(wo_a, o.dtype)).to(o.dtype)
         return self.wo_b(z.flatten(1), numerics)
 
     # ----------------------------------------------------------------- window ----

@@ -84,7 +84,7 @@ class AttentionV41(AttentionBase):
                 keys = state.read_rows(self.source_key, "index_k", slot, 0, end // r).to(numerics.dtype)
                 scores = self.indexer.scores(x, qr, freqs, keys, numerics)
                 visible = (batch.positions[batch.rows(i)] + 1) // r
-                sel = self.indexer.select(scores, visible, batch.scratch.setdefault(("pool", i), {}))
+                sel = self.indexer.select(scores, visible, batch.scratch.setdefault(("pool", i), {}), numerics)
             selections[i] = sel
         return rows, selections[i]
 

@@ -17,11 +17,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels.invariance import wide
+from deepinfer_adapters.kernels.invariance import narrow
 from deepinfer_adapters.config import AttnRole, LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
-from deepinfer_adapters.model_impl.layers.topk import topk_lowest_index_ties
+from deepinfer_adapters.model_impl.layers.topk import topk_select
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.quant import fp4_roundtrip_e8m0
 
@@ -57,11 +57,12 @@ class IndexerV41(nn.Module):
         if numerics.kv_quant:
             q = fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK)
         w = (self.weights_proj(x, numerics) * self.weight_scale).to(dt)
-        qk = torch.einsum("nhd,md->nhm", wide(q), wide(keys)).to(dt)
+        qk = torch.einsum("nhd,md->nhm", narrow(q), narrow(keys, q.dtype)).to(dt)
         per_head = (qk.float().relu() * w.float().unsqueeze(-1)).to(dt)
         return per_head.float().sum(1).to(dt)
 
-    def select(self, scores: torch.Tensor, visible: torch.Tensor, scratch: dict) -> torch.Tensor:
+    def select(self, scores: torch.Tensor, visible: torch.Tensor, scratch: dict,
+               numerics: Numerics = Numerics()) -> torch.Tensor:
         """Masked top-k. scores [n, m]; visible [n] rows each query can see.
 
         Returns row indices [n, k] ascending, -1 where the pick is not visible.
@@ -71,18 +72,19 @@ class IndexerV41(nn.Module):
         t = torch.arange(m, device=scores.device)
         scores = scores.float().masked_fill(t >= visible.unsqueeze(-1), -torch.inf)
         if self.is_candidate_source:
-            scratch["candidates"] = self._candidate_pool(scores, visible)
+            scratch["candidates"] = self._candidate_pool(scores, visible, numerics)
         elif self.uses_pool:
             scores = scores.masked_fill(~scratch["candidates"], -torch.inf)
-        picked, _ = topk_lowest_index_ties(scores, min(self.topk, m))
+        picked, _ = topk_select(scores, min(self.topk, m), numerics.topk_ties, numerics.dtype)
         return torch.where(picked < visible.unsqueeze(-1), picked, -1)
 
-    def _candidate_pool(self, scores: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    def _candidate_pool(self, scores: torch.Tensor, visible: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         bs, m = self.pool_block_size, scores.shape[-1]
         blocks = F.pad(scores, (0, -m % bs), value=-torch.inf).unflatten(-1, (-1, bs)).amax(-1)
         n_blocks = blocks.shape[-1]
         newest = (visible - 1).div(bs, rounding_mode="floor")  # the partly filled block stays in
         blocks = blocks.masked_fill(torch.arange(n_blocks, device=blocks.device) == newest.unsqueeze(-1), torch.inf)
-        top, values = topk_lowest_index_ties(blocks, min(self.pool_blocks, n_blocks))
+        top, values = topk_select(blocks, min(self.pool_blocks, n_blocks), numerics.topk_ties, numerics.dtype,
+                                  sorted_by_value=True)
         keep = torch.zeros_like(blocks, dtype=torch.bool).scatter_(-1, top, values > -torch.inf)
         return keep.repeat_interleave(bs, dim=-1)[..., :m]

@@ -12,6 +12,25 @@ from __future__ import annotations
 import torch
 
 
+def topk_select(scores: torch.Tensor, k: int, ties: str, dtype: torch.dtype, *,
+                sorted_by_value: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k under a tie rule (``Numerics.topk_ties``).
+
+    ``lowest_index``: ours (above), indices ascending. ``torch``: what DeepSeek's
+    reference code does, ``topk`` on the scores in the activation dtype, whose order
+    among equal values is torch's (deterministic for a given device and version, not
+    a rule one can state); indices re-sorted ascending unless ``sorted_by_value``
+    (the candidate pool keeps the reference's value order, which does not matter to
+    the mask it builds)."""
+    if ties == "lowest_index":
+        return topk_lowest_index_ties(scores, k)
+    top = scores.to(dtype).topk(k, dim=-1, sorted=sorted_by_value)
+    if sorted_by_value:
+        return top.indices, top.values.to(scores.dtype)
+    picked = top.indices.sort(dim=-1).values
+    return picked, scores.gather(-1, picked)
+
+
 def topk_lowest_index_ties(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(indices ascending [..., k], their values) of the k largest entries of the last dim."""
     order = torch.sort(-scores.float(), dim=-1, stable=True).indices[..., :k]

@@ -1,0 +1,34 @@
+"""Child process: vllm.LLM over a checkpoint, greedy, mixed-length prompts -> JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def main() -> None:
+    model_dir, dtype, out = sys.argv[1:4]
+    from vllm import LLM, SamplingParams
+
+    from tests_vllm.helpers import MAX_TOKENS, prompts
+
+    t0 = time.time()
+    llm = LLM(model=model_dir, dtype=dtype, enforce_eager=True, max_model_len=256, max_num_seqs=4,
+              seed=0)
+    t1 = time.time()
+    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    res = llm.generate([{"prompt_token_ids": p} for p in prompts()], params, use_tqdm=False)
+    t2 = time.time()
+    from vllm import ModelRegistry
+
+    arch = llm.llm_engine.model_config.architecture
+    model_cls = ModelRegistry._try_load_model_cls(arch)
+    json.dump({"tokens": [list(r.outputs[0].token_ids) for r in res], "init_s": t1 - t0, "generate_s": t2 - t1,
+               "model_cls": f"{model_cls.__module__}:{model_cls.__qualname__}", "pid": os.getpid()},
+              open(out, "w"))
+
+
+if __name__ == "__main__":
+    main()

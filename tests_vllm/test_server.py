@@ -1,0 +1,58 @@
+"""The OpenAI server (python -m vllm.entrypoints.openai.api_server) serves our V4.1 model."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import openai
+
+from tests_vllm.helpers import REPO, vllm_env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_openai_chat_completion(tiny, tmp_path):
+    port = _free_port()
+    log = open(tmp_path / "server.log", "w")
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny["v41"]),
+           "--served-model-name", "tiny-v41", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+           "--enforce-eager", "--max-model-len", "256", "--max-num-seqs", "4"]
+    t0 = time.time()
+    server = subprocess.Popen(cmd, cwd=REPO, env=vllm_env(), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 300
+        while True:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()[-6000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.time() < deadline, "server did not come up in 300 s"
+            time.sleep(1)
+        ready = time.time()
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+        resp = client.chat.completions.create(model="tiny-v41", messages=[{"role": "user", "content": "Hello!"}],
+                                              max_tokens=6, temperature=0)
+        print(f"server ready in {ready - t0:.1f}s, chat completion {time.time() - ready:.1f}s: {resp.choices[0]}")
+        assert resp.model == "tiny-v41"
+        assert isinstance(resp.choices[0].message.content, str)
+        assert resp.usage.completion_tokens >= 1 and resp.usage.prompt_tokens > 1
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
