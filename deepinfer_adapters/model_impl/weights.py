@@ -12,7 +12,7 @@ peak memory stays near the loaded weights plus one shard.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -56,13 +56,18 @@ def validate_checkpoint(model_dir: str | Path, cfg: ModelConfig) -> dict[str, He
     return found
 
 
-def _compare(expected: dict[str, TensorSpec], found: dict[str, HeaderEntry]) -> None:
-    missing = sorted(expected.keys() - found.keys())
+def check_complete(expected: dict[str, TensorSpec], names: Iterable[str]) -> None:
+    """CheckpointError naming the first contract tensor absent from ``names``."""
+    missing = sorted(expected.keys() - set(names))
     if missing:
         spec = expected[missing[0]]
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise CheckpointError(f"checkpoint is missing tensor {spec.name!r}: expected {spec.dtype} "
                               f"{list(spec.shape)}, found nothing{more}", tensor=spec.name)
+
+
+def _compare(expected: dict[str, TensorSpec], found: dict[str, HeaderEntry]) -> None:
+    check_complete(expected, found)
     unexpected = sorted(found.keys() - expected.keys())
     if unexpected:
         more = f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""
@@ -119,15 +124,18 @@ def load_checkpoint(
         pending[name] = tensor
         scale = f"{weight.removesuffix('.weight')}.scale"
         if weight in pending and scale in pending:
-            out[weight] = _dequant(expected[weight], pending.pop(weight), pending.pop(scale), cfg, dequantize).to(device)
+            out[weight] = dequantize_tensor(expected[weight].kind, pending.pop(weight), pending.pop(scale), cfg,
+                                            dequantize).to(device)
     if pending:  # the contract pairs every weight with a scale, so this means a bug
         raise CheckpointError(f"unpaired quantized tensors: {sorted(pending)[:4]}", tensor=sorted(pending)[0])
     return out
 
 
-def _dequant(spec: TensorSpec, w: torch.Tensor, scale: torch.Tensor, cfg: ModelConfig, dtype: torch.dtype) -> torch.Tensor:
-    if spec.kind == "fp4_weight":
+def dequantize_tensor(kind: str, w: torch.Tensor, scale: torch.Tensor, cfg: ModelConfig,
+                      dtype: torch.dtype) -> torch.Tensor:
+    """A quantized checkpoint weight (``TensorSpec.kind``) and its scale -> dense ``dtype``."""
+    if kind == "fp4_weight":
         return dequant_fp4_experts(w, scale, dtype)
-    if spec.kind == "fp8_table":  # Engram rows: one scale per row and column block
+    if kind == "fp8_table":  # Engram rows: one scale per row and column block
         return dequant_fp8_blocks(w, scale, (1, cfg.quant.fp8_block[1]), dtype)
     return dequant_fp8_blocks(w, scale, cfg.quant.fp8_block, dtype)

@@ -17,7 +17,7 @@ import torch
 from deepinfer_adapters.config import ModelConfig
 from deepinfer_adapters.errors import CheckpointError
 from deepinfer_adapters.model_impl.checkpoint_spec import expected_tensors
-from deepinfer_adapters.model_impl.quant import dequant_fp4_experts, dequant_fp8_blocks
+from deepinfer_adapters.model_impl.weights import check_complete, dequantize_tensor
 
 
 def dense_from_stream(weights: Iterable[tuple[str, torch.Tensor]], cfg: ModelConfig,
@@ -33,12 +33,7 @@ def dense_from_stream(weights: Iterable[tuple[str, torch.Tensor]], cfg: ModelCon
             raise CheckpointError(f"tensor {name!r} has the wrong shape: expected {list(spec.shape)}, found "
                                   f"{list(tensor.shape)}", tensor=name)
         raw[name] = tensor
-    missing = sorted(expected.keys() - raw.keys())
-    if missing:
-        spec = expected[missing[0]]
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise CheckpointError(f"checkpoint is missing tensor {spec.name!r}: expected {spec.dtype} "
-                              f"{list(spec.shape)}, found nothing{more}", tensor=spec.name)
+    check_complete(expected, raw)
     dense: dict[str, torch.Tensor] = {}
     for name, tensor in raw.items():
         spec = expected[name]
@@ -46,13 +41,6 @@ def dense_from_stream(weights: Iterable[tuple[str, torch.Tensor]], cfg: ModelCon
             dense[name] = tensor
         elif spec.scale_for is None:  # a quantized weight; its scale is consumed with it
             scale = raw[f"{name.removesuffix('.weight')}.scale"]
-            dense[name] = _dequant(spec.kind, tensor, scale, cfg, dtype)
+            dense[name] = dequantize_tensor(spec.kind, tensor, scale, cfg, dtype)
     return dense
 
-
-def _dequant(kind: str, w: torch.Tensor, scale: torch.Tensor, cfg: ModelConfig, dtype: torch.dtype) -> torch.Tensor:
-    if kind == "fp4_weight":
-        return dequant_fp4_experts(w, scale, dtype)
-    if kind == "fp8_table":
-        return dequant_fp8_blocks(w, scale, (1, cfg.quant.fp8_block[1]), dtype)
-    return dequant_fp8_blocks(w, scale, cfg.quant.fp8_block, dtype)
