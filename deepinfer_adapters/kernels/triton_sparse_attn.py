@@ -116,7 +116,7 @@ def default_config(H: int, d: int, bf16: bool = True) -> Config:
     tensor-core instructions, whose fp32 sums differ in the last bits)."""
     if not bf16:  # exact fp32 dots (CUDA-core FMAs): small tiles
         return Config(block_h=16, num_warps=4, num_stages=1, block_dv=min(_pow2(d), 64), block_d=min(_pow2(d), 32))
-    # 32 heads x 4 warps: the compromise among fixed shapes (benchmarks/RESULTS_sparse_attn.md):
+    # 32 heads x 4 warps: the compromise among fixed shapes (BENCHMARKS.md):
     # about 30% at most behind the best one at each measured size (decode S = 1..128, prefill 8k);
     # 16 heads is 50% behind at S >= 128, 64 heads x 8 warps 60% behind at S = 1.
     return Config(block_h=32, num_warps=4, num_stages=2)
