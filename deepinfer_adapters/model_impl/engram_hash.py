@@ -11,7 +11,7 @@ Pieces:
 - :func:`build_compressed_token_map`: token id -> compressed id (cached per file).
 - :class:`EngramHashLayout`: per-layer primes, offsets and multipliers.
 - :class:`EngramHasher` / :func:`make_engram_hasher`: both, checked against the config.
-- :func:`engram_hash_ids`, :func:`next_engram_history`, :func:`engram_hash_chunk`.
+- :func:`engram_hash_chunk` (hash ids and the carried history).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from deepinfer_adapters.primes import next_prime
 TOKENIZER_JSON = "tokenizer.json"
 
 # History marker for "no usable token here": before the sequence start, or an
-# image token. Look-back stops at the first one (see engram_hash_ids).
+# image token. Look-back stops at the first one (see engram_hash_chunk).
 BLOCKED = -1
 
 # The reference's per-layer RNG seed is 10007 * layer_id.
@@ -474,27 +474,3 @@ def engram_hash_chunk(
         columns.append(rolling.unsqueeze(-1) % hasher.primes[:, n - 2])  # [T, n_layers, n_heads]
     hash_ids = torch.cat(columns, dim=-1) + hasher.offsets
     return hash_ids, chunk.history_after(hist)
-
-
-def engram_hash_ids(
-    hasher: EngramHasher,
-    token_ids: torch.Tensor,
-    history: torch.Tensor,
-    cu_seqlens: torch.Tensor | Sequence[int] | None = None,
-    image_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """[T, n_engram_layers, n_hash_columns] table rows; see engram_hash_chunk."""
-    return engram_hash_chunk(hasher, token_ids, history, cu_seqlens, image_mask)[0]
-
-
-def next_engram_history(
-    hasher: EngramHasher,
-    token_ids: torch.Tensor,
-    history: torch.Tensor,
-    cu_seqlens: torch.Tensor | Sequence[int] | None = None,
-    image_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Each sequence's last max_ngram_size - 1 compressed ids (BLOCKED for image
-    tokens or slots before the start) after the chunk; see engram_hash_chunk."""
-    chunk = _lay_out_chunk(hasher, token_ids, history, cu_seqlens, image_mask)
-    return chunk.history_after(hasher.history_len)
