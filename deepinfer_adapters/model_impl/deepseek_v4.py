@@ -24,13 +24,12 @@ import torch
 from torch import nn
 
 from deepinfer_adapters.config import LayerSpec, ModelConfig
-from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.errors import ConfigError
 from deepinfer_adapters.model_impl.base import CausalLMBase, ModelOutput, in_numerics_scope
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_v4 import AttentionV4
 from deepinfer_adapters.model_impl.layers.linear import Linear
-from deepinfer_adapters.model_impl.layers.hyper_connection import HyperConnection, hc_post, hc_pre, mix_logits
+from deepinfer_adapters.model_impl.layers.hyper_connection import HyperConnection, hc_head_collapse, hc_post, hc_pre
 from deepinfer_adapters.model_impl.layers.moe import MoE
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -58,9 +57,7 @@ class HyperHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hc, D] -> [T, D]: pre = sigmoid(m * scale + base) + eps, sum_a pre_a x_a."""
-        logits = mix_logits(x, self.fn, self.norm_eps) * self.scale.float() + self.base.float()
-        pre = torch.sigmoid(wide(logits)).float()
-        return hc_pre(x, pre + self.hc_eps)
+        return hc_head_collapse(x, self.fn, self.scale, self.base, self.norm_eps, self.hc_eps)
 
 
 class BlockV4(nn.Module):

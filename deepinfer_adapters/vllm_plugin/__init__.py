@@ -2,8 +2,9 @@
 
 ``register()`` runs in every vLLM process (API server / LLM process, engine core,
 workers, the registry's inspection subprocess). It is idempotent, imports only
-vLLM's registries (no model code, no device work) and registers lazy
-"module:Class" targets, so importing ``deepinfer_adapters`` never imports vLLM.
+vLLM's registries and op classes (no model code, no device work), registers lazy
+"module:Class" model targets and our custom ops (``register_oot``, custom_ops.py);
+importing ``deepinfer_adapters`` never imports vLLM.
 """
 
 from __future__ import annotations
@@ -44,8 +45,25 @@ def register() -> None:
     from deepinfer_adapters.vllm_plugin.config_hook import install_config_hooks
 
     install_config_hooks(MODELS)
+    ops = _register_custom_ops()
     from vllm.logger import init_logger
 
     _registered = True
-    init_logger(LOGGER_NAME).info("deepinfer_adapters: registered %s (overriding vLLM's in-tree classes of the same names)",
-                ", ".join(f"{a} -> {t}" for a, t in MODELS.items()))
+    init_logger(LOGGER_NAME).info(
+        "deepinfer_adapters: registered %s (overriding vLLM's in-tree classes of the same names); custom ops %s",
+        ", ".join(f"{a} -> {t}" for a, t in MODELS.items()), ", ".join(ops))
+
+
+def _register_custom_ops() -> list[str]:
+    """register_oot our mHC ops under vLLM's in-tree class names (see custom_ops.py); importing
+    vLLM's op module does no device work. Returns "InTree -> Ours" for the log line."""
+    from vllm.model_executor.custom_op import op_registry_oot
+
+    from deepinfer_adapters.vllm_plugin.custom_ops import OOT_OPS
+
+    done = []
+    for in_tree, ours in OOT_OPS.items():
+        if op_registry_oot.get(in_tree.__name__) is not ours:  # register_oot refuses a second entry
+            in_tree.register_oot(ours)
+        done.append(f"{in_tree.__name__} -> {ours.__name__}")
+    return done

@@ -41,6 +41,14 @@ def mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> torch.Tens
     return kernels.linear(flat, fn) * rsqrt
 
 
+def hc_head_collapse(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, norm_eps: float,
+                     eps: float) -> torch.Tensor:
+    """The HC head: x [T, hc, D] -> [T, D] with pre = sigmoid(mix_logits * scale + base) + eps."""
+    logits = mix_logits(x, fn, norm_eps) * scale.float() + base.float()
+    pre = torch.sigmoid(invariance.wide(logits)).float()
+    return hc_pre(x, pre + eps)
+
+
 def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
     """Collapse [T, hc, D] with weights [T, hc] -> [T, D] (fp32 sum, cast back)."""
     return _stream_sum(pre.unsqueeze(-1) * x.float(), dim=-2).to(x.dtype)
