@@ -39,8 +39,9 @@ def run_module(module: str, args: list[str], timeout: float = 400, **env: str) -
                           capture_output=True, text=True, timeout=timeout)
 
 
-def run_vllm(model_dir: Path, dtype: str, out: Path, **env: str) -> dict:
-    res = run_module("tests_vllm.run_vllm", [str(model_dir), dtype, str(out)], **env)
+def run_vllm(model_dir: Path, dtype: str, out: Path, speculative: dict | None = None, **env: str) -> dict:
+    args = [str(model_dir), dtype, str(out)] + ([json.dumps(speculative)] if speculative else [])
+    res = run_module("tests_vllm.run_vllm", args, **env)
     if res.returncode != 0:
         raise AssertionError(f"vLLM run failed (rc {res.returncode}):\n{res.stdout[-4000:]}\n{res.stderr[-8000:]}")
     got = json.loads(out.read_text())

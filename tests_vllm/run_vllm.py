@@ -1,4 +1,6 @@
-"""Child process: vllm.LLM over a checkpoint, greedy, mixed-length prompts -> JSON."""
+"""Child process: vllm.LLM over a checkpoint, greedy, mixed-length prompts -> JSON.
+
+Usage: run_vllm MODEL_DIR DTYPE OUT_JSON [SPECULATIVE_CONFIG_JSON]"""
 
 from __future__ import annotations
 
@@ -10,13 +12,14 @@ import time
 
 def main() -> None:
     model_dir, dtype, out = sys.argv[1:4]
+    speculative = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None
     from vllm import LLM, SamplingParams
 
     from tests_vllm.helpers import MAX_TOKENS, prompts
 
     t0 = time.time()
     llm = LLM(model=model_dir, dtype=dtype, enforce_eager=True, max_model_len=256, max_num_seqs=4,
-              seed=0)
+              seed=0, speculative_config=speculative, disable_log_stats=False)
     t1 = time.time()
     params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
     res = llm.generate([{"prompt_token_ids": p} for p in prompts()], params, use_tqdm=False)
@@ -25,7 +28,9 @@ def main() -> None:
 
     arch = llm.llm_engine.model_config.architecture
     model_cls = ModelRegistry._try_load_model_cls(arch)
+    metrics = {m.name: getattr(m, "value", None) for m in llm.get_metrics() if "spec_decode" in m.name}
     json.dump({"tokens": [list(r.outputs[0].token_ids) for r in res], "init_s": t1 - t0, "generate_s": t2 - t1,
+               "spec_metrics": metrics,
                "model_cls": f"{model_cls.__module__}:{model_cls.__qualname__}", "pid": os.getpid()},
               open(out, "w"))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -49,4 +50,31 @@ def test_v4_float32_matches_standalone(tiny, tmp_path):
     print(f"v4/float32: vLLM process {t1 - t0:.1f}s (LLM() {got['init_s']:.1f}s, generate {got['generate_s']:.1f}s)"
           f", standalone {time.time() - t1:.1f}s")
     assert got["model_cls"] == "deepinfer_adapters.vllm_plugin.model:DeepseekV4ForCausalLM"
+    assert got["tokens"] == want
+
+
+def test_v41_dspark_speculative_decoding_is_lossless(tiny, tmp_path):
+    """--speculative-config {"method": "dspark", "num_speculative_tokens": 5}: our drafter proposes
+    every step and greedy tokens stay exactly the standalone engine's. The random tiny drafter gets
+    nothing accepted, so every verify step is rolled back by 5 positions; a second run with a
+    proposer that drafts the true continuation with one wrong token (tests_vllm/oracle_proposer.py)
+    gets 2 of 5 accepted, exercising partial acceptance."""
+    want = standalone(tiny["v41"], "float32", prompts(), MAX_TOKENS)
+    got = run_vllm(tiny["v41"], "float32", tmp_path / "dspark.json", {"method": "dspark", "num_speculative_tokens": 5})
+    m = got["spec_metrics"]
+    print("dspark:", m, f"generate {got['generate_s']:.1f}s")
+    assert "speculative method dspark runs our DSpark drafter" in got["log"]
+    assert m["vllm:spec_decode_num_drafts"] > 0
+    assert m["vllm:spec_decode_num_draft_tokens"] == 5 * m["vllm:spec_decode_num_drafts"]
+    assert got["tokens"] == want
+
+    sequences = tmp_path / "sequences.json"
+    sequences.write_text(json.dumps([p + w for p, w in zip(prompts(), want)]))
+    oracle = {"method": "custom_class", "model": "tests_vllm.oracle_proposer.OracleProposer",
+              "num_speculative_tokens": 5}
+    got = run_vllm(tiny["v41"], "float32", tmp_path / "oracle.json", oracle, ORACLE_SEQUENCES=str(sequences))
+    m = got["spec_metrics"]
+    print("oracle:", m)
+    assert m["vllm:spec_decode_num_accepted_tokens"] >= 2 * len(want)  # each request accepts 2 at least once
+    assert m["vllm:spec_decode_num_accepted_tokens"] < m["vllm:spec_decode_num_draft_tokens"]  # and rejects some
     assert got["tokens"] == want

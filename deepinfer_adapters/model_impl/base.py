@@ -103,9 +103,11 @@ class CausalLMBase(nn.Module):
         """Checkpoint tensors this model deliberately does not use (e.g. the vision tower)."""
         return False
 
-    def state_spec(self) -> StateSpec:
+    def state_spec(self, rewind: int = 0) -> StateSpec:
+        """The per-sequence state; ``rewind`` > 0 sizes it so a sequence can restart up to that
+        many positions before its last processed one (speculative decoding)."""
         raise NotImplementedError
 
-    def new_state(self, num_slots: int, max_len: int) -> DenseStateCache:
+    def new_state(self, num_slots: int, max_len: int, rewind: int = 0) -> DenseStateCache:
         device = next(self.parameters()).device
-        return DenseStateCache(self.state_spec(), num_slots, max_len, device=device)
+        return DenseStateCache(self.state_spec(rewind), num_slots, max_len, device=device)

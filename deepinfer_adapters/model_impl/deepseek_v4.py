@@ -107,7 +107,10 @@ class DeepseekV4ForCausalLM(CausalLMBase):
         dspark = cfg.draft is not None and cfg.draft.kind == "dspark"
         self.target_layers = tuple(cfg.draft.target_layer_ids) if dspark else ()
 
-    def state_spec(self) -> StateSpec:
+    def state_spec(self, rewind: int = 0) -> StateSpec:
+        if rewind:
+            raise ConfigError("V4-Flash's state cannot rewind yet (its compressors keep block state outside a "
+                              "position ring): speculative decoding runs on V4.1 only", "speculative_config")
         spec = StateSpec()
         for block in [*self.layers, *self.mtp]:
             spec.add(block.key, *block.attn.state_fields(self.numerics))

@@ -15,7 +15,8 @@ from torch import nn
 from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.base import CausalLMBase, DraftOutput, ModelOutput, in_numerics_scope
 from deepinfer_adapters.model_impl.batch import ForwardBatch
-from deepinfer_adapters.model_impl.engram_hash import BLOCKED, EngramHasher, engram_hash_chunk, make_engram_hasher
+from deepinfer_adapters.model_impl.engram_hash import (BLOCKED, EngramHasher, compressed_ids, engram_hash_chunk,
+                                                      make_engram_hasher)
 from deepinfer_adapters.model_impl.layers.block_v41 import BlockV41
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.dspark import DSparkStage
@@ -66,13 +67,13 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         skipped = ("vision.", "aligner.", "image_") + (() if self.with_draft else ("mtp.",))
         return official.startswith(skipped)  # the vision tower is not run yet
 
-    def state_spec(self) -> StateSpec:
+    def state_spec(self, rewind: int = 0) -> StateSpec:
         spec = StateSpec()
         for block in (*self.layers, *self.mtp):
-            spec.add(block.attn.key, *block.attn.state_fields(self.numerics))
-        if self.cfg.engram is not None:  # the last max_ngram_size - 1 compressed token ids
-            history = (self.cfg.engram.max_ngram_size - 1,)
-            spec.add(ENGRAM_KEY, StateField("history", history, torch.int64, "fixed", fill=BLOCKED))
+            spec.add(block.attn.key, *block.attn.state_fields(self.numerics, rewind))
+        if self.cfg.engram is not None:  # the last max_ngram_size - 1 compressed token ids, by position
+            recent = (self.cfg.engram.max_ngram_size - 1 + rewind,)
+            spec.add(ENGRAM_KEY, StateField("recent", recent, torch.int64, "fixed", fill=BLOCKED))
         return spec
 
     def engram_ids(self, batch: ForwardBatch, state: StateCache) -> torch.Tensor | None:
@@ -81,11 +82,18 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         if self.hasher is None:
             raise ValueError("this V4.1 model has Engram layers but no token map: build it with model_dir "
                              "(the tokenizer files) or pass hasher=")
-        history = state.fixed(ENGRAM_KEY, "history")
-        slots = torch.tensor(batch.slots, dtype=torch.long, device=history.device)
-        ids, new_history = engram_hash_chunk(self.hasher, batch.input_ids, history[slots], batch.cu_seqlens,
-                                             batch.image_mask)
-        history[slots] = new_history
+        recent = state.fixed(ENGRAM_KEY, "recent")  # compressed id of position p at slot p % size
+        size, device = recent.shape[1], recent.device
+        back = torch.arange(-(self.cfg.engram.max_ngram_size - 1), 0, device=device)
+        slots = torch.tensor(batch.slots, dtype=torch.long, device=device)
+        hist_pos = torch.tensor(batch.start_pos, dtype=torch.long, device=device).unsqueeze(1) + back
+        history = torch.where(hist_pos >= 0, recent[slots.unsqueeze(1), hist_pos % size], BLOCKED)
+        ids, _ = engram_hash_chunk(self.hasher, batch.input_ids, history, batch.cu_seqlens, batch.image_mask)
+        compressed = compressed_ids(self.hasher, batch.input_ids, batch.image_mask)
+        for i, slot in enumerate(batch.slots):  # each sequence's newest `size` positions
+            rows = batch.rows(i)
+            pos = batch.positions[rows][-size:]
+            recent[slot, pos % size] = compressed[rows][-size:]
         return ids
 
     def forward(self, batch: ForwardBatch, state: StateCache, replay: Replay | None = None) -> ModelOutput:

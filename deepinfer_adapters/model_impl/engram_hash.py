@@ -401,9 +401,7 @@ def _lay_out_chunk(
         if cu.numel() != num_seqs + 1:
             raise ValueError(f"cu_seqlens has {cu.numel()} entries; history holds {num_seqs} sequences")
 
-    compressed = hasher.token_map[token_ids]
-    if image_mask is not None:
-        compressed = compressed.masked_fill(image_mask.reshape(-1).to(device=device, dtype=torch.bool), BLOCKED)
+    compressed = compressed_ids(hasher, token_ids, image_mask)
 
     # sequence i's segment: hist history slots, then its tokens cu[i]:cu[i+1]
     arange_t = torch.arange(num_tokens, device=device)
@@ -415,6 +413,15 @@ def _lay_out_chunk(
     buffer[history_pos] = history
     buffer[token_pos] = compressed
     return _Chunk(buffer, token_pos, cu[1:] + hist * (seq_index + 1), single)
+
+
+def compressed_ids(hasher: EngramHasher, token_ids: torch.Tensor, image_mask: torch.Tensor | None) -> torch.Tensor:
+    """[T] compressed ids as the history stores them: ``token_map[id]``, BLOCKED for image tokens."""
+    compressed = hasher.token_map[token_ids]
+    if image_mask is not None:
+        compressed = compressed.masked_fill(image_mask.reshape(-1).to(device=compressed.device, dtype=torch.bool),
+                                            BLOCKED)
+    return compressed
 
 
 def engram_hash_chunk(

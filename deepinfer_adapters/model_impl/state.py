@@ -12,6 +12,15 @@ interface the model reads and writes through; ``DenseStateCache`` is the simple
 contiguous implementation used by tests and the reference path. The standalone
 engine implements it over paged blocks; the vLLM and SGLang adapters over the
 cache tensors their host allocates.
+
+Rewinding. Speculative decoding writes a verify step's draft positions into the
+state and then drops the rejected ones: the next step restarts up to k positions
+before the last one written. ``state_spec(rewind=k)`` makes that exact: every
+fixed field that the next step reads by position (window rings, compressor
+partial groups, Engram history, DSpark rings) is a ring indexed by position with
+k extra slots, and every chunk writes all its positions into it, so a rejected
+position's row lands in a slot no restarted query reads; rows fields are indexed
+by position and simply rewritten. ``rewind=0`` keeps the reference's exact sizes.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ It runs in the process that builds the engine config, before any worker starts,
 so a checkpoint that is not a V4/V4.1 model or lacks a tensor fails there with
 our typed error (ConfigError / CheckpointError) rather than deep inside a worker.
 It also turns prefix caching off: a request's fixed state lives in its first
-vLLM block, which must never be shared between requests.
+vLLM block, which must never be shared between requests; and it routes the
+``dspark`` speculative method to our drafter (vllm_plugin/dspark.py).
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def install_config_hooks(models: dict[str, str]) -> None:
                 logger.info("deepinfer_adapters: prefix caching disabled (per-request state lives in the "
                             "request's first KV block)")
                 vllm_config.cache_config.enable_prefix_caching = False
+            spec = vllm_config.speculative_config
+            if spec is not None and spec.method == "dspark":
+                from deepinfer_adapters.vllm_plugin.dspark import route_dspark_to_our_proposer
+
+                route_dspark_to_our_proposer(vllm_config)
+                logger.info("deepinfer_adapters: speculative method dspark runs our DSpark drafter "
+                            "(vLLM custom_class proposer)")
 
     for arch in models:
         model_configs.MODELS_CONFIG_MAP[arch] = DeepinferConfigHook

@@ -91,22 +91,43 @@ class _DeepinferForCausalLM(nn.Module):
         self.model_dir = Path(mc.model)
         self.cfg = checkpoint_config(self.model_dir, self.arch_name, self.is_v41)
         self.numerics = numerics_for(mc.dtype)
-        if vllm_config.speculative_config is not None:
-            raise ConfigError("speculative decoding is not supported by the deepinfer-adapters vLLM plugin yet",
-                              "speculative_config")
+        self.num_draft_tokens = self._draft_tokens(vllm_config.speculative_config)
         cls = self._impl_class()
         kwargs = {"model_dir": self.model_dir}
         if "with_draft" in inspect.signature(cls.__init__).parameters:
-            kwargs["with_draft"] = False
+            kwargs["with_draft"] = self.num_draft_tokens > 0
         with float32_default():  # our model picks its own dtypes; vLLM sets its --dtype as the default here
             self.model = cls(self.cfg, self.numerics, **kwargs)
         self.model.eval()
         self.lm_head = self.model.head
         self.model.head = _HiddenOut()
-        self.state_layer = DeepinferStateLayer(self.model.state_spec(), STATE_LAYER, vllm_config)
+        # a verify step may be rolled back by up to num_draft_tokens positions
+        self.state_layer = DeepinferStateLayer(self.model.state_spec(rewind=self.num_draft_tokens), STATE_LAYER,
+                                               vllm_config)
         self.vocab_size = self.cfg.vocab_size
         self._cache = None
         self._cache_ptr = None
+        self._row_slots: list[int] = []  # state slot of each input-batch row of the last step
+
+    def _draft_tokens(self, spec) -> int:
+        if spec is None:
+            return 0
+        from deepinfer_adapters.vllm_plugin.dspark import is_our_proposer
+
+        if spec.method != "custom_class" or not is_our_proposer(spec.model):
+            raise ConfigError(f"speculative method {spec.method!r} is not supported with deepinfer-adapters' "
+                              "model; use {\"method\": \"dspark\"} (our DSpark drafter)", "speculative_config")
+        draft = self.cfg.draft
+        if draft is None or draft.kind != "dspark":
+            raise ConfigError(f"{self.model_dir}: this checkpoint has no DSpark draft stages", "speculative_config")
+        if not self.is_v41:
+            raise ConfigError("DSpark speculative decoding under vLLM runs on V4.1 checkpoints only",
+                              "speculative_config")
+        k = spec.num_speculative_tokens
+        if not 1 <= k <= draft.block_size:
+            raise ConfigError(f"num_speculative_tokens={k}: DSpark proposes at most block_size={draft.block_size} "
+                              "tokens per step", "speculative_config.num_speculative_tokens")
+        return k
 
     def _impl_class(self) -> type:
         raise NotImplementedError
@@ -158,6 +179,7 @@ class _DeepinferForCausalLM(nn.Module):
         # seq_lens may be an upper bound under async scheduling
         first_pos = positions[torch.tensor(qsl[:-1], dtype=torch.long)].tolist() if num_reqs else []
         block_table = meta.block_table_tensor[:num_reqs].to(torch.long)
+        self._row_slots = block_table[:, 0].tolist()
         bs = self.state_layer.block_size
         cu, starts, slots, tables = [0], [], [], {}
         for i in range(num_reqs):
@@ -179,6 +201,27 @@ class _DeepinferForCausalLM(nn.Module):
                              cu_seqlens=cu, start_pos=starts, slots=slots)
         batch.logits_rows = torch.arange(T, device=input_ids.device)
         return batch, tables
+
+    @torch.inference_mode()
+    def propose_dspark(self, sampled_token_ids: list[list[int]], num_tokens_no_spec, k: int) -> list[list[int]]:
+        """DSpark drafts for vLLM's proposer (dspark.py): row i's last sampled token sits at position
+        num_tokens_no_spec[i] - 1, so the last position this step processed is one before it."""
+        rows = [i for i, toks in enumerate(sampled_token_ids) if toks]
+        drafts: list[list[int]] = [[] for _ in sampled_token_ids]
+        if not rows:
+            return drafts
+        last = [sampled_token_ids[i][-1] for i in rows]
+        positions = [int(num_tokens_no_spec[i]) - 2 for i in rows]
+        slots = [self._row_slots[i] for i in rows]
+        self.model.head = self.lm_head  # draft() samples through the model's own head
+        try:
+            with float32_default():
+                out = self.model.draft(last, positions, slots, self._state())
+        finally:
+            self.model.head = _HiddenOut()
+        for i, tokens in zip(rows, out.tokens[:, :k].tolist()):
+            drafts[i] = tokens
+        return drafts
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         with float32_default():

@@ -48,9 +48,13 @@ class AttentionBase(nn.Module):
         self.rope = RotaryTable(cfg, compressed=layer.compress_ratio > 0)
 
     # ------------------------------------------------------------------ state ----
-    def window_fields(self, dtype: torch.dtype = torch.float32) -> list[StateField]:
-        """The ring of the last ``window`` positions' KV (the reference keeps it in the activation dtype)."""
-        return [StateField("window_kv", (self.window, self.head_dim), dtype, "fixed")]
+    def window_fields(self, dtype: torch.dtype = torch.float32, rewind: int = 0) -> list[StateField]:
+        """The ring of the last ``window`` positions' KV (the reference keeps it in the activation dtype).
+
+        ``rewind`` extra slots let a sequence restart up to ``rewind`` positions before its last
+        one (speculative decoding drops rejected drafts): the rows those drafts wrote then land
+        in slots no restarted query reads (model_impl/state.py, "Rewinding")."""
+        return [StateField("window_kv", (self.window + rewind, self.head_dim), dtype, "fixed")]
 
     # ------------------------------------------------------------ projections ----
     def normalize_q(self, q: torch.Tensor) -> torch.Tensor:
@@ -82,16 +86,17 @@ class AttentionBase(nn.Module):
     def window_keys(self, state: StateCache, slot: int, start: int, kv_new: torch.Tensor) -> tuple[torch.Tensor, int]:
         """Keys for the window of every new query: earlier ring entries + this chunk's KV.
 
-        Returns (keys [m + n, d], position of keys[0]) and stores the newest
-        ``window`` positions in the ring (slot of position p is p % window).
+        Returns (keys [m + n, d], position of keys[0]) and stores the newest positions in
+        the ring (slot of position p is p % ring size; the size is ``window`` + rewind slots).
         """
         W, n = self.window, kv_new.shape[0]
         ring = state.fixed(self.key, "window_kv")[slot]
+        size = ring.shape[0]
         base = max(0, start - (W - 1))
         old_pos = torch.arange(base, start, device=ring.device)
-        keys = torch.cat([ring[old_pos % W].to(kv_new.dtype), kv_new]) if start > 0 else kv_new
-        keep = torch.arange(max(start, start + n - W), start + n, device=ring.device)
-        ring[keep % W] = kv_new[keep - start].to(ring.dtype)
+        keys = torch.cat([ring[old_pos % size].to(kv_new.dtype), kv_new]) if start > 0 else kv_new
+        keep = torch.arange(max(start, start + n - size), start + n, device=ring.device)
+        ring[keep % size] = kv_new[keep - start].to(ring.dtype)
         return keys, base
 
     def window_index(self, start: int, n: int, base: int, lo: int = 0) -> torch.Tensor:

@@ -40,13 +40,13 @@ class AttentionV41(AttentionBase):
         self.indexer = IndexerV41(cfg, layer) if (self.is_source or layer.has_indexer_query) else None
         self.runs_indexer = layer.has_indexer_query
 
-    def state_fields(self, numerics: Numerics) -> list[StateField]:
+    def state_fields(self, numerics: Numerics, rewind: int = 0) -> list[StateField]:
         dt = numerics.dtype
-        fields = self.window_fields(dt)
+        fields = self.window_fields(dt, rewind)
         if self.is_source:
             fields += [StateField("compressed_kv", (self.head_dim,), dt, "rows", ratio=self.ratio),
                        StateField("index_k", (self.cfg.index_head_dim,), dt, "rows", ratio=self.ratio)]
-            fields += self.compressor.state_fields()
+            fields += self.compressor.state_fields(rewind)
         return fields
 
     def quantize_window_kv(self, kv: torch.Tensor, numerics: Numerics) -> torch.Tensor:

@@ -27,10 +27,12 @@ class CompressorV41(nn.Module):
         self.wgate = Linear(cfg.hidden_size, d, quantized=False) if ratio > 1 else None
         self.norm = RMSNorm(d, cfg.rms_norm_eps)
 
-    def state_fields(self) -> list[StateField]:
+    def state_fields(self, rewind: int = 0) -> list[StateField]:
+        """Rows of the group in progress, in a ring indexed by position (``rewind`` extra slots,
+        as the window ring's)."""
         if self.ratio == 1:
             return []
-        shape = (self.ratio, self.norm.weight.shape[0])
+        shape = (self.ratio + rewind, self.norm.weight.shape[0])
         return [StateField("comp_kv", shape, torch.float32, "fixed"),
                 StateField("comp_score", shape, torch.float32, "fixed", fill=float("-inf"))]
 
@@ -43,16 +45,19 @@ class CompressorV41(nn.Module):
         xf = x.float()
         kv, score = self.wkv(xf, numerics), self.wgate(xf, numerics)
         kv_state, score_state = state.fixed(self.key, "comp_kv")[slot], state.fixed(self.key, "comp_score")[slot]
+        size = kv_state.shape[0]
         first = start - start % r  # first position of the group in progress
         done = (start + n) // r * r  # positions before this are in completed groups
         # rows of positions first .. start+n-1: carried partial rows, then this chunk's
-        held = torch.arange(first, start, device=x.device) % r
+        held = torch.arange(first, start, device=x.device) % size
+        new_kv, new_score = kv, score
         kv = torch.cat([kv_state[held], kv])
         score = torch.cat([score_state[held], score])
+        # every new row goes to the ring (not only the unfinished group's): after a rewind the
+        # group in progress may start inside this chunk
+        keep = torch.arange(max(start, start + n - size), start + n, device=x.device)
+        kv_state[keep % size], score_state[keep % size] = new_kv[keep - start], new_score[keep - start]
         complete = done - first
-        tail = torch.arange(done, start + n, device=x.device)
-        kv_state[tail % r] = kv[complete:]
-        score_state[tail % r] = score[complete:]
         if complete <= 0:
             return x.new_zeros(0, kv.shape[-1])
         kv, score = kv[:complete].unflatten(0, (-1, r)), score[:complete].unflatten(0, (-1, r))

@@ -34,8 +34,8 @@ WINDOW_FP8_BLOCK = 32
 
 
 class DSparkAttention(AttentionBase):
-    def state_fields(self, numerics: Numerics) -> list[StateField]:
-        return self.window_fields(numerics.dtype)
+    def state_fields(self, numerics: Numerics, rewind: int = 0) -> list[StateField]:
+        return self.window_fields(numerics.dtype, rewind)
 
     def quantize_window_kv(self, kv: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         return fp8_roundtrip(kv, WINDOW_FP8_BLOCK)
@@ -56,10 +56,11 @@ class DSparkAttention(AttentionBase):
         for i in range(batch.num_seqs):
             rows, p = batch.rows(i), batch.start_pos[i] - 1
             ring = state.fixed(self.key, "window_kv")[batch.slots[i]]
-            visible = min(W, p + 1)  # ring slots holding positions <= p
-            keys = torch.cat([ring[:visible].to(kv.dtype), kv[rows]])
+            # the ring's slots of positions max(0, p - W + 1) .. p, in slot order
+            held = (torch.arange(max(0, p - W + 1), p + 1, device=x.device) % ring.shape[0]).sort().values
+            keys = torch.cat([ring[held].to(kv.dtype), kv[rows]])
             n = batch.seq_len(i)
-            idx = torch.arange(visible + n, device=x.device).expand(n, -1)  # every draft query sees everything
+            idx = torch.arange(keys.shape[0], device=x.device).expand(n, -1)  # every draft query sees everything
             out[rows] = self.attend(q[rows], keys, idx, numerics)
         return self.output(out, freqs, numerics)
 
