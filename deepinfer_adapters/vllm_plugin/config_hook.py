@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("vllm.plugins.deepinfer_adapters")  # under vLLM's logger: shown with its handlers
 
 
 def _check_checkpoint(model: str, arch_name: str) -> None:
