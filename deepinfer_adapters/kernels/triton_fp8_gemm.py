@@ -143,7 +143,8 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         raise ValueError(f"fp8 gemm: K = {K} is not a multiple of the scale block {kstep}")
     cfg = config or default_config(M if groups is None else max(1, M // max(1, weight.shape[0])), kstep)
     ws, e8m0 = _scale_arg(w_scale)
-    step = kstep * cfg.sub
+    sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
+    step = kstep * sub
     m_tiles = groups.expert.numel() if groups is not None else triton.cdiv(M, cfg.block_m)
     n_tiles = triton.cdiv(N, cfg.block_n)
     split = 1
@@ -166,7 +167,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         M, N, K, k_per_split,
         a.stride(0), 0 if a_scale is None else a_scale.stride(0), *w_strides, *s_strides,
         out.stride(-2), out.stride(0) if split > 1 else 0,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, KSTEP=kstep, SUB=cfg.sub,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, KSTEP=kstep, SUB=sub,
         A_SB=act_block if a_scale is not None else 0, W_BN=weight_block[0], W_BK=weight_block[1],
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
@@ -174,11 +175,15 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
 
 
 def dequant_bf16(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
-    """Dense bf16 copy of a block-scaled weight (exact: E4M3 x 2^e fits bf16)."""
+    """Dense bf16 copy of a block-scaled weight (exact: E4M3 x 2^e fits bf16), one broadcast
+    multiply when the blocks tile the weight."""
     N, K = weight.shape
-    s = scale.float() if scale.dtype != torch.uint8 else scale.view(torch.float8_e8m0fnu).float()
+    s = (scale.view(torch.float8_e8m0fnu) if scale.dtype == torch.uint8 else scale).float().to(torch.bfloat16)
+    if N % block[0] == 0 and K % block[1] == 0:
+        tiles = weight.view(N // block[0], block[0], K // block[1], block[1]).to(torch.bfloat16)
+        return (tiles * s[:, None, :, None]).view(N, K)
     s = s.repeat_interleave(block[0], 0)[:N].repeat_interleave(block[1], 1)[:, :K]
-    return (weight.to(torch.bfloat16) * s.to(torch.bfloat16))
+    return weight.to(torch.bfloat16) * s
 
 
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],

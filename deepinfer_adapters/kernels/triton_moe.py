@@ -42,7 +42,9 @@ def route(expert_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch
     T, k = expert_ids.shape
     flat = expert_ids.flatten()
     order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=n_experts)
+    # scatter_add, not bincount: bincount sizes its output from the data (a host sync,
+    # which also rules out CUDA-graph capture)
+    counts = torch.zeros(n_experts, dtype=torch.long, device=flat.device).scatter_add_(0, flat, torch.ones_like(flat))
     starts = torch.cumsum(counts, 0) - counts
     tiles_per_expert = (counts + block_m - 1) // block_m
     tile_end = torch.cumsum(tiles_per_expert, 0)
