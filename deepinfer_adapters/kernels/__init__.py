@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from deepinfer_adapters.kernels import reference
+from deepinfer_adapters.kernels import reference, reference_fp8
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,9 @@ def call(op: str, *args: Any, **kwargs: Any) -> Any:
     raise RuntimeError(f"no backend of kernel op {op!r} supports these inputs")
 
 
-for _op in reference.OPS:
-    register(_op, "torch", getattr(reference, _op), priority=-100)
+for _module in (reference, reference_fp8):
+    for _op in _module.OPS:
+        register(_op, "torch", getattr(_module, _op), priority=-100)
 
 
 def linear(*args: Any, **kwargs: Any) -> Any:
@@ -78,5 +79,18 @@ def hc_split_sinkhorn(*args: Any, **kwargs: Any) -> Any:
     return call("hc_split_sinkhorn", *args, **kwargs)
 
 
+def fp8_linear(*args: Any, **kwargs: Any) -> Any:
+    return call("fp8_linear", *args, **kwargs)
+
+
+def fp8_grouped_linear(*args: Any, **kwargs: Any) -> Any:
+    return call("fp8_grouped_linear", *args, **kwargs)
+
+
+def moe_experts(*args: Any, **kwargs: Any) -> Any:
+    return call("moe_experts", *args, **kwargs)
+
+
 # Faster backends register themselves on import; each imports its GPU stack lazily.
 from deepinfer_adapters.kernels import triton_sparse_attn  # noqa: E402,F401
+from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe  # noqa: E402,F401

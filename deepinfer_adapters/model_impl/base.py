@@ -15,6 +15,7 @@ from torch import nn
 from deepinfer_adapters.config import ModelConfig, load_config
 from deepinfer_adapters.errors import CheckpointError
 from deepinfer_adapters.kernels.invariance import batch_invariant
+from deepinfer_adapters.model_impl import native_format
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.state import DenseStateCache, StateSpec
 from deepinfer_adapters.model_impl.weights import load_checkpoint
@@ -66,8 +67,17 @@ class CausalLMBase(nn.Module):
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, numerics: Numerics | None = None, *,
-                        device: str | torch.device = "cpu", progress: bool = True):
+                        device: str | torch.device = "cpu", progress: bool = True, weights: str = "dense"):
+        """``weights``: "dense" (float64 dequantized, the reference path) or "fp8" (as
+        stored, for the GPU kernels; model_impl/native_format.py)."""
         cfg = load_config(model_dir)
+        native_format.check_format(weights)
+        if weights == "fp8":
+            model = native_format.build(cls, cfg, numerics or Numerics.reference(), device=device,
+                                        model_dir=Path(model_dir))
+            raw = load_checkpoint(model_dir, cfg, dequantize=None, progress=progress)
+            model.load_weights(native_format.native_tensors(raw, cfg))
+            return model
         model = cls(cfg, numerics or Numerics.reference(), model_dir=Path(model_dir))
         model.load_weights(load_checkpoint(model_dir, cfg, dequantize=torch.float32, progress=progress))
         return model.to(device)

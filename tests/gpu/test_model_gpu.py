@@ -48,10 +48,10 @@ def _ids(n: int, seed: int = 0) -> list[int]:
     return torch.randint(3, 128000, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def _run(ckpt, numerics: Numerics, device: str) -> torch.Tensor:
+def _run(ckpt, numerics: Numerics, device: str, weights: str = "dense") -> torch.Tensor:
     """Prefill (logits of every prompt row) then DECODE single-token steps fed with
     fixed tokens: [PROMPT + DECODE, vocab] fp32 on the host."""
-    model = DeepseekV41ForCausalLM.from_pretrained(ckpt, numerics, device=device, progress=False)
+    model = DeepseekV41ForCausalLM.from_pretrained(ckpt, numerics, device=device, progress=False, weights=weights)
     state = model.new_state(1, MAX_LEN)
     ids = _ids(PROMPT + DECODE)
     with torch.no_grad():
@@ -97,3 +97,33 @@ def test_bf16_reference_cuda_within_noise_floor(ckpt):
     for backend, gpu in results.items():
         assert torch.isfinite(gpu).all(), backend
         assert _rel(gpu, cpu) <= 2 * floor, backend
+
+
+FP8_OPS = ("fp8_linear", "fp8_grouped_linear", "moe_experts")
+
+
+def test_bf16_native_fp8_cuda_within_noise_floor(ckpt):
+    """Native FP8 weights on CUDA (Triton fp8_linear, grouped wo_a, MoE grouped GEMM) against
+    the dense CPU reference, with the same noise-floor yardstick as above; and the same
+    native model with the torch references of those ops on CUDA, for comparison."""
+    num = Numerics.reference()
+    cpu = _run(ckpt, num, "cpu")
+    alt = _run(ckpt, dataclasses.replace(num, attn_probs_bf16=False), "cpu")
+    floor = _rel(alt, cpu)
+    fast = _run(ckpt, num, "cuda", weights="fp8")
+    for op in FP8_OPS:
+        kernels.use_backend(op, "torch")
+    try:
+        slow = _run(ckpt, num, "cuda", weights="fp8")
+    finally:
+        for op in FP8_OPS:
+            kernels.use_backend(op, None)
+    for name, gpu in (("triton", fast), ("torch", slow)):
+        agree = float((gpu.argmax(-1) == cpu.argmax(-1)).float().mean())
+        print(f"REPORT model bf16 native fp8 cuda (fp8 ops={name}) vs dense cpu: rel={_rel(gpu, cpu):.3e} "
+              f"row0 maxabs={float((gpu[0] - cpu[0]).abs().max()):.3e} argmax agree={agree:.2f} "
+              f"| noise floor rel={floor:.3e}")
+        assert torch.isfinite(gpu).all(), name
+        assert _rel(gpu, cpu) <= 2 * floor, name
+    print(f"REPORT model bf16 native fp8 cuda triton vs torch ops: rel={_rel(fast, slow):.3e}")
+

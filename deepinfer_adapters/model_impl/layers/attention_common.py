@@ -78,8 +78,11 @@ class AttentionBase(nn.Module):
         o = kernels.apply_rope(o, freqs, inverse=True)
         T = o.shape[0]
         grouped = o.reshape(T, self.groups, -1)
-        wo_a = self.wo_a.weight.view(self.groups, self.o_rank, -1)
-        z = torch.einsum("tgd,grd->tgr", narrow(grouped), narrow(wo_a, o.dtype)).to(o.dtype)
+        if self.wo_a.block is not None:  # native FP8 weight
+            z = kernels.fp8_grouped_linear(grouped, self.wo_a.weight, self.wo_a.scale, self.wo_a.block)
+        else:
+            wo_a = self.wo_a.weight.view(self.groups, self.o_rank, -1)
+            z = torch.einsum("tgd,grd->tgr", narrow(grouped), narrow(wo_a, o.dtype)).to(o.dtype)
         return self.wo_b(z.flatten(1), numerics)
 
     # ----------------------------------------------------------------- window ----

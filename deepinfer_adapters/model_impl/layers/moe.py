@@ -14,6 +14,7 @@ from torch import nn
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.config import LayerSpec, ModelConfig, Routing
+from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.numerics import Numerics
 
@@ -59,6 +60,7 @@ class Expert(nn.Module):
         self.w2 = Linear(inter, dim, quantized=True, act_block=act_block)
         self.w3 = Linear(dim, inter, quantized=True, act_block=act_block)
         self.limit = limit
+        self.act_block = act_block
 
     def forward(self, x: torch.Tensor, numerics: Numerics, route_w: torch.Tensor | None = None) -> torch.Tensor:
         gate = self.w1(x, numerics).float()
@@ -84,10 +86,28 @@ class MoE(nn.Module):
         self.shared_experts = (
             Expert(cfg.hidden_size, cfg.moe_intermediate_size, cfg.swiglu_limit, block) if cfg.n_shared_experts else None
         )
+        self.routed: Fp8Experts | None = None  # native format: replaces ``experts``
+
+    def use_fp8_experts(self, block: tuple[int, int], scale_dtype: torch.dtype) -> None:
+        """Swap the per-expert dense Linears for stacked FP8 weights (native format)."""
+        first = self.experts[0]
+        self.routed = Fp8Experts(len(self.experts), first.w1.in_features, first.w1.out_features, block=block,
+                                 scale_dtype=scale_dtype, act_block=first.act_block, limit=first.limit,
+                                 device=first.w1.weight.device)
+        self.experts = nn.ModuleList()
 
     def forward(self, x: torch.Tensor, numerics: Numerics, input_ids: torch.Tensor,
                 image_mask: torch.Tensor | None = None) -> torch.Tensor:
         w, idx = self.gate(x, input_ids, image_mask)
+        if self.routed is not None:
+            y = self.routed(x, w, idx, numerics)
+        else:
+            y = self._dense_experts(x, w, idx, numerics)
+        if self.shared_experts is not None:
+            y += self.shared_experts(x, numerics).float()
+        return y.to(x.dtype)
+
+    def _dense_experts(self, x: torch.Tensor, w: torch.Tensor, idx: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
         counts = torch.bincount(idx.flatten(), minlength=len(self.experts)).tolist()
         for e, n in enumerate(counts):
@@ -95,6 +115,4 @@ class MoE(nn.Module):
                 continue
             rows, slot = torch.where(idx == e)
             y[rows] += self.experts[e](x[rows], numerics, w[rows, slot, None]).float()
-        if self.shared_experts is not None:
-            y += self.shared_experts(x, numerics).float()
-        return y.to(x.dtype)
+        return y

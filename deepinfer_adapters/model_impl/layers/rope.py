@@ -17,14 +17,16 @@ from deepinfer_adapters.config import ModelConfig
 
 @lru_cache(maxsize=16)
 def _inv_freqs(rd: int, base: float, orig_len: int, factor: float, beta_fast: float, beta_slow: float) -> torch.Tensor:
-    freqs = 1.0 / (base ** (torch.arange(0, rd, 2, dtype=torch.float32) / rd))
+    # device="cpu" explicitly: the table is cached, and a model built under torch.device("meta")
+    # (model_impl/native_format.py) must not cache a meta tensor
+    freqs = 1.0 / (base ** (torch.arange(0, rd, 2, dtype=torch.float32, device="cpu") / rd))
     if orig_len > 0:
         def corrected_dim(rotations: float) -> float:
             return rd * math.log(orig_len / (rotations * 2 * math.pi)) / (2 * math.log(base))
 
         low = max(math.floor(corrected_dim(beta_fast)), 0)
         high = min(math.ceil(corrected_dim(beta_slow)), rd - 1)
-        ramp = ((torch.arange(rd // 2, dtype=torch.float32) - low) / max(high - low, 1e-3)).clamp(0, 1)
+        ramp = ((torch.arange(rd // 2, dtype=torch.float32, device="cpu") - low) / max(high - low, 1e-3)).clamp(0, 1)
         freqs = freqs / factor * ramp + freqs * (1 - ramp)
     return freqs
 

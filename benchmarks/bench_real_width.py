@@ -1,0 +1,341 @@
+"""A reduced DeepSeek-V4.1-Flash at the real widths on the GPU: decode and prefill, next
+to the floor, fast path and pure-torch reference path side by side in one run.
+
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_real_width.py [--out DIR]
+(``--tiny --device cpu`` runs the same script at tiny widths on the CPU, as a smoke test.)
+
+Model: the release config (hidden 5120, 64 heads x 512, q_lora 1280, o_lora 1024 x 8
+groups, 384 experts top-6 of width 2304 + 1 shared, index 32 heads x 128, vocab 129280,
+hc 4) with 7 layers, one per layer role of the release:
+  0 window | 1 window + Engram | 2 ratio-2 KV/index source | 3 ratio-2 reuse |
+  4 ratio-1 KV/index/candidate source | 5 ratio-1 reuse | 6 ratio-1 reindex (in the pool).
+No draft stages, no vision. Engram tables hold 24 x ~16k rows instead of 24 x ~16M
+(random ids hit the same 24 rows per token either way; 2 x 98 GB would not fit).
+Weights random in the native formats: E4M3 + E8M0 32x32 scales, experts E4M3 + E8M0
+1x32 scales (converted FP4), bf16 elsewhere -- ~98 GB, most of it experts (13.6 GB/layer).
+
+Workloads: decode steps at batch 1, 8, 32, 128, every sequence at context 4096 (state
+filled with random rows: the cost of a step does not depend on the values);
+prefill of one 8192-token sequence. Fast path = default dispatch (Triton fp8_linear,
+MoE grouped GEMM, sparse_attn); reference path = every kernel op pinned to its torch
+reference, same weights, same inputs. Numerics.reference() (bf16 + every FP8/FP4 step).
+
+Floors (computed by the script from the model's own tensors and printed; written down
+in BENCHMARKS.md before tuning):
+- decode bytes = every weight a step reads once (FP8 linears + scales, bf16 linears,
+  hc mixers counted as fp32, the bf16 head) + experts touched (expected distinct experts
+  of B x 6 uniform picks among 384) + per sequence the state rows read (128 window rows
+  x 7 layers, 512 selected compressed rows x 5 layers, index keys of 4096/ratio rows x 3
+  index layers, all bf16) ; floor = bytes / measured copy bandwidth.
+- prefill FLOPs = 2 x tokens x (weights applied per token: attention, shared + 6 experts,
+  indexer, compressor, Engram) + sparse attention 4 H K d per query (K = 640, window
+  layers 128) + indexer scores 2 x 32 x 128 per (query, visible key); floor = linear
+  FLOPs / FP8 rate + the rest / bf16 rate.
+Numbers (computed on a meta-device build before any GPU run; ceilings of the first H200 run,
+4.22 TB/s copy, 1436 TFLOP/s FP8, 783 TFLOP/s bf16):
+  weights 102.3 GB = experts 98.1 (E4M3 + scales) + embed 1.32 + Engram tables 0.20 + rest 2.71
+  (head 1.32 of it); decode bytes B=1: 4.24 GB -> 1.01 ms | B=8: 14.4 GB -> 3.4 ms |
+  B=32: 41.7 GB -> 10.0 ms | B=128: 88.5 GB -> 21.2 ms;
+  prefill 8192: 42.9 TFLOP at FP8 + 7.4 TFLOP at bf16 -> 39.3 ms (208k tokens/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+from deepinfer_adapters import kernels
+from deepinfer_adapters.config import parse_config
+from deepinfer_adapters.model_impl import native_format
+from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
+from deepinfer_adapters.model_impl.engram_hash import EngramHasher
+from deepinfer_adapters.model_impl.layers.linear import Linear
+from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.presets import engram_table_rows, release_config, tiny_config
+
+CONTEXT, PREFILL, BATCHES = 4096, 8192, (1, 8, 32, 128)
+OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "fp8_linear", "fp8_grouped_linear",
+       "moe_experts")
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def reduced_config(tiny: bool) -> dict:
+    raw = tiny_config("v41") if tiny else release_config("v41")
+    raw.pop("vision_config", None)
+    text = raw["text_config"]
+    text.update(num_hidden_layers=7, compress_ratios=[0, 0, 2, 2, 1, 1, 1, 0, 0, 0],
+                kv_source_layer_ids=[2, 4], index_source_layer_ids=[2, 4, 6], candidate_source_layer_id=4,
+                engram_layer_ids=[1], dspark_target_layer_ids=[4, 5, 6])
+    if not tiny:
+        text["engram_vocab_size"] = 16000  # table rows: see the module doc
+    text["engram_num_embeddings"] = engram_table_rows(1, text["engram_vocab_size"],
+                                                      (text["engram_max_ngram_size"] - 1) * text["engram_n_heads"])
+    return raw
+
+
+def random_hasher(cfg, device):
+    g = torch.Generator().manual_seed(1)
+    token_map = torch.randint(0, cfg.engram.compressed_vocab_size, (cfg.vocab_size,), generator=g)
+    return EngramHasher.from_token_map(cfg.engram, token_map, cfg.engram.compressed_vocab_size).to(device)
+
+
+@torch.no_grad()
+def fill_random(model, cfg, seed=0):
+    """Random weights in the native formats, scaled like the tiny checkpoints (N(0, 1/fan_in))."""
+    g = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+    fp8_fan_in = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, Linear) and mod.block is not None:
+            fp8_fan_in[name + ".weight"] = mod.in_features
+        if hasattr(mod, "w13") and hasattr(mod, "w2"):  # Fp8Experts
+            fp8_fan_in[name + ".w13"] = mod.w13.shape[-1]
+            fp8_fan_in[name + ".w2"] = mod.w2.shape[-1]
+    for name, p in model.named_parameters():
+        if p.dtype == torch.float8_e4m3fn:  # codes ~ N(0, 16^2): scale 2^-4 / sqrt(fan_in)
+            for chunk in p.data.view(-1, p.shape[-1]).split(4096):
+                chunk.copy_((torch.randn(chunk.shape, device=p.device, generator=g, dtype=torch.bfloat16) * 16))
+        elif p.dtype == torch.float8_e8m0fnu:
+            weight = name.replace(".scale", ".weight").replace("_scale", "")
+            byte = 127 - 4 - round(0.5 * math.log2(fp8_fan_in[weight]))
+            p.data.view(torch.uint8).fill_(byte)
+        elif name.endswith("norm.weight") or name.endswith(("q_weight", "k_weight")):
+            p.data.fill_(1.0)
+        elif name.endswith("hc_attn.scale") or name.endswith("hc_ffn.scale"):
+            p.data.copy_(0.5 + torch.rand(p.shape, device=p.device, generator=g))
+        elif name.endswith(("hc_attn.base", "hc_ffn.base", "attn_sink")):
+            p.data.copy_(torch.randn(p.shape, device=p.device, generator=g) * 0.5)
+        elif name.endswith(("gate.bias",)):
+            p.data.copy_(torch.randn(p.shape, device=p.device, generator=g) * 0.1)
+        else:
+            std = 1.0 if (p.dim() == 1 or name.endswith("embed.weight")) else 1 / math.sqrt(p.shape[-1])
+            if name == "head.weight":
+                std = 3 / math.sqrt(p.shape[-1])
+            p.data.copy_((torch.randn(p.shape, device=p.device, generator=g, dtype=torch.float32) * std).to(p.dtype))
+
+
+def fill_state(state, cfg, generator):
+    for (key, name), t in state._tensors.items():
+        if t.dtype.is_floating_point:
+            t.copy_(torch.randn(t.shape, device=t.device, generator=generator).to(t.dtype) * 0.5)
+        else:  # Engram token history: compressed ids
+            t.copy_(torch.randint(0, cfg.engram.compressed_vocab_size, t.shape, device=t.device, generator=generator))
+
+
+def param_bytes(model) -> dict[str, float]:
+    """Bytes by group, hc mixers counted at fp32 (the dense model keeps them fp64 for the CPU)."""
+    out = {"experts": 0.0, "embed": 0.0, "engram_table": 0.0, "rest": 0.0}
+    for name, p in model.named_parameters():
+        b = p.numel() * (4 if p.dtype == torch.float64 else p.element_size())
+        group = ("experts" if ".routed." in name else "embed" if name == "embed.weight"
+                 else "engram_table" if name.endswith("engram.embed.weight") else "rest")
+        out[group] += b
+    return out
+
+
+def decode_floor_bytes(model, cfg, B) -> float:
+    pb = param_bytes(model)
+    E, k = cfg.n_routed_experts, cfg.num_experts_per_tok
+    touched = E * (1 - (1 - k / E) ** B)  # expected distinct experts of B tokens x k uniform picks
+    per_layer_experts = pb["experts"] / len(model.layers)
+    d, dk = cfg.head_dim, cfg.index_head_dim
+    layers = cfg.main_layers
+    per_seq = 0.0
+    for layer in layers:
+        per_seq += cfg.sliding_window * d * 2
+        if layer.compress_ratio:
+            per_seq += cfg.index_topk * d * 2
+            if layer.has_indexer_query:
+                per_seq += CONTEXT // layer.compress_ratio * dk * 2
+    engram_rows = 24 * cfg.engram.head_dim * 2 * len(cfg.engram.layer_ids)
+    return pb["rest"] + touched * per_layer_experts / E * len(layers) + B * (per_seq + engram_rows + cfg.hidden_size * 2)
+
+
+def prefill_floor_flops(model, cfg, S) -> tuple[float, float]:
+    """(FLOPs at the FP8 rate, FLOPs at the bf16 rate) of one S-token prefill."""
+    fp8 = bf16 = 0.0
+    for name, mod in model.named_modules():
+        if isinstance(mod, Linear) and not name.startswith("head"):
+            flops = 2 * S * mod.in_features * mod.out_features
+            if "compressor" in name or "wk" in name.split(".")[-1]:  # one row per ratio tokens, bf16
+                bf16 += flops
+            elif mod.block is not None:
+                fp8 += flops
+            else:
+                bf16 += flops
+        if hasattr(mod, "w13") and hasattr(mod, "w2"):
+            per_token = 2 * (mod.w13.shape[1] * mod.w13.shape[2] + mod.w2.shape[1] * mod.w2.shape[2])
+            fp8 += S * cfg.num_experts_per_tok * per_token
+    H, d = cfg.num_attention_heads, cfg.head_dim
+    for layer in cfg.main_layers:
+        K = cfg.sliding_window + (cfg.index_topk if layer.compress_ratio else 0)
+        bf16 += 4 * H * K * d * S
+        if layer.has_indexer_query:  # scores against every visible key
+            bf16 += 2 * cfg.index_n_heads * cfg.index_head_dim * (S * S / 2) / layer.compress_ratio
+    bf16 += 2 * cfg.hidden_size * cfg.vocab_size  # the last token's logits
+    return fp8, bf16
+
+
+def ceilings_or_none(device):
+    if device != "cuda":
+        return {"copy_bw": float("nan"), "bf16_flops": float("nan"), "fp8_flops": float("nan")}
+    from benchmarks.timing import ceilings
+
+    return ceilings()
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, reps, warm=1):
+    for _ in range(warm):
+        fn()
+    times = []
+    for _ in range(reps):
+        sync(device)
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), times
+
+
+def pin_reference(on: bool):
+    for op in OPS:
+        kernels.use_backend(op, "torch" if on else None)
+
+
+@torch.no_grad()
+def run(args):
+    device = args.device
+    raw = reduced_config(args.tiny)
+    cfg = parse_config(raw)
+    num = Numerics.reference()
+    t0 = time.perf_counter()
+    model = native_format.build(DeepseekV41ForCausalLM, cfg, num, device=device,
+                                hasher=random_hasher(cfg, device), with_draft=False)
+    fill_random(model, cfg)
+    sync(device)
+    log(f"built {len(model.layers)} layers in {time.perf_counter() - t0:.1f} s; "
+        f"roles: {[(l.index, l.attn.value, l.compress_ratio, l.engram) for l in cfg.main_layers]}")
+    pb = param_bytes(model)
+    log(f"parameter GB: {json.dumps({k: round(v / 1e9, 2) for k, v in pb.items()})}")
+    c = ceilings_or_none(device)
+    log(f"ceilings: copy {c['copy_bw'] / 1e12:.2f} TB/s, bf16 {c['bf16_flops'] / 1e12:.0f} TFLOP/s, "
+        f"fp8 {c['fp8_flops'] / 1e12:.0f} TFLOP/s")
+    g = torch.Generator(device=device).manual_seed(2)
+    context = args.context
+    rows = []
+    for B in args.batches:
+        state = model.new_state(B, context + 8)
+        fill_state(state, cfg, g)
+        ids = torch.randint(3, cfg.vocab_size, (B,), generator=torch.Generator().manual_seed(B)).tolist()
+        batch = lambda: ForwardBatch.build([(s, context, [ids[s]]) for s in range(B)], device=device)
+        floor = decode_floor_bytes(model, cfg, B) / c["copy_bw"]
+        row = {"case": f"decode B={B}", "B": B, "context": context, "floor_bytes": decode_floor_bytes(model, cfg, B),
+               "floor_ms": floor * 1e3}
+        saved = {k: t.clone() for k, t in state._tensors.items()}  # a step moves the Engram history
+
+        def logits_from_saved():
+            for k, t in saved.items():
+                state._tensors[k].copy_(t)
+            return model(batch(), state).logits
+
+        fast, _ = timed(lambda: model(batch(), state), device, reps=args.reps)
+        logits_fast = logits_from_saved()
+        row["fast_ms"] = fast * 1e3
+        if B in args.ref_batches:
+            pin_reference(True)
+            try:
+                slow, _ = timed(lambda: model(batch(), state), device, reps=max(1, args.reps // 3), warm=1)
+                logits_ref = logits_from_saved()
+            finally:
+                pin_reference(False)
+            row["ref_ms"] = slow * 1e3
+            row["logits_rel_fast_vs_ref"] = float((logits_fast - logits_ref).norm() / logits_ref.norm())
+            row["argmax_agree"] = float((logits_fast.argmax(-1) == logits_ref.argmax(-1)).float().mean())
+        log(f"decode {json.dumps(row)}")
+        rows.append(row)
+        del state, saved
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    S = args.prefill
+    fp8_f, bf16_f = prefill_floor_flops(model, cfg, S)
+    state = model.new_state(1, S + 8)
+    ids = torch.randint(3, cfg.vocab_size, (S,), generator=torch.Generator().manual_seed(7)).tolist()
+    batch = lambda: ForwardBatch.build([(0, 0, ids)], device=device)
+    floor = fp8_f / c["fp8_flops"] + bf16_f / c["bf16_flops"]
+    row = {"case": f"prefill S={S}", "S": S, "flops_fp8": fp8_f, "flops_bf16": bf16_f, "floor_ms": floor * 1e3}
+    from deepinfer_adapters.kernels import triton_fp8_gemm
+
+    for path in args.large_m_paths:  # how fp8_linear runs prefill-sized row counts
+        triton_fp8_gemm.LARGE_M_PATH = path
+        t, _ = timed(lambda: model(batch(), state), device, reps=args.prefill_reps)
+        row[f"fast_ms_{path}"] = t * 1e3
+    triton_fp8_gemm.LARGE_M_PATH = "triton"
+    fast = min(row[f"fast_ms_{p}"] for p in args.large_m_paths) / 1e3
+    row["fast_ms"] = fast * 1e3
+    row["fast_tok_s"] = S / fast
+    if args.prefill_ref:
+        pin_reference(True)
+        try:
+            slow, _ = timed(lambda: model(batch(), state), device, reps=1, warm=0)
+        finally:
+            pin_reference(False)
+        row["ref_ms"] = slow * 1e3
+        row["ref_tok_s"] = S / slow
+    log(f"prefill {json.dumps(row)}")
+    rows.append(row)
+    return cfg, c, pb, rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tiny", action="store_true", help="tiny widths (CPU smoke test)")
+    ap.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
+    ap.add_argument("--ref-batches", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--context", type=int, default=CONTEXT)
+    ap.add_argument("--prefill", type=int, default=PREFILL)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--prefill-reps", type=int, default=3)
+    ap.add_argument("--no-prefill-ref", dest="prefill_ref", action="store_false")
+    ap.add_argument("--large-m-paths", nargs="+", default=["triton", "bf16_cublas"])
+    args = ap.parse_args()
+    info = {"command": " ".join(sys.argv), "torch": torch.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if args.device == "cuda":
+        import triton
+
+        info.update(device=torch.cuda.get_device_name(0), triton=triton.__version__)
+    log(f"INFO {json.dumps(info)}")
+    cfg, c, pb, rows = run(args)
+    with open(os.path.join(args.out, "bench_real_width.json"), "w") as fh:
+        json.dump({"info": info, "ceilings": c, "param_bytes": pb, "rows": rows}, fh, indent=1)
+    log("\nSUMMARY (median ms; ratio = measured / floor; ref = every op pinned to its torch reference)")
+    log(f"{'case':16s} {'floor ms':>9s} {'fast ms':>9s} {'x floor':>8s} {'tok/s':>10s} {'ref ms':>10s} {'ref/fast':>8s} "
+        f"{'rel(fast,ref)':>13s}")
+    for r in rows:
+        toks = r.get("B", r.get("S"))
+        ref = r.get("ref_ms", float("nan"))
+        log(f"{r['case']:16s} {r['floor_ms']:9.3f} {r['fast_ms']:9.2f} {r['fast_ms'] / r['floor_ms']:8.1f} "
+            f"{toks / r['fast_ms'] * 1e3:10.0f} {ref:10.1f} {ref / r['fast_ms']:8.1f} "
+            f"{r.get('logits_rel_fast_vs_ref', float('nan')):13.2e}")
+
+
+if __name__ == "__main__":
+    main()

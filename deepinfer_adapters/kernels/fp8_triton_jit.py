@@ -1,0 +1,132 @@
+"""Triton kernels of the FP8 GEMM and MoE backends (imported lazily by
+kernels/triton_fp8_gemm.py and kernels/triton_moe.py; this module imports triton).
+
+The activation quantization follows model_impl/quant.py fp8_roundtrip (the
+reference's act_quant): amax floored at 1e-4, scale = 2^ceil(log2(amax * fp32(1/448)))
+from the float32 bits, x * (1 / scale) (exact for a power of two), clamp to +-448,
+round-to-nearest-even E4M3 (cvt.rn.satfinite).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def ceil_pow2(v):
+    """2^ceil(log2 v) from the float32 bits, as quant.ceil_pow2 (v positive, normal)."""
+    bits = v.to(tl.int32, bitcast=True)
+    exponent = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).to(tl.int32)
+    return (exponent << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def pow2_reciprocal(s):
+    """1 / s for a power of two s (exact; x * (1/s) == x / s)."""
+    exponent = (s.to(tl.int32, bitcast=True) >> 23) & 0xFF
+    return ((254 - exponent) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def quantize_rows(x):
+    """x [G, BLOCK] fp32 -> (E4M3 codes [G, BLOCK], fp32 scale per row [G])."""
+    amax = tl.maximum(tl.max(tl.abs(x), 1), 1e-4)
+    scale = ceil_pow2(amax * (1.0 / 448.0))
+    q = tl.minimum(tl.maximum(x * pow2_reciprocal(scale)[:, None], -448.0), 448.0).to(tl.float8e4nv)
+    return q, scale
+
+
+@triton.jit
+def act_quant_kernel(X, Q, S, K, stride_xm, stride_qm, stride_sm,
+                     BLOCK: tl.constexpr, GROUPS: tl.constexpr, DEQUANT_OUT: tl.constexpr):
+    """One row x GROUPS blocks of BLOCK values: E4M3 codes + fp32 scales, or (DEQUANT_OUT)
+    the round-tripped values in Q's dtype."""
+    row = tl.program_id(0).to(tl.int64)
+    group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
+    offs = group[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    mask = offs < K
+    x = tl.load(X + row * stride_xm + offs, mask=mask, other=0.0).to(tl.float32)
+    q, scale = quantize_rows(x)
+    if DEQUANT_OUT:
+        tl.store(Q + row * stride_qm + offs, (q.to(tl.float32) * scale[:, None]).to(Q.dtype.element_ty), mask=mask)
+    else:
+        tl.store(Q + row * stride_qm + offs, q, mask=mask)
+        tl.store(S + row * stride_sm + group, scale, mask=group * BLOCK < K)
+
+
+@triton.jit(do_not_specialize=["M"])  # one compile for every batch size
+def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1,
+                    M, N, K, k_per_split,
+                    stride_am, stride_asm, stride_we, stride_wn, stride_wse, stride_wsn,
+                    stride_om, stride_os,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
+                    A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
+                    GROUPED: tl.constexpr, GATHER_A: tl.constexpr):
+    """OUT[r, n] = sum_k A[r, k] W[e, n, k] with block scales. GROUPED: program row
+    tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
+    GATHER_A: A's row for output row r is ROW_IDX[r]. A_SB == 0: A is bf16, unscaled."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    if GROUPED:
+        expert = tl.load(TILE_EXPERT + pid_m).to(tl.int64)
+        row0 = tl.load(TILE_ROW0 + pid_m)
+        row_end = tl.load(TILE_ROW1 + pid_m)
+    else:
+        expert = 0
+        row0 = pid_m * BLOCK_M
+        row_end = M
+    if expert >= 0:
+        rows = row0 + tl.arange(0, BLOCK_M)
+        mask_m = rows < row_end
+        if GATHER_A:
+            a_rows = tl.load(ROW_IDX + rows, mask=mask_m, other=0).to(tl.int64)
+        else:
+            a_rows = rows.to(tl.int64)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = cols < N
+        a_ptr = A + a_rows[:, None] * stride_am
+        as_ptr = A_SCALE + a_rows * stride_asm
+        w_ptr = W + expert * stride_we + cols.to(tl.int64)[None, :] * stride_wn
+        ws_ptr = W_SCALE + expert * stride_wse + (cols // W_BN).to(tl.int64) * stride_wsn
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        k_lo = pid_k * k_per_split
+        k_hi = tl.minimum(K, k_lo + k_per_split)
+        # K has no masks: the wrapper makes K and k_per_split multiples of KSTEP * SUB, so
+        # every load is whole 16-byte vectors (a K mask made Triton fall back to byte loads)
+        for k0 in range(k_lo, k_hi, KSTEP * SUB):
+            for j in tl.static_range(SUB):
+                kb = k0 + j * KSTEP
+                ks = kb + tl.arange(0, KSTEP)
+                a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
+                w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
+                sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
+                if W_E8M0:  # E8M0 byte e -> 2^(e - 127) (byte 0 reads as 0, 255 as inf)
+                    sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+                if A_SB > 0:
+                    sa = tl.load(as_ptr + kb // A_SB, mask=mask_m, other=0.0)
+                    acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
+                else:
+                    acc = tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
+        out_ptr = OUT + pid_k * stride_os + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
+        tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def swiglu_quant_kernel(H, RW, Q, S, I, stride_h, stride_q, stride_s, limit,
+                        BLOCK: tl.constexpr, GROUPS: tl.constexpr, HAS_LIMIT: tl.constexpr):
+    """One sorted MoE row x GROUPS blocks: clamp, silu(gate) * up, times the route weight,
+    rounded to bf16 (the reference's w2 input), then quantized like act_quant_kernel."""
+    row = tl.program_id(0).to(tl.int64)
+    group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
+    offs = group[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    mask = offs < I
+    gate = tl.load(H + row * stride_h + offs, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(H + row * stride_h + I + offs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_LIMIT:
+        up = tl.minimum(tl.maximum(up, -limit), limit)
+        gate = tl.minimum(gate, limit)
+    h = gate / (1.0 + tl.exp(-gate)) * up
+    h = (tl.load(RW + row) * h).to(tl.bfloat16).to(tl.float32)
+    q, scale = quantize_rows(h)
+    tl.store(Q + row * stride_q + offs, q, mask=mask)
+    tl.store(S + row * stride_s + group, scale, mask=group * BLOCK < I)

@@ -1,0 +1,82 @@
+"""Pure-torch references of the ops on native FP8 weights (block-scaled E4M3 as stored).
+
+Each dequantizes the weight exactly (E4M3 x power-of-two scale is exact in float32)
+and then runs the very arithmetic the dense-weight path runs (layers/linear.py,
+the grouped wo_a einsum of attention_common.py, the expert loop of layers/moe.py),
+so a model holding native weights gives bit-identical results to one holding
+float64 dequantized weights when these references run.
+
+Weight layout: ``weight`` [..., N, K] ``float8_e4m3fn``; ``scale`` [..., ceil(N/B0),
+ceil(K/B1)] float32 or E8M0 (``float8_e8m0fnu``), one per ``block`` = (B0, B1) tile.
+``act_block`` > 0: the activation is FP8-quantized per ``act_block`` values first
+(the reference's ``act_quant``); 0: it enters the GEMM as it is (bf16 weights' rule).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from deepinfer_adapters.kernels.invariance import narrow, wide
+from deepinfer_adapters.kernels.reference import linear
+from deepinfer_adapters.model_impl.quant import dequant_fp8_blocks, fp8_roundtrip
+
+OPS = ("fp8_linear", "fp8_grouped_linear", "moe_experts")
+
+
+def dequant(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    """[N, K] float32, exact."""
+    return dequant_fp8_blocks(weight, scale, block, torch.float32)
+
+
+def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
+               act_block: int) -> torch.Tensor:
+    """x [T, K] @ W^T -> [T, N] in x's dtype, as ``Linear`` with the dense weight computes it."""
+    if act_block:
+        x = fp8_roundtrip(x, act_block)
+    return linear(x, dequant(weight, scale, block)).to(x.dtype)
+
+
+def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
+                       block: tuple[int, int]) -> torch.Tensor:
+    """Per-group projection without activation quantization (V4/V4.1 ``wo_a``):
+    x [T, G, Din], weight [G * R, Din] -> [T, G, R] in x's dtype, z[t, g] = W_g x[t, g]."""
+    groups = x.shape[1]
+    w = dequant(weight, scale, block).view(groups, -1, x.shape[-1])
+    return torch.einsum("tgd,grd->tgr", narrow(x), narrow(w, x.dtype)).to(x.dtype)
+
+
+def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
+                w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
+                block: tuple[int, int], act_block: int, limit: float) -> torch.Tensor:
+    """Routed experts: y[t] = sum_j route_w[t, j] Expert_{expert_ids[t, j]}(x[t]), fp32 [T, D].
+
+    x [T, D]; route_w [T, k] fp32; expert_ids [T, k]; w13 [E, 2I, D] holds w1 (rows :I)
+    over w3 (rows I:); w2 [E, D, I]; scales per ``block``. Expert e's rows are added in
+    ascending e, as layers/moe.py does.
+    """
+    y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    counts = torch.bincount(expert_ids.flatten(), minlength=w13.shape[0]).tolist()
+    for e, n in enumerate(counts):
+        if n == 0:
+            continue
+        rows, slot = torch.where(expert_ids == e)
+        y[rows] += _expert(x[rows], route_w[rows, slot, None], w13[e], w13_scale[e], w2[e], w2_scale[e],
+                           block, act_block, limit).float()
+    return y
+
+
+def _expert(x: torch.Tensor, route_w: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor,
+            w2: torch.Tensor, w2_scale: torch.Tensor, block: tuple[int, int], act_block: int,
+            limit: float) -> torch.Tensor:
+    """layers/moe.py Expert.forward: clamped SwiGLU, the route weight before w2."""
+    inter = w2.shape[1]
+    scale_rows = inter // block[0]
+    gate = fp8_linear(x, w13[:inter], w13_scale[:scale_rows], block, act_block).float()
+    up = fp8_linear(x, w13[inter:], w13_scale[scale_rows:], block, act_block).float()
+    if limit > 0:
+        up = up.clamp(-limit, limit)
+        gate = gate.clamp(max=limit)
+    h = F.silu(wide(gate)).float() * up
+    h = route_w * h
+    return fp8_linear(h.to(x.dtype), w2, w2_scale, block, act_block)

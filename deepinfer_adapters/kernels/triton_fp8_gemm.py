@@ -1,0 +1,236 @@
+"""Triton backends of ``fp8_linear`` and ``fp8_grouped_linear`` (CUDA bf16 activations;
+registered as "triton"), and the block-scaled FP8 GEMM the MoE backend shares.
+
+Weights stay as the checkpoint stores them: E4M3 [.., N, K] with one float32 or E8M0
+scale per (B0, B1) tile (V4.1: 32 x 32; routed experts converted from FP4: 1 x 32).
+torch._scaled_mm's block-wise modes need 128-wide blocks, so V4.1's 32-wide blocks
+take this kernel.
+
+Arithmetic (``act_block`` > 0, the reference's FP8 GEMM):
+- ``act_quant`` quantizes each row per ``act_block`` values with the reference's
+  rule (model_impl/quant.py fp8_roundtrip: amax floor 1e-4, power-of-two scale
+  2^ceil(log2(amax * fp32(1/448))), saturating round-to-nearest-even E4M3), giving
+  the same E4M3 codes and scales as the torch reference.
+- The GEMM walks K in steps of KSTEP = the smaller of the two scale blocks (32 for
+  V4.1). Each step is one FP8 tensor-core product of exact E4M3 x E4M3 terms,
+  multiplied by (activation scale x weight scale) -- a power of two, so exact -- and
+  added to an fp32 accumulator. The reference dequantizes both and sums the same
+  exact products in fp32 in another order, then rounds to bf16: outputs agree to
+  about one bf16 ulp (tests/gpu/test_fp8_linear_gpu.py).
+- ``act_block`` == 0 (wo_a; bf16 weights' rule): the bf16 activation meets the
+  weight tile dequantized to bf16 in registers (exact), bf16 tensor-core products.
+
+Shape choices: tiles by the number of rows M (decode rows fit one tile; prefill
+takes 128 x 128), and split-K (fp32 partials, summed in a fixed order) when too few
+tiles would run to cover the SMs. Both depend on M, so a row's last bits can depend
+on the batch it shares a call with: this backend is not batch-invariant.
+
+For large M a second path is kept for comparison (``LARGE_M_PATH``): dequantize
+the weight to bf16 and round-trip the activation (both exact), then one cuBLAS
+bf16 GEMM. benchmarks/bench_fp8_gemm.py times both.
+
+Triton is imported lazily (importing ``deepinfer_adapters`` needs no GPU stack).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from deepinfer_adapters.kernels import register
+
+FP8_MAX = 448.0
+ACT_AMAX_FLOOR = 1e-4
+TARGET_PROGRAMS = 264  # two per SM on an H200 (132 SMs): split-K below this
+LARGE_M = 1024  # rows from which LARGE_M_PATH applies
+LARGE_M_PATH = "triton"  # or "bf16_cublas"
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    block_m: int
+    block_n: int
+    sub: int  # scale-block steps of K per loop iteration (loads issued together)
+    num_warps: int
+    num_stages: int
+    split_k: bool = True  # allow split-K when the tiles do not cover the SMs
+
+
+def default_config(m: int, kstep: int) -> GemmConfig:
+    """Tiles by rows: decode batches fit one M tile, so each weight tile is read once."""
+    sub = max(1, 128 // kstep)
+    if m <= 16:
+        return GemmConfig(16, 64, sub, 4, 4)
+    if m <= 32:
+        return GemmConfig(32, 64, sub, 4, 4)
+    if m <= 64:
+        return GemmConfig(64, 64, sub, 4, 3)
+    if m <= 256:
+        return GemmConfig(64, 128, sub, 4, 3)
+    return GemmConfig(128, 128, sub, 8, 3)
+
+
+@functools.cache
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:  # ImportError, or a broken install
+        return False
+    return True
+
+
+@functools.cache
+def _kernels():
+    import triton
+
+    from deepinfer_adapters.kernels import fp8_triton_jit as jit  # imports triton at its top
+
+    return triton, jit.act_quant_kernel, jit.fp8_gemm_kernel
+
+
+# ------------------------------------------------------------------------ wrappers ----
+
+
+def act_quant(x: torch.Tensor, block: int, *, dequant_to: torch.dtype | None = None):
+    """x [M, K] -> (E4M3 [M, K], fp32 scales [M, K / block]); with ``dequant_to`` the
+    round-tripped values in that dtype instead (and None)."""
+    triton, kernel, _ = _kernels()
+    M, K = x.shape
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    q = torch.empty(M, K, device=x.device, dtype=dequant_to or torch.float8_e4m3fn)
+    s = None if dequant_to else torch.empty(M, triton.cdiv(K, block), device=x.device, dtype=torch.float32)
+    groups = max(1, min(triton.next_power_of_2(triton.cdiv(K, block)), 4096 // block))
+    if M:
+        kernel[(M, triton.cdiv(triton.cdiv(K, block), groups))](
+            x, q, q if s is None else s, K, x.stride(0), q.stride(0), 0 if s is None else s.stride(0),
+            BLOCK=block, GROUPS=groups, DEQUANT_OUT=dequant_to is not None, num_warps=4)
+    return q, s
+
+
+def _scale_arg(scale: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    if scale.dtype in (torch.float8_e8m0fnu, torch.uint8):
+        return scale.view(torch.uint8), True
+    return scale.float(), False
+
+
+def kstep_for(weight_block: tuple[int, int], act_block: int) -> int:
+    return min(act_block, weight_block[1]) if act_block else weight_block[1]
+
+
+@dataclass
+class Groups:
+    """Row tiles of a grouped GEMM: tile i covers rows [row0[i], row1[i]) of expert[i] (-1 = idle)."""
+
+    expert: torch.Tensor
+    row0: torch.Tensor
+    row1: torch.Tensor
+    row_idx: torch.Tensor | None = None  # A row of each output row (None: the same row)
+
+
+def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: torch.Tensor,
+         w_scale: torch.Tensor, weight_block: tuple[int, int], out_dtype: torch.dtype, *,
+         rows: int | None = None, groups: Groups | None = None, config: GemmConfig | None = None) -> torch.Tensor:
+    """out [rows, N] = A W^T with block scales (see the kernel). ``weight`` [N, K] or, with
+    ``groups``, [E, N, K]. ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16."""
+    triton, _, kernel = _kernels()
+    N, K = weight.shape[-2:]
+    M = a.shape[0] if rows is None else rows
+    kstep = kstep_for(weight_block, act_block)
+    if K % kstep:
+        raise ValueError(f"fp8 gemm: K = {K} is not a multiple of the scale block {kstep}")
+    cfg = config or default_config(M if groups is None else max(1, M // max(1, weight.shape[0])), kstep)
+    ws, e8m0 = _scale_arg(w_scale)
+    sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
+    step = kstep * sub
+    m_tiles = groups.expert.numel() if groups is not None else triton.cdiv(M, cfg.block_m)
+    n_tiles = triton.cdiv(N, cfg.block_n)
+    split = 1
+    if cfg.split_k and groups is None and m_tiles * n_tiles < TARGET_PROGRAMS:
+        split = min(triton.cdiv(TARGET_PROGRAMS, m_tiles * n_tiles), triton.cdiv(K, step))
+    k_per_split = triton.cdiv(triton.cdiv(K, split), step) * step
+    split = triton.cdiv(K, k_per_split)
+    out = torch.empty((split, M, N) if split > 1 else (M, N), device=a.device,
+                      dtype=torch.float32 if split > 1 else out_dtype)
+    if M == 0:
+        return out if split == 1 else out.sum(0).to(out_dtype)
+    grouped = groups is not None
+    tiles = groups if grouped else Groups(out, out, out)  # unused pointers when not grouped
+    row_idx = groups.row_idx if grouped and groups.row_idx is not None else None
+    w_strides = (weight.stride(0), weight.stride(1)) if grouped else (0, weight.stride(0))
+    s_strides = (ws.stride(0), ws.stride(1)) if grouped else (0, ws.stride(0))
+    kernel[(m_tiles, n_tiles, split)](
+        a, a if a_scale is None else a_scale, weight, ws, out,
+        a if row_idx is None else row_idx, tiles.expert, tiles.row0, tiles.row1,
+        M, N, K, k_per_split,
+        a.stride(0), 0 if a_scale is None else a_scale.stride(0), *w_strides, *s_strides,
+        out.stride(-2), out.stride(0) if split > 1 else 0,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, KSTEP=kstep, SUB=sub,
+        A_SB=act_block if a_scale is not None else 0, W_BN=weight_block[0], W_BK=weight_block[1],
+        W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return out if split == 1 else out.sum(0).to(out_dtype)
+
+
+def dequant_bf16(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    """Dense bf16 copy of a block-scaled weight (exact: E4M3 x 2^e fits bf16), one broadcast
+    multiply when the blocks tile the weight."""
+    N, K = weight.shape
+    s = (scale.view(torch.float8_e8m0fnu) if scale.dtype == torch.uint8 else scale).float().to(torch.bfloat16)
+    if N % block[0] == 0 and K % block[1] == 0:
+        tiles = weight.view(N // block[0], block[0], K // block[1], block[1]).to(torch.bfloat16)
+        return (tiles * s[:, None, :, None]).view(N, K)
+    s = s.repeat_interleave(block[0], 0)[:N].repeat_interleave(block[1], 1)[:, :K]
+    return weight.to(torch.bfloat16) * s
+
+
+def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
+               act_block: int, *, config: GemmConfig | None = None, path: str | None = None) -> torch.Tensor:
+    """See ``reference_fp8.fp8_linear``: [.., K] bf16 -> [.., N] bf16."""
+    lead, K = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, K)
+    path = path or (LARGE_M_PATH if x2.shape[0] >= LARGE_M else "triton")
+    if path == "bf16_cublas":
+        xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
+        out = torch.nn.functional.linear(xa, dequant_bf16(weight, scale, block))
+    elif act_block:
+        q, s = act_quant(x2, act_block)
+        out = gemm(q, s, act_block, weight, scale, block, x.dtype, config=config)
+    else:
+        out = gemm(x2, None, 0, weight, scale, block, x.dtype, config=config)
+    return out.view(*lead, weight.shape[0])
+
+
+def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
+                       block: tuple[int, int]) -> torch.Tensor:
+    """See ``reference_fp8.fp8_grouped_linear``: [T, G, Din] -> [T, G, R], one GEMM per group."""
+    T, G, _ = x.shape
+    R = weight.shape[0] // G
+    out = torch.empty(T, G, R, device=x.device, dtype=x.dtype)
+    for g in range(G):
+        rows = slice(g * R, (g + 1) * R)
+        srows = slice(g * R // block[0], (g + 1) * R // block[0])
+        out[:, g] = gemm(x[:, g], None, 0, weight[rows], scale[srows], block, x.dtype)
+    return out
+
+
+def _fp8_weight_ok(x: torch.Tensor, weight: torch.Tensor, block: tuple[int, int], act_block: int) -> bool:
+    kstep = kstep_for(block, act_block)
+    return (x.is_cuda and x.dtype == torch.bfloat16 and weight.dtype == torch.float8_e4m3fn
+            and x.shape[-1] % kstep == 0 and kstep >= (32 if act_block else 16)
+            and (act_block == 0 or max(act_block, block[1]) % kstep == 0) and triton_available())
+
+
+def supports_linear(x, weight, scale, block, act_block, **_) -> bool:
+    return _fp8_weight_ok(x, weight, block, act_block)
+
+
+def supports_grouped(x, weight, scale, block, **_) -> bool:
+    R = weight.shape[0] // max(1, x.shape[1])
+    return _fp8_weight_ok(x, weight, block, 0) and R % block[0] == 0
+
+
+register("fp8_linear", "triton", fp8_linear, supports=supports_linear, priority=10)
+register("fp8_grouped_linear", "triton", fp8_grouped_linear, supports=supports_grouped, priority=10)

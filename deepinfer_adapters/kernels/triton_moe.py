@@ -1,0 +1,107 @@
+"""Triton backend of ``moe_experts`` (CUDA bf16 activations; registered as "triton").
+
+Same signature and meaning as ``reference_fp8.moe_experts``. One step, no host sync:
+1. route: the T x k (token, expert) pairs sorted by expert (stable), and a table of
+   row tiles, each inside one expert's rows (torch ops on the device);
+2. act_quant: each token's activation quantized to E4M3 once (not once per expert);
+3. grouped GEMM w13: sorted row r reads token row r // k through an index, so the
+   activations are never copied per expert; output bf16, as the reference rounds
+   w1 and w3 outputs;
+4. swiglu_quant: clamp, silu(gate) * up, times the route weight, rounded to bf16
+   and quantized to E4M3 per ``act_block`` -- the reference's steps in its order;
+5. grouped GEMM w2 (bf16 out);
+6. combine: each token's k rows added in fp32 in ascending expert order, the order
+   in which the reference's expert loop adds them.
+Differences from the reference are those of the FP8 GEMM (kernels/triton_fp8_gemm.py)
+plus Triton's exp in silu (~2 ulp of fp32) before the bf16 rounding.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from deepinfer_adapters.kernels import register
+from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
+
+
+@functools.cache
+def _kernels():
+    import triton
+
+    from deepinfer_adapters.kernels import fp8_triton_jit as jit  # imports triton at its top
+
+    return triton, jit.swiglu_quant_kernel
+
+
+def route(expert_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch.Tensor, fp8.Groups, torch.Tensor]:
+    """(order, tiles, combine positions). Sorted row r is pair ``order[r]`` (= token * k + slot);
+    tile i covers sorted rows [row0, row1) of one expert; ``positions[t]`` lists the sorted
+    rows of token t in ascending expert order."""
+    T, k = expert_ids.shape
+    flat = expert_ids.flatten()
+    order = torch.argsort(flat, stable=True)
+    # scatter_add, not bincount: bincount sizes its output from the data (a host sync,
+    # which also rules out CUDA-graph capture)
+    counts = torch.zeros(n_experts, dtype=torch.long, device=flat.device).scatter_add_(0, flat, torch.ones_like(flat))
+    starts = torch.cumsum(counts, 0) - counts
+    tiles_per_expert = (counts + block_m - 1) // block_m
+    tile_end = torch.cumsum(tiles_per_expert, 0)
+    # sum_e ceil(c_e / B) <= (T k) // B + (number of non-empty experts)
+    max_tiles = (T * k) // block_m + min(n_experts, T * k)
+    t = torch.arange(max_tiles, device=flat.device)
+    expert = torch.searchsorted(tile_end, t, right=True)
+    e = expert.clamp(max=n_experts - 1)
+    row0 = starts[e] + (t - (tile_end[e] - tiles_per_expert[e])) * block_m
+    tiles = fp8.Groups(expert=torch.where(expert < n_experts, expert, -1).to(torch.int32),
+                       row0=row0.to(torch.int32), row1=(starts[e] + counts[e]).to(torch.int32),
+                       row_idx=(order // k).to(torch.int32))
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(T * k, device=flat.device)
+    positions = inverse.view(T, k).gather(1, expert_ids.argsort(dim=1))
+    return order, tiles, positions
+
+
+def swiglu_quant(h13: torch.Tensor, route_w: torch.Tensor, limit: float, block: int):
+    """h13 [R, 2I] bf16 (gate | up), route_w [R] fp32 -> (E4M3 [R, I], fp32 scales [R, I / block])."""
+    triton, kernel = _kernels()
+    R, I = h13.shape[0], h13.shape[1] // 2
+    q = torch.empty(R, I, device=h13.device, dtype=torch.float8_e4m3fn)
+    s = torch.empty(R, triton.cdiv(I, block), device=h13.device, dtype=torch.float32)
+    groups = max(1, min(triton.next_power_of_2(triton.cdiv(I, block)), 4096 // block))
+    if R:
+        kernel[(R, triton.cdiv(triton.cdiv(I, block), groups))](
+            h13, route_w, q, s, I, h13.stride(0), q.stride(0), s.stride(0), float(limit),
+            BLOCK=block, GROUPS=groups, HAS_LIMIT=limit > 0, num_warps=4)
+    return q, s
+
+
+def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
+                w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
+                block: tuple[int, int], act_block: int, limit: float, *,
+                config: fp8.GemmConfig | None = None) -> torch.Tensor:
+    """See ``reference_fp8.moe_experts``: fp32 [T, D]."""
+    T, k = expert_ids.shape
+    E = w13.shape[0]
+    kstep = fp8.kstep_for(block, act_block)
+    cfg = config or fp8.default_config(max(1, T * k // E), kstep)
+    order, tiles, positions = route(expert_ids, E, cfg.block_m)
+    q, s = fp8.act_quant(x, act_block)
+    h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
+    h8, hs = swiglu_quant(h13, route_w.float().flatten()[order].contiguous(), limit, act_block)
+    plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
+    out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg)
+    y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    for j in range(k):
+        y += out[positions[:, j]].float()
+    return y
+
+
+def supports(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit, **_) -> bool:
+    inter = w2.shape[-1]
+    return (act_block > 0 and w13.dim() == 3 and inter % act_block == 0 and inter % block[0] == 0
+            and fp8._fp8_weight_ok(x, w13, block, act_block))
+
+
+register("moe_experts", "triton", moe_experts, supports=supports, priority=10)

@@ -1,0 +1,44 @@
+"""Routed experts in the native FP8 format: every expert's weights stacked, E4M3 with
+their block scales, run by ``kernels.moe_experts`` (the torch reference is the
+expert loop of layers/moe.py; the CUDA backend a grouped GEMM, kernels/triton_moe.py).
+
+FP4 checkpoint experts convert exactly: each E2M1 value (0, .5, .., 6) is an E4M3
+value, and its E8M0 scale per 32 inputs becomes a (1, 32) block scale
+(model_impl/native_format.py). w1 and w3 are stacked as w13 = [w1; w3] so one GEMM
+computes both.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from deepinfer_adapters import kernels
+from deepinfer_adapters.model_impl.numerics import Numerics
+
+
+class Fp8Experts(nn.Module):
+    def __init__(self, n_experts: int, dim: int, inter: int, *, block: tuple[int, int], scale_dtype: torch.dtype,
+                 act_block: int, limit: float, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        self.block, self.act_block, self.limit = block, act_block, limit
+
+        def weight(out_f: int, in_f: int) -> nn.Parameter:
+            return nn.Parameter(torch.empty(n_experts, out_f, in_f, dtype=torch.float8_e4m3fn, device=device),
+                                requires_grad=False)
+
+        def scale(out_f: int, in_f: int) -> nn.Parameter:
+            shape = (n_experts, math.ceil(out_f / block[0]), math.ceil(in_f / block[1]))
+            return nn.Parameter(torch.empty(shape, dtype=scale_dtype, device=device), requires_grad=False)
+
+        self.w13, self.w13_scale = weight(2 * inter, dim), scale(2 * inter, dim)
+        self.w2, self.w2_scale = weight(dim, inter), scale(dim, inter)
+
+    def forward(self, x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
+                numerics: Numerics) -> torch.Tensor:
+        """x [T, D], route weights and expert ids [T, k] -> fp32 [T, D] (routed sum)."""
+        act_block = self.act_block if numerics.act_quant else 0
+        return kernels.moe_experts(x, route_w, expert_ids, self.w13, self.w13_scale, self.w2, self.w2_scale,
+                                   self.block, act_block, self.limit)

@@ -1,0 +1,131 @@
+"""Triton ``fp8_linear`` / ``fp8_grouped_linear`` against the torch references, on CUDA.
+
+Tolerance. The activation codes and scales must equal the reference's bit for bit
+(same quantization rule; tested directly). Both sides then sum exact products of the
+same values in fp32 -- the reference in one bf16 GEMM, the kernel per 32-wide K step
+on FP8 tensor cores, promoted to an fp32 accumulator after each step -- and round once
+to bf16. So an output element rounds to the same bf16 value or to its neighbour
+(rtol 2^-7), except that a sum cancelling to near 0 carries the fp32 error of the big
+terms (atol 2^-10 max|ref|). Over a tensor ||out - ref|| / ||ref|| stays under one bf16
+ulp: asserted <= 2e-3 (seen: see the REPORT lines).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepinfer_adapters import kernels
+from deepinfer_adapters.kernels import reference_fp8
+from deepinfer_adapters.model_impl.quant import fp8_roundtrip, quant_fp8_blocks
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
+
+NORM_RTOL = 2e-3
+
+
+def _tri():
+    from deepinfer_adapters.kernels import triton_fp8_gemm
+
+    return triton_fp8_gemm
+
+
+def _rel(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def _weight(N, K, block, seed, f32_scale=False):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    w = torch.randn(N, K, device="cuda", generator=g) / K**0.5
+    w = w * torch.logspace(-2, 1, K, device="cuda")[torch.randperm(K, device="cuda", generator=g)]  # uneven blocks
+    w8, scale = quant_fp8_blocks(w, block)
+    return w8, scale.float() if f32_scale else scale
+
+
+def _x(M, K, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed + 1000)
+    x = torch.randn(M, K, device="cuda", generator=g) * torch.logspace(-3, 2, K, device="cuda")
+    return x.bfloat16()
+
+
+def _check(out, ref, label):
+    rel = _rel(out, ref)
+    print(f"REPORT {label}: rel={rel:.2e} maxabs={float((out.float() - ref.float()).abs().max()):.2e}")
+    assert torch.isfinite(out).all()
+    assert rel <= NORM_RTOL, label
+    torch.testing.assert_close(out.float(), ref.float(), rtol=2.0**-7, atol=2.0**-10 * float(ref.float().abs().max()))
+
+
+@pytest.mark.parametrize("block", [32, 128])
+def test_act_quant_matches_reference_bitwise(block):
+    tri = _tri()
+    x = _x(37, 1024, 0)
+    x[3, :block] = 0  # an all-zero block: the amax floor
+    q, s = tri.act_quant(x, block)
+    deq = (q.float().unflatten(-1, (-1, block)) * s[..., None]).flatten(-2).to(x.dtype)
+    assert torch.equal(deq, fp8_roundtrip(x, block))
+    rt, _ = tri.act_quant(x, block, dequant_to=torch.bfloat16)
+    assert torch.equal(rt, fp8_roundtrip(x, block))
+
+
+SHAPES = [(1280, 5120), (512, 5120), (4096, 1280), (5120, 2304), (96, 160)]
+
+
+@pytest.mark.parametrize("M", [1, 7, 33, 130, 1100])
+@pytest.mark.parametrize("N,K", SHAPES)
+def test_fp8_linear_v41_blocks(M, N, K):
+    w8, scale = _weight(N, K, (32, 32), seed=N + K)
+    x = _x(M, K, M)
+    ref = reference_fp8.fp8_linear(x, w8, scale, (32, 32), 32)
+    _check(kernels.fp8_linear(x, w8, scale, (32, 32), 32), ref, f"fp8_linear M={M} N={N} K={K} (32,32)")
+
+
+@pytest.mark.parametrize("path", ["triton", "bf16_cublas"])
+@pytest.mark.parametrize("M", [3, 2048])
+def test_fp8_linear_paths(M, path):
+    w8, scale = _weight(1280, 5120, (32, 32), seed=1)
+    x = _x(M, 5120, 2)
+    ref = reference_fp8.fp8_linear(x, w8, scale, (32, 32), 32)
+    _check(_tri().fp8_linear(x, w8, scale, (32, 32), 32, path=path), ref, f"fp8_linear path={path} M={M}")
+
+
+@pytest.mark.parametrize("M", [2, 300])
+def test_fp8_linear_v4_blocks_and_f32_scales(M):
+    w8, scale = _weight(1024, 4096, (128, 128), seed=3, f32_scale=True)
+    x = _x(M, 4096, 4)
+    ref = reference_fp8.fp8_linear(x, w8, scale, (128, 128), 128)
+    _check(kernels.fp8_linear(x, w8, scale, (128, 128), 128), ref, f"fp8_linear M={M} (128,128) f32 scales")
+
+
+@pytest.mark.parametrize("M", [1, 64, 700])
+def test_fp8_linear_expert_blocks(M):
+    """(1, 32) weight scales (FP4 experts converted to FP8)."""
+    w8, scale = _weight(2304, 5120, (1, 32), seed=5)
+    x = _x(M, 5120, 6)
+    ref = reference_fp8.fp8_linear(x, w8, scale, (1, 32), 32)
+    _check(kernels.fp8_linear(x, w8, scale, (1, 32), 32), ref, f"fp8_linear M={M} (1,32)")
+
+
+@pytest.mark.parametrize("M", [1, 40, 1500])
+def test_weight_only_fp8_linear(M):
+    """act_block 0: bf16 activations against the dequantized weight (bf16 products)."""
+    w8, scale = _weight(1024, 4096, (32, 32), seed=7)
+    x = _x(M, 4096, 8)
+    ref = reference_fp8.fp8_linear(x, w8, scale, (32, 32), 0)
+    _check(kernels.fp8_linear(x, w8, scale, (32, 32), 0), ref, f"fp8_linear act_block=0 M={M}")
+
+
+@pytest.mark.parametrize("T", [1, 9, 600])
+def test_fp8_grouped_linear(T):
+    G, R, Din = 8, 1024, 4096
+    w8, scale = _weight(G * R, Din, (32, 32), seed=9)
+    x = _x(T, G * Din, 10).view(T, G, Din)
+    ref = reference_fp8.fp8_grouped_linear(x, w8, scale, (32, 32))
+    _check(kernels.fp8_grouped_linear(x, w8, scale, (32, 32)), ref, f"fp8_grouped_linear T={T}")
+
+
+def test_dispatch_picks_triton_on_cuda():
+    w8, scale = _weight(64, 128, (32, 32), seed=11)
+    x = _x(4, 128, 12)
+    assert _tri().supports_linear(x, w8, scale, (32, 32), 32)
+    assert not _tri().supports_linear(x.float(), w8, scale, (32, 32), 32)  # float32 numerics: the reference
