@@ -42,6 +42,7 @@ Numbers (computed on a meta-device build before any GPU run; ceilings of the fir
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -213,6 +214,26 @@ def timed(fn, device, reps, warm=1):
     return statistics.median(times), times
 
 
+def profile_step(step, out_dir):
+    """One decode step under torch.profiler: where the wall time goes (launch count, top ops)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    table = events.table(sort_by="self_cpu_time_total", row_limit=40)
+    with open(os.path.join(out_dir, "profile_decode_b1.txt"), "w") as fh:
+        fh.write(table + "\n\n" + events.table(sort_by="self_device_time_total", row_limit=25))
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"))
+    gpu_us = sum(e.self_device_time_total for e in events)
+    log(f"profile decode B=1: {launches} kernel launches, GPU busy {gpu_us / 1e3:.1f} ms; top by self CPU:")
+    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:12]:
+        log(f"  {e.key[:60]:60s} calls {e.count:6d} self cpu {e.self_cpu_time_total / 1e3:8.2f} ms "
+            f"gpu {e.self_device_time_total / 1e3:8.2f} ms")
+
+
 def pin_reference(on: bool):
     for op in OPS:
         kernels.use_backend(op, "torch" if on else None)
@@ -267,6 +288,20 @@ def run(args):
             row["ref_ms"] = slow * 1e3
             row["logits_rel_fast_vs_ref"] = float((logits_fast - logits_ref).norm() / logits_ref.norm())
             row["argmax_agree"] = float((logits_fast.argmax(-1) == logits_ref.argmax(-1)).float().mean())
+            if B <= 8:  # yardstick: the reference itself with fp32 instead of bf16 attention probabilities
+                pin_reference(True)
+                model.numerics = dataclasses.replace(num, attn_probs_bf16=False)
+                try:
+                    logits_alt = logits_from_saved()
+                finally:
+                    model.numerics = num
+                    pin_reference(False)
+                row["noise_floor_rel"] = float((logits_alt - logits_ref).norm() / logits_ref.norm())
+        if args.profile and B == 1:
+            try:
+                profile_step(lambda: model(batch(), state), args.out)
+            except Exception as e:  # the profile is a diagnosis, not a result
+                log(f"profile failed: {type(e).__name__}: {e}")
         log(f"decode {json.dumps(row)}")
         rows.append(row)
         del state, saved
@@ -281,11 +316,12 @@ def run(args):
     row = {"case": f"prefill S={S}", "S": S, "flops_fp8": fp8_f, "flops_bf16": bf16_f, "floor_ms": floor * 1e3}
     from deepinfer_adapters.kernels import triton_fp8_gemm
 
+    default_path = triton_fp8_gemm.LARGE_M_PATH
     for path in args.large_m_paths:  # how fp8_linear runs prefill-sized row counts
         triton_fp8_gemm.LARGE_M_PATH = path
         t, _ = timed(lambda: model(batch(), state), device, reps=args.prefill_reps)
         row[f"fast_ms_{path}"] = t * 1e3
-    triton_fp8_gemm.LARGE_M_PATH = "triton"
+    triton_fp8_gemm.LARGE_M_PATH = default_path
     fast = min(row[f"fast_ms_{p}"] for p in args.large_m_paths) / 1e3
     row["fast_ms"] = fast * 1e3
     row["fast_tok_s"] = S / fast
@@ -315,6 +351,7 @@ def main():
     ap.add_argument("--prefill-reps", type=int, default=3)
     ap.add_argument("--no-prefill-ref", dest="prefill_ref", action="store_false")
     ap.add_argument("--large-m-paths", nargs="+", default=["triton", "bf16_cublas"])
+    ap.add_argument("--profile", action="store_true", help="torch.profiler over one decode step at B=1")
     args = ap.parse_args()
     info = {"command": " ".join(sys.argv), "torch": torch.__version__,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
@@ -328,13 +365,13 @@ def main():
         json.dump({"info": info, "ceilings": c, "param_bytes": pb, "rows": rows}, fh, indent=1)
     log("\nSUMMARY (median ms; ratio = measured / floor; ref = every op pinned to its torch reference)")
     log(f"{'case':16s} {'floor ms':>9s} {'fast ms':>9s} {'x floor':>8s} {'tok/s':>10s} {'ref ms':>10s} {'ref/fast':>8s} "
-        f"{'rel(fast,ref)':>13s}")
+        f"{'rel(fast,ref)':>13s} {'noise floor':>11s}")
     for r in rows:
         toks = r.get("B", r.get("S"))
         ref = r.get("ref_ms", float("nan"))
         log(f"{r['case']:16s} {r['floor_ms']:9.3f} {r['fast_ms']:9.2f} {r['fast_ms'] / r['floor_ms']:8.1f} "
             f"{toks / r['fast_ms'] * 1e3:10.0f} {ref:10.1f} {ref / r['fast_ms']:8.1f} "
-            f"{r.get('logits_rel_fast_vs_ref', float('nan')):13.2e}")
+            f"{r.get('logits_rel_fast_vs_ref', float('nan')):13.2e} {r.get('noise_floor_rel', float('nan')):11.2e}")
 
 
 if __name__ == "__main__":

@@ -25,9 +25,11 @@ takes 128 x 128), and split-K (fp32 partials, summed in a fixed order) when too 
 tiles would run to cover the SMs. Both depend on M, so a row's last bits can depend
 on the batch it shares a call with: this backend is not batch-invariant.
 
-For large M a second path is kept for comparison (``LARGE_M_PATH``): dequantize
-the weight to bf16 and round-trip the activation (both exact), then one cuBLAS
-bf16 GEMM. benchmarks/bench_fp8_gemm.py times both.
+From ``LARGE_M`` rows on (prefill) the default is a second path (``LARGE_M_PATH``):
+dequantize the weight to bf16 and round-trip the activation (both exact), then one
+cuBLAS bf16 GEMM -- the same arithmetic as the reference, and on the H200 about 2x
+faster than this kernel there: the fp32 rescale after every 32-wide FP8 product
+keeps the tensor cores waiting (benchmarks/bench_fp8_gemm.py times both).
 
 Triton is imported lazily (importing ``deepinfer_adapters`` needs no GPU stack).
 """
@@ -45,7 +47,8 @@ FP8_MAX = 448.0
 ACT_AMAX_FLOOR = 1e-4
 TARGET_PROGRAMS = 264  # two per SM on an H200 (132 SMs): split-K below this
 LARGE_M = 1024  # rows from which LARGE_M_PATH applies
-LARGE_M_PATH = "triton"  # or "bf16_cublas"
+# H200, 8192 rows (BENCHMARKS.md): the bf16 cuBLAS path 2.2x the FP8 floor, this kernel 4.4-4.8x
+LARGE_M_PATH = "bf16_cublas"
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,10 @@ class GemmConfig:
 
 
 def default_config(m: int, kstep: int) -> GemmConfig:
-    """Tiles by rows: decode batches fit one M tile, so each weight tile is read once."""
+    """Tiles by rows: decode batches fit one M tile, so each weight tile is read once.
+    From the H200 sweep (benchmarks/bench_fp8_gemm.py): 64 x 128 tiles are the best or
+    within 10% of it from 128 rows up, also for the MoE prefill; 128 x 128 with 4 scale
+    steps per iteration ran 2x slower (and 7x for the MoE), so it is not used."""
     sub = max(1, 128 // kstep)
     if m <= 16:
         return GemmConfig(16, 64, sub, 4, 4)
@@ -67,9 +73,7 @@ def default_config(m: int, kstep: int) -> GemmConfig:
         return GemmConfig(32, 64, sub, 4, 4)
     if m <= 64:
         return GemmConfig(64, 64, sub, 4, 3)
-    if m <= 256:
-        return GemmConfig(64, 128, sub, 4, 3)
-    return GemmConfig(128, 128, sub, 8, 3)
+    return GemmConfig(64, 128, sub, 4, 3)
 
 
 @functools.cache
