@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import torch
 
 from deepinfer_adapters.kernels import register
+from deepinfer_adapters.kernels.triton_support import triton_available
 
 FP8_MAX = 448.0
 ACT_AMAX_FLOOR = 1e-4
@@ -74,16 +75,6 @@ def default_config(m: int, kstep: int) -> GemmConfig:
     if m <= 64:
         return GemmConfig(64, 64, sub, 4, 3)
     return GemmConfig(64, 128, sub, 4, 3)
-
-
-@functools.cache
-def triton_available() -> bool:
-    try:
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
-    except Exception:  # ImportError, or a broken install
-        return False
-    return True
 
 
 @functools.cache

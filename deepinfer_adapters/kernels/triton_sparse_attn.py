@@ -63,6 +63,7 @@ import torch
 
 from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.reference import SPARSE_ATTN_BLOCK
+from deepinfer_adapters.kernels.triton_support import triton_available
 
 BLOCK_K = SPARSE_ATTN_BLOCK  # indices per online-softmax block: the reference's rounding points
 
@@ -80,16 +81,6 @@ class Config:
     block_d: int = 32
     split_blocks: int = 0  # bf16 kernel: > 0 splits each query's indices into chunks of this many
     #                        blocks of 64, one program each, merged by a second kernel (split-K)
-
-
-@functools.cache
-def triton_available() -> bool:
-    try:
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
-    except Exception:  # ImportError, or a broken install
-        return False
-    return True
 
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
