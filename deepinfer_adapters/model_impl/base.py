@@ -67,18 +67,20 @@ class CausalLMBase(nn.Module):
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, numerics: Numerics | None = None, *,
-                        device: str | torch.device = "cpu", progress: bool = True, weights: str = "dense"):
+                        device: str | torch.device = "cpu", progress: bool = True, weights: str = "dense",
+                        **model_kwargs: Any):
         """``weights``: "dense" (float64 dequantized, the reference path) or "fp8" (as
-        stored, for the GPU kernels; model_impl/native_format.py)."""
+        stored, for the GPU kernels; model_impl/native_format.py). ``model_kwargs`` go to
+        the model class (e.g. ``with_draft=False``)."""
         cfg = load_config(model_dir)
         native_format.check_format(weights)
         if weights == "fp8":
             model = native_format.build(cls, cfg, numerics or Numerics.reference(), device=device,
-                                        model_dir=Path(model_dir))
+                                        model_dir=Path(model_dir), **model_kwargs)
             raw = load_checkpoint(model_dir, cfg, dequantize=None, progress=progress)
             model.load_weights(native_format.native_tensors(raw, cfg))
             return model
-        model = cls(cfg, numerics or Numerics.reference(), model_dir=Path(model_dir))
+        model = cls(cfg, numerics or Numerics.reference(), model_dir=Path(model_dir), **model_kwargs)
         model.load_weights(load_checkpoint(model_dir, cfg, dequantize=torch.float32, progress=progress))
         return model.to(device)
 

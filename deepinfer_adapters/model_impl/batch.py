@@ -95,3 +95,40 @@ class ForwardBatch:
             return self.logits_rows
         last = torch.tensor(self.cu_seqlens[1:], device=self.input_ids.device) - 1
         return last
+
+
+@dataclass
+class DecodeBatch:
+    """B sequences with one new token each, every per-sequence value a device tensor.
+
+    What ``model.decode`` takes: no host loop over sequences and no host sync, so a
+    decode step can be captured once in a CUDA graph and replayed with new values in
+    the same tensors. Shapes depend only on B and ``max_len``.
+    """
+
+    input_ids: torch.Tensor  # [B] int64
+    positions: torch.Tensor  # [B] int64: the new token's position = context before it
+    slots: torch.Tensor  # [B] int64 state-cache slots
+    # upper bound of every sequence's context after this step (a host int, part of a
+    # captured graph's shape): index scans cover max_len // ratio compressed rows
+    max_len: int
+    # filled by the model during the forward: tensors shared between layers (selections)
+    scratch: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(cls, tokens: Sequence[int], positions: Sequence[int], slots: Sequence[int], *,
+              max_len: int | None = None, device: str | torch.device = "cpu") -> "DecodeBatch":
+        if not (len(tokens) == len(positions) == len(slots)) or not tokens:
+            raise ValueError("a DecodeBatch needs one token, position and slot per sequence (at least one)")
+        def as_tensor(values: Sequence[int]) -> torch.Tensor:
+            return torch.tensor([int(v) for v in values], dtype=torch.long, device=device)
+
+        return cls(as_tensor(tokens), as_tensor(positions), as_tensor(slots),
+                   max_len if max_len is not None else max(positions) + 1)
+
+    @property
+    def num_seqs(self) -> int:
+        return self.input_ids.shape[0]
+
+    def cu_seqlens(self) -> torch.Tensor:
+        return torch.arange(self.num_seqs + 1, device=self.input_ids.device)

@@ -14,7 +14,7 @@ from torch import nn
 
 from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.base import CausalLMBase, DraftOutput, ModelOutput, in_numerics_scope
-from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.engram_hash import (BLOCKED, EngramHasher, compressed_ids, engram_hash_chunk,
                                                       make_engram_hasher)
 from deepinfer_adapters.model_impl.layers.block_v41 import BlockV41
@@ -76,12 +76,15 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             spec.add(ENGRAM_KEY, StateField("recent", recent, torch.int64, "fixed", fill=BLOCKED))
         return spec
 
-    def engram_ids(self, batch: ForwardBatch, state: StateCache) -> torch.Tensor | None:
-        if self.cfg.engram is None:
-            return None
+    def _require_hasher(self) -> None:
         if self.hasher is None:
             raise ValueError("this V4.1 model has Engram layers but no token map: build it with model_dir "
                              "(the tokenizer files) or pass hasher=")
+
+    def engram_ids(self, batch: ForwardBatch, state: StateCache) -> torch.Tensor | None:
+        if self.cfg.engram is None:
+            return None
+        self._require_hasher()
         recent = state.fixed(ENGRAM_KEY, "recent")  # compressed id of position p at slot p % size
         size, device = recent.shape[1], recent.device
         back = torch.arange(-(self.cfg.engram.max_ngram_size - 1), 0, device=device)
@@ -95,6 +98,43 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             pos = batch.positions[rows][-size:]
             recent[slot, pos % size] = compressed[rows][-size:]
         return ids
+
+    def _engram_ids_decode(self, batch: DecodeBatch, state: StateCache) -> torch.Tensor | None:
+        """``engram_ids`` for one text token per sequence, on the device."""
+        if self.cfg.engram is None:
+            return None
+        recent = state.fixed(ENGRAM_KEY, "recent")
+        size, slots = recent.shape[1], batch.slots
+        hist_pos = batch.positions.unsqueeze(1) + torch.arange(1 - self.cfg.engram.max_ngram_size, 0,
+                                                                device=slots.device)
+        history = torch.where(hist_pos >= 0, recent[slots.unsqueeze(1), hist_pos % size], BLOCKED)
+        ids, _ = engram_hash_chunk(self.hasher, batch.input_ids, history, batch.cu_seqlens())
+        recent[slots, batch.positions % size] = compressed_ids(self.hasher, batch.input_ids, None)
+        return ids
+
+    @in_numerics_scope
+    def decode(self, batch: DecodeBatch, state: StateCache) -> torch.Tensor:
+        """One new text token per sequence, batched on the device: logits [B, vocab] fp32.
+
+        The same computation as ``forward`` on a one-token-per-sequence ForwardBatch (tests
+        compare them), without host loops or syncs, so a CUDA graph can capture it. Needs a
+        state cache with device addressing (``StateCache.row_pool``) and no draft stages
+        (their rings follow ``forward`` only, for now)."""
+        if self.with_draft:
+            raise ValueError("decode() runs the main model only: build the model with with_draft=False "
+                             "(draft stages are kept in step by forward())")
+        if self.cfg.engram is not None:
+            self._require_hasher()
+        num = self.numerics
+        batch.scratch.clear()
+        hash_ids = self._engram_ids_decode(batch, state)
+        h = self.embed.weight[batch.input_ids].to(num.dtype).unsqueeze(1).repeat(1, self.cfg.hc_mult, 1)
+        pre = identity_pre_mix(h.shape[0], self.cfg.hc_mult, h.device)
+        for block in self.layers:
+            if block.engram is not None:
+                h = block.engram(h, hash_ids[:, block.engram.table_index], num)
+            h, pre = block.decode(h, pre, batch, state, num)
+        return self.head(self.norm(hc_pre(h, pre)).float(), num)
 
     def forward(self, batch: ForwardBatch, state: StateCache, replay: Replay | None = None) -> ModelOutput:
         """One step. ``replay`` (mask / compact) bounds the consumer layers' prefill work;

@@ -21,6 +21,12 @@ partial groups, Engram history, DSpark rings) is a ring indexed by position with
 k extra slots, and every chunk writes all its positions into it, so a rejected
 position's row lands in a slot no restarted query reads; rows fields are indexed
 by position and simply rewritten. ``rewind=0`` keeps the reference's exact sizes.
+
+Device addressing. The batched decode path (``model.decode``, what a CUDA graph
+captures) cannot loop over sequences on the host: it reads and writes rows fields
+through ``row_pool`` (the field as one flat tensor of rows) and ``row_address``
+(slots and row numbers, as device tensors, to indices into that pool). A cache
+that implements both supports ``decode``; others (the vLLM adapter's) only ``forward``.
 """
 
 from __future__ import annotations
@@ -91,6 +97,20 @@ class StateCache(ABC):
     def write_rows(self, key: str, name: str, slot: int, start: int, rows: torch.Tensor) -> None:
         """Write rows [start, start + len(rows)) of a rows field for one slot."""
 
+    def row_pool(self, key: str, name: str) -> torch.Tensor:
+        """A rows field as one flat tensor [P, *row_shape] (a view: writes land in the cache)."""
+        raise NotImplementedError(f"{type(self).__name__} has no device addressing (model.decode needs it)")
+
+    def row_address(self, key: str, name: str, slots: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Indices into ``row_pool`` of row ``rows[b, j]`` of slot ``slots[b]``; [B, n] int64.
+        Device-side only (no host sync). Rows past a slot's capacity map to some valid index
+        whose content is meaningless: callers mask what a sequence cannot see yet."""
+        raise NotImplementedError(f"{type(self).__name__} has no device addressing (model.decode needs it)")
+
+    def row_capacity(self, key: str, name: str) -> int:
+        """How many rows of this field one slot can address (sizes a decode step's index scan)."""
+        raise NotImplementedError(f"{type(self).__name__} has no device addressing (model.decode needs it)")
+
     def reset(self, slot: int) -> None:
         """Give a slot to a new sequence: fixed fields back to their fill value."""
         for key, f in self.spec.fields():
@@ -118,6 +138,16 @@ class DenseStateCache(StateCache):
 
     def read_rows(self, key: str, name: str, slot: int, start: int, end: int) -> torch.Tensor:
         return self._tensors[(key, name)][slot, start:end]
+
+    def row_pool(self, key: str, name: str) -> torch.Tensor:
+        return self._tensors[(key, name)].flatten(0, 1)
+
+    def row_address(self, key: str, name: str, slots: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        cap = self._tensors[(key, name)].shape[1]
+        return slots.unsqueeze(-1) * cap + rows.clamp(0, cap - 1)
+
+    def row_capacity(self, key: str, name: str) -> int:
+        return self._tensors[(key, name)].shape[1]
 
     def write_rows(self, key: str, name: str, slot: int, start: int, rows: torch.Tensor) -> None:
         t = self._tensors[(key, name)]

@@ -67,7 +67,7 @@ def round_block_size(spec: StateSpec, block_size: int) -> int:
 
 class PagedStateCache(StateCache):
     def __init__(self, spec: StateSpec, num_slots: int, num_blocks: int, block_size: int,
-                 device: str | torch.device = "cpu") -> None:
+                 device: str | torch.device = "cpu", max_blocks_per_slot: int | None = None) -> None:
         self.spec, self.num_slots, self.num_blocks, self.block_size = spec, num_slots, num_blocks, block_size
         self.device = torch.device(device)
         self._fields: dict[tuple[str, str], StateField] = {}
@@ -80,6 +80,10 @@ class PagedStateCache(StateCache):
             self._tensors[(key, f.name)] = torch.full(shape, f.fill, dtype=f.dtype, device=self.device)
         self._tables: dict[int, list[int]] = {}
         self._table_tensors: dict[int, torch.Tensor] = {}
+        # device addressing (model.decode): every slot's block ids, rows updated by bind(); a
+        # slot's entries past its own blocks are stale and only ever read (masked) never written
+        self.max_blocks_per_slot = max_blocks_per_slot or max(num_blocks, 1)
+        self.block_table = torch.zeros(num_slots, self.max_blocks_per_slot, dtype=torch.long, device=self.device)
 
     def bind(self, tables: dict[int, list[int]], tensors: dict[int, torch.Tensor] | None = None) -> None:
         """The block tables of the step about to run (slot -> block ids; optionally the same
@@ -87,6 +91,14 @@ class PagedStateCache(StateCache):
         self._tables = {slot: list(t) for slot, t in tables.items()}
         self._table_tensors = tensors if tensors is not None else {
             slot: torch.tensor(t, dtype=torch.long, device=self.device) for slot, t in tables.items()}
+        if tables:
+            width = max(len(t) for t in tables.values())
+            if width > self.max_blocks_per_slot:
+                raise ValueError(f"a block table of {width} blocks exceeds max_blocks_per_slot "
+                                 f"{self.max_blocks_per_slot}")
+            padded = torch.tensor([list(t) + [0] * (width - len(t)) for t in tables.values()], dtype=torch.long)
+            slots = torch.tensor(list(tables), dtype=torch.long)
+            self.block_table[slots.to(self.device), :width] = padded.to(self.device)
 
     def fixed(self, key: str, name: str) -> torch.Tensor:
         return self._tensors[(key, name)]
@@ -111,6 +123,17 @@ class PagedStateCache(StateCache):
         rows = pool[self._table_tensors[slot][first : last + 1]].flatten(0, 1)
         return rows[start - first * per_block : end - first * per_block]
 
+    def row_pool(self, key: str, name: str) -> torch.Tensor:
+        return self._tensors[(key, name)].flatten(0, 1)
+
+    def row_address(self, key: str, name: str, slots: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        per_block = self.block_size // self._fields[(key, name)].ratio
+        rows = rows.clamp(0, self.row_capacity(key, name) - 1)
+        return self.block_table[slots.unsqueeze(-1), rows // per_block] * per_block + rows % per_block
+
+    def row_capacity(self, key: str, name: str) -> int:
+        return self.max_blocks_per_slot * (self.block_size // self._fields[(key, name)].ratio)
+
     def write_rows(self, key: str, name: str, slot: int, start: int, rows: torch.Tensor) -> None:
         n = rows.shape[0]
         pool, _, per_block = self._locate(key, name, slot, start + n)
@@ -124,9 +147,9 @@ class CacheManager:
     """Slots and blocks: allocate as sequences grow, free on finish, abort and preemption."""
 
     def __init__(self, spec: StateSpec, *, num_slots: int, num_blocks: int, block_size: int,
-                 device: str | torch.device = "cpu") -> None:
+                 device: str | torch.device = "cpu", max_blocks_per_slot: int | None = None) -> None:
         self.spec, self.block_size = spec, block_size
-        self.cache = PagedStateCache(spec, num_slots, num_blocks, block_size, device)
+        self.cache = PagedStateCache(spec, num_slots, num_blocks, block_size, device, max_blocks_per_slot)
         self._ratios = sorted({f.ratio for _, f in spec.fields() if f.kind == "rows"})
         self._free_slots: deque[int] = deque(range(num_slots))
         self._free_blocks: deque[int] = deque(range(num_blocks))
@@ -152,7 +175,8 @@ class CacheManager:
                 f"{num_slots * per_slot} bytes and one sequence of max_model_len={max_model_len} tokens needs "
                 f"{per_seq_blocks} blocks of {per_block} bytes; give at least {need} bytes, or lower "
                 "max_num_seqs or max_model_len", "state_memory_bytes")
-        return cls(spec, num_slots=num_slots, num_blocks=num_blocks, block_size=block_size, device=device)
+        return cls(spec, num_slots=num_slots, num_blocks=num_blocks, block_size=block_size, device=device,
+                   max_blocks_per_slot=per_seq_blocks)
 
     # ------------------------------------------------------------------ slots ----
     def allocate_slot(self) -> int | None:

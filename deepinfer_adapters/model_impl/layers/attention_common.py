@@ -19,7 +19,7 @@ from torch import nn
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels.invariance import narrow
 from deepinfer_adapters.config import LayerSpec, ModelConfig
-from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.layers.rope import RotaryTable
@@ -131,6 +131,25 @@ class AttentionBase(nn.Module):
         keys, base = self.window_keys(state, batch.slots[i], start, kv)
         idx = self.window_index(start, kv.shape[0], base, batch.lo(i))[clip:].to(kv.device)
         return keys, idx
+
+    def decode_window(self, state: StateCache, batch: DecodeBatch, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Batched decode: store each sequence's new KV in its ring, then return its window
+        keys [B, W, d] (positions p - W + 1 .. p, oldest first, as ``window_index``'s
+        decode layout) and which of them exist [B, W] (positions >= 0)."""
+        ring = state.fixed(self.key, "window_kv")
+        size = ring.shape[1]
+        ring[batch.slots, batch.positions % size] = kv.to(ring.dtype)
+        pos = batch.positions.unsqueeze(1) + torch.arange(1 - self.window, 1, device=kv.device)
+        keys = ring[batch.slots.unsqueeze(1), pos % size].to(kv.dtype)
+        return keys, pos >= 0
+
+    def attend_gathered(self, q: torch.Tensor, keys: torch.Tensor, valid: torch.Tensor,
+                        numerics: Numerics) -> torch.Tensor:
+        """q [B, H, d] over per-sequence keys [B, K, d] (valid [B, K]): the same index layout
+        as the per-sequence path, so the same blocks of 64 and the same result."""
+        B, K = valid.shape
+        flat = torch.arange(B * K, device=q.device).view(B, K)
+        return self.attend(q, keys.flatten(0, 1), torch.where(valid, flat, -1), numerics)
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, idx: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         return kernels.sparse_attn(q, keys, self.attn_sink, idx, self.scale, probs_bf16=numerics.attn_probs_bf16)

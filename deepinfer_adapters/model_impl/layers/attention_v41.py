@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from deepinfer_adapters.config import LayerSpec, ModelConfig
-from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase
 from deepinfer_adapters.model_impl.layers.compressor_v41 import CompressorV41
 from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41
@@ -66,6 +66,52 @@ class AttentionV41(AttentionBase):
                 keys = torch.cat([keys, compressed])
             out[rows] = self.attend(q[rows], keys, idx, numerics)
         return self.output(out, freqs, numerics)
+
+    def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
+        """``forward`` for one new token per sequence, batched on the device (model.decode)."""
+        freqs = self.rope.lookup(batch.positions, batch.max_len)
+        q, qr = self.project_q(x, freqs, numerics)
+        keys, valid = self.decode_window(state, batch, self.project_kv(x, freqs, numerics))
+        if self.ratio:
+            if self.is_source:
+                self._publish_decode(x, batch, state, numerics)
+            if self.runs_indexer:
+                batch.scratch["selections"] = self._select_decode(x, qr, freqs, batch, state, numerics)
+            sel = batch.scratch["selections"]
+            pool = state.row_pool(self.source_key, "compressed_kv")
+            rows = pool[state.row_address(self.source_key, "compressed_kv", batch.slots, sel)].to(numerics.dtype)
+            keys, valid = torch.cat([keys, rows], 1), torch.cat([valid, sel >= 0], 1)
+        return self.output(self.attend_gathered(q, keys, valid, numerics), freqs, numerics)
+
+    def _select_decode(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: DecodeBatch,
+                       state: StateCache, numerics: Numerics) -> torch.Tensor:
+        """[B, k] selected compressed rows (ascending, -1 = none) over the first
+        max_len // ratio rows of each sequence's index keys."""
+        n_rows = min(batch.max_len // self.ratio, state.row_capacity(self.source_key, "index_k"))
+        B = batch.num_seqs
+        if n_rows == 0:
+            return torch.empty(B, 0, dtype=torch.long, device=x.device)
+        rows = torch.arange(n_rows, device=x.device).expand(B, n_rows)
+        pool = state.row_pool(self.source_key, "index_k")
+        keys = pool[state.row_address(self.source_key, "index_k", batch.slots, rows)].to(numerics.dtype)
+        scores = self.indexer.scores(x, qr, freqs, keys, numerics)
+        visible = (batch.positions + 1) // self.ratio
+        return self.indexer.select(scores, visible, batch.scratch.setdefault("pool", {}), numerics)
+
+    def _publish_decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> None:
+        """``_publish`` for one token per sequence: every sequence computes its group's row;
+        only those whose token completes the group store it (the others rewrite what is there)."""
+        r = self.ratio
+        latent, complete = self.compressor.decode(x, numerics, state, batch)
+        row = batch.positions // r  # the group the token belongs to (= the row it completes)
+        freqs = self.rope.lookup(row * r, batch.max_len)
+        kv = kernels.apply_rope(latent, freqs)
+        if numerics.kv_quant:
+            kv = fp4_roundtrip_e4m3(kv, COMPRESSED_FP4_GROUP)
+        for name, value in (("index_k", self.indexer.index_keys(latent, freqs, numerics)), ("compressed_kv", kv)):
+            pool = state.row_pool(self.key, name)
+            addr = state.row_address(self.key, name, batch.slots, row.unsqueeze(1)).squeeze(1)
+            pool[addr] = torch.where(complete.unsqueeze(1), value.to(pool.dtype), pool[addr])
 
     def _compressed(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: ForwardBatch, i: int,
                     state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:

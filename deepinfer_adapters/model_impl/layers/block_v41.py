@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
 from deepinfer_adapters.config import LayerSpec, ModelConfig
-from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase
 from deepinfer_adapters.model_impl.layers.attention_v41 import AttentionV41
 from deepinfer_adapters.model_impl.layers.engram import Engram
@@ -39,11 +41,23 @@ class BlockV41(nn.Module):
         """``keep``: rows to continue with after attention (compact bounded replay). Then
         attention runs on every row of ``x`` with the full-layout ``attn_batch`` (so a KV
         source here still compresses every token) and the rest on ``batch``'s kept rows."""
+        return self._run(x, pre_mix, lambda a: self.attn(a, attn_batch or batch, state, numerics), numerics,
+                         batch.input_ids, batch.image_mask, keep)
+
+    def decode(self, x: torch.Tensor, pre_mix: torch.Tensor, batch: DecodeBatch, state: StateCache,
+               numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward`` for one new token per sequence (model.decode)."""
+        return self._run(x, pre_mix, lambda a: self.attn.decode(a, batch, state, numerics), numerics,
+                         batch.input_ids, None)
+
+    def _run(self, x: torch.Tensor, pre_mix: torch.Tensor, attention: Callable[[torch.Tensor], torch.Tensor],
+             numerics: Numerics, input_ids: torch.Tensor, image_mask: torch.Tensor | None,
+             keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         attn_pre, post, comb = self.hc_attn.mixes(x)
-        y = self.attn(self.attn_norm(hc_pre(x, pre_mix)), attn_batch or batch, state, numerics)
+        y = attention(self.attn_norm(hc_pre(x, pre_mix)))
         if keep is not None:
             y, x, attn_pre, post, comb = y[keep], x[keep], attn_pre[keep], post[keep], comb[keep]
         x = hc_post(y, x, post, comb)
         ffn_pre, post, comb = self.hc_ffn.mixes(x)
-        y = self.ffn(self.ffn_norm(hc_pre(x, attn_pre)), numerics, batch.input_ids, batch.image_mask)
+        y = self.ffn(self.ffn_norm(hc_pre(x, attn_pre)), numerics, input_ids, image_mask)
         return hc_post(y, x, post, comb), ffn_pre

@@ -15,6 +15,7 @@ from deepinfer_adapters.config import ModelConfig
 from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
+from deepinfer_adapters.model_impl.batch import DecodeBatch
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.state import StateCache, StateField
 
@@ -63,3 +64,21 @@ class CompressorV41(nn.Module):
         kv, score = kv[:complete].unflatten(0, (-1, r)), score[:complete].unflatten(0, (-1, r))
         pooled = (kv * wide(score).softmax(dim=1).float()).sum(dim=1)
         return self.norm(pooled.to(numerics.dtype))
+
+    def decode(self, x: torch.Tensor, numerics: Numerics, state: StateCache,
+               batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token per sequence (model.decode): (the latent of each token's group [B, d],
+        whether the token completes it [B]). A group not yet complete pools rows that are
+        still stale; its latent is never stored."""
+        r, pos = self.ratio, batch.positions
+        if r == 1:
+            return self.norm(self.wkv(x, numerics)), torch.ones_like(pos, dtype=torch.bool)
+        xf = x.float()
+        kv_state, score_state = state.fixed(self.key, "comp_kv"), state.fixed(self.key, "comp_score")
+        size = kv_state.shape[1]
+        kv_state[batch.slots, pos % size] = self.wkv(xf, numerics)
+        score_state[batch.slots, pos % size] = self.wgate(xf, numerics)
+        group = ((pos - pos % r).unsqueeze(1) + torch.arange(r, device=x.device)) % size
+        kv, score = kv_state[batch.slots.unsqueeze(1), group], score_state[batch.slots.unsqueeze(1), group]
+        pooled = (kv * wide(score).softmax(dim=1).float()).sum(dim=1)
+        return self.norm(pooled.to(numerics.dtype)), (pos + 1) % r == 0

@@ -51,13 +51,15 @@ class IndexerV41(nn.Module):
 
     def scores(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, keys: torch.Tensor,
                numerics: Numerics) -> torch.Tensor:
-        """[n, m] index scores of n queries against m keys (no masking yet)."""
+        """[n, m] index scores of n queries against m keys [m, dk] (no masking yet); keys
+        [n, m, dk]: each query its own m keys (batched decode)."""
         dt = numerics.dtype
         q = kernels.apply_rope(self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim)), freqs)
         if numerics.kv_quant:
             q = fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK)
         w = (self.weights_proj(x, numerics) * self.weight_scale).to(dt)
-        qk = torch.einsum("nhd,md->nhm", narrow(q), narrow(keys, q.dtype)).to(dt)
+        spec = "nhd,nmd->nhm" if keys.dim() == 3 else "nhd,md->nhm"
+        qk = torch.einsum(spec, narrow(q), narrow(keys, q.dtype)).to(dt)
         per_head = (qk.float().relu() * w.float().unsqueeze(-1)).to(dt)
         return per_head.float().sum(1).to(dt)
 

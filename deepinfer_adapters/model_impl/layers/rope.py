@@ -45,7 +45,33 @@ class RotaryTable:
 
     def __call__(self, positions: torch.Tensor) -> torch.Tensor:
         """[n] integer positions -> [n, rd/2] complex64."""
-        angles = torch.outer(positions.to(torch.float32).cpu(), self.inv_freqs)  # fp32, as the reference
-        # cos/sin through fp64: vectorized fp32 cos/sin round differently at different tensor sizes
-        rot = torch.polar(torch.ones_like(angles, dtype=torch.float64), angles.double())
-        return rot.to(torch.complex64).to(positions.device)
+        return _rotations(positions.cpu(), self.inv_freqs).to(positions.device)
+
+    def lookup(self, positions: torch.Tensor, max_len: int) -> torch.Tensor:
+        """The same values as ``__call__`` read from a table on ``positions``' device that
+        covers positions < ``max_len``: no host sync, so a CUDA graph can capture it (the
+        table is built when first asked for, i.e. during warm-up, not capture)."""
+        return _device_table(self.inv_freqs, positions.device, _table_len(max_len))[positions]
+
+
+def _rotations(positions: torch.Tensor, inv_freqs: torch.Tensor) -> torch.Tensor:
+    angles = torch.outer(positions.to(torch.float32), inv_freqs)  # fp32, as the reference
+    # cos/sin through fp64: vectorized fp32 cos/sin round differently at different tensor sizes
+    rot = torch.polar(torch.ones_like(angles, dtype=torch.float64), angles.double())
+    return rot.to(torch.complex64)
+
+
+def _table_len(max_len: int) -> int:
+    return 1 << max(12, (max(max_len, 1) - 1).bit_length())  # powers of two from 4096: few rebuilds
+
+
+_TABLES: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
+def _device_table(inv_freqs: torch.Tensor, device: torch.device, length: int) -> torch.Tensor:
+    key = (id(inv_freqs), torch.device(device))  # inv_freqs are lru-cached: one object per layer kind
+    table = _TABLES.get(key)
+    if table is None or table.shape[0] < length:
+        table = _rotations(torch.arange(length), inv_freqs).to(device)
+        _TABLES[key] = table
+    return table
