@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from deepinfer_adapters.decoding.sampler import sample, seed_to_int64
+from deepinfer_adapters.errors import ConfigError
 from deepinfer_adapters.decoding.sampling_params import SamplingParams, SamplingParamsError
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -113,13 +114,18 @@ def test_outputs_are_well_formed(alone):
     assert len(greedy_first) == 4 and not all(greedy_first)
 
 
-def test_batch_of_16_equals_each_alone(alone, batch16):
-    assert [_key(o) for o in batch16] == [_key(o) for o in alone]
-    for b, a in zip(batch16, alone):
+def _assert_same_outputs(outs, want):
+    """Same tokens; logprobs to 1e-3 (a step's fp32 log-softmax may round differently)."""
+    assert [_key(o) for o in outs] == [_key(o) for o in want]
+    for b, a in zip(outs, want):
         if a.logprobs is not None:
             for eb, ea in zip(b.logprobs, a.logprobs):
                 assert eb.keys() == ea.keys()
                 assert all(abs(eb[k] - ea[k]) < 1e-3 for k in ea)
+
+
+def test_batch_of_16_equals_each_alone(alone, batch16):
+    _assert_same_outputs(batch16, alone)
 
 
 def test_seeded_sampling_independent_of_batch_size_and_order(ckpt, model, alone, batch16):
@@ -146,6 +152,26 @@ def test_async_scheduling_off_gives_the_same_outputs(ckpt, model, batch16):
     assert engine.stats.overlapped_steps == 0
     assert [_key(o) for o in outs] == [_key(o) for o in batch16]
     engine.close()
+
+
+def test_batched_decode_gives_the_same_outputs(ckpt, model, batch16):
+    """decode="eager": pure decode steps take model.decode, padded to batch buckets with a
+    reserved slot (what the CUDA graphs replay), and change no token or logprob."""
+    engine = engine_for(ckpt, model, max_num_seqs=16, max_num_batched_tokens=64, decode="eager")
+    outs = generate(engine, PROMPTS, PARAMS)
+    assert engine.runner.decode_steps > 0
+    _assert_same_outputs(outs, batch16)
+    assert engine.cache_usage().used_slots == 1  # only the padding slot stays taken
+    engine.close()
+
+
+def test_batched_decode_needs_a_model_with_decode(tiny_checkpoint):
+    ckpt = tiny_checkpoint("v4")
+    model = load_model(ckpt, Numerics.float32().invariant(), progress=False)
+    with pytest.raises(ConfigError, match="decode"):
+        engine_for(ckpt, model, decode="eager")
+    with pytest.raises(ConfigError, match="decode"):
+        EngineConfig(decode="fast")
 
 
 @pytest.mark.parametrize("async_scheduling", [True, False])

@@ -208,6 +208,17 @@ class CacheManager:
         self._tables[slot].extend(self._free_blocks.popleft() for _ in range(need))
         return True
 
+    def reserve_padding_slot(self) -> int:
+        """A slot and one block no request will ever get, for the padding rows of a captured
+        decode step (standalone/cuda_graphs.py): every entry of its block table points at
+        that block, so whatever row a padding row writes lands there."""
+        slot = self.allocate_slot()
+        if slot is None or not self.grow(slot, self.block_size):
+            raise ConfigError("no free slot and block left to reserve for decode padding", "max_num_seqs")
+        c = self.cache
+        c.block_table[slot] = self._tables[slot][0]
+        return slot
+
     def table(self, slot: int) -> list[int]:
         return list(self._tables[slot])
 

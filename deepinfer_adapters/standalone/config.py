@@ -13,6 +13,7 @@ from deepinfer_adapters.model_impl.numerics import Numerics
 
 NUMERICS = ("reference", "float32", "float32-quant")
 REPLAY_MODES = ("off", "mask", "compact")
+DECODE_MODES = ("auto", "graphs", "eager", "forward")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*$", re.I)
 
 
@@ -32,6 +33,10 @@ class EngineConfig:
     # DeepInfer defaults to compact for V4.1; we default to off so outputs equal the full model.
     replay: str = "off"
     replay_keep: int = 140  # >= sliding window + the most tokens speculative decoding may roll back
+    # decode steps (every sequence one new token): "graphs" = model.decode replayed from CUDA
+    # graphs (standalone/cuda_graphs.py), "eager" = model.decode without graphs, "forward" = the
+    # general forward; "auto" = graphs on CUDA when the model has decode(), else forward
+    decode: str = "auto"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -58,6 +63,8 @@ class EngineConfig:
         if self.replay not in REPLAY_MODES:
             raise ConfigError(f"replay is {self.replay!r}; valid: {list(REPLAY_MODES)}", "replay")
         _positive_int("replay_keep", self.replay_keep)
+        if self.decode not in DECODE_MODES:
+            raise ConfigError(f"decode is {self.decode!r}; valid: {list(DECODE_MODES)}", "decode")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}", "seed")
 

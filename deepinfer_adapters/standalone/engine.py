@@ -41,6 +41,7 @@ from deepinfer_adapters.standalone.cache_manager import CacheManager, CacheUsage
 from deepinfer_adapters.standalone.config import EngineConfig
 from deepinfer_adapters.standalone.outputs import RequestOutput
 from deepinfer_adapters.standalone.request import Request, RequestError
+from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs, decode_mode
 from deepinfer_adapters.standalone.runner import ModelRunner, StepInput, StepResult, load_model
 from deepinfer_adapters.standalone.scheduler import Scheduler
 
@@ -77,13 +78,21 @@ class LLMEngine:
         self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings,
                                                          DEFAULT_MAX_MODEL_LEN)
         budget = state_budget_bytes(device, config.state_memory_bytes, config.gpu_memory_utilization)
-        self.cache = CacheManager.from_budget(self.model.state_spec(), num_slots=config.max_num_seqs,
+        decode = decode_mode(config.decode, self.model, device)
+        # batched decode pads steps to a bucket with rows of a reserved slot: one slot more
+        self.cache = CacheManager.from_budget(self.model.state_spec(),
+                                              num_slots=config.max_num_seqs + (decode != "forward"),
                                               max_model_len=self.max_model_len, block_size=config.block_size,
                                               budget_bytes=budget, device=device)
+        graphs = None
+        if decode != "forward":
+            graphs = DecodeGraphs(self.model, self.cache.cache, pad_slot=self.cache.reserve_padding_slot(),
+                                  max_batch=config.max_num_seqs, max_len=self.max_model_len, device=device,
+                                  capture=decode == "graphs")
         self.scheduler = Scheduler(self.cache, max_num_seqs=config.max_num_seqs,
                                    max_num_batched_tokens=config.max_num_batched_tokens,
                                    max_model_len=self.max_model_len)
-        self.runner = ModelRunner(self.model, self.cache)
+        self.runner = ModelRunner(self.model, self.cache, graphs)
         self._replay_option = self._make_replay()
         self.stats = EngineStats()
         self._requests: dict[str, Request] = {}

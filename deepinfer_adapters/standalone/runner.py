@@ -22,8 +22,8 @@ from deepinfer_adapters.config import ARCH_V41, load_config
 from deepinfer_adapters.decoding.sampler import sample, seed_to_int64
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.weights import load_checkpoint
 from deepinfer_adapters.standalone.cache_manager import CacheManager, PagedStateCache
+from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
 from deepinfer_adapters.standalone.scheduler import SchedulerOutput
 
 PLACEHOLDER = -1
@@ -39,18 +39,18 @@ def model_class(arch: str) -> type:
     return DeepseekV4ForCausalLM
 
 
-def load_model(model_dir: str | Path, numerics: Numerics, device: str = "cpu", progress: bool = True):
-    """The model class for the checkpoint's arch (v4, v4-0731 -> V4; v41 -> V4.1), weights loaded.
+def load_model(model_dir: str | Path, numerics: Numerics, device: str = "cpu", progress: bool = True,
+               weights: str = "dense"):
+    """The model class for the checkpoint's arch (v4, v4-0731 -> V4; v41 -> V4.1), weights loaded
+    (``weights``: "dense" float64 reference storage or "fp8" as stored, model_impl/native_format.py).
     Draft heads are left out: the engine does not speculate (yet), and they would cost a
     ring update per layer and step."""
-    cfg = load_config(model_dir)
-    cls = model_class(cfg.arch)
-    kwargs: dict[str, Any] = {"model_dir": Path(model_dir)}
+    cls = model_class(load_config(model_dir).arch)
+    kwargs: dict[str, Any] = {}
     if "with_draft" in inspect.signature(cls.__init__).parameters:
         kwargs["with_draft"] = False
-    model = cls(cfg, numerics, **kwargs)
-    model.load_weights(load_checkpoint(model_dir, cfg, dequantize=torch.float32, progress=progress))
-    return model.to(device).eval()
+    model = cls.from_pretrained(model_dir, numerics, device=device, progress=progress, weights=weights, **kwargs)
+    return model.eval()
 
 
 @dataclass
@@ -73,6 +73,7 @@ class StepInput:
     positions: torch.Tensor  # position of each sampled token
     num_logprobs: int
     replay: Any = None  # per-step model option (SWA bounded replay), passed through when set
+    decode_slots: torch.Tensor | None = None  # set when the step is a pure decode step (batched path)
     schedule: SchedulerOutput | None = None  # the scheduler's objects; execute never reads them
 
 
@@ -85,11 +86,12 @@ class StepResult:
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, cache: CacheManager) -> None:
-        self.model, self.cache_manager = model, cache
+    def __init__(self, model: torch.nn.Module, cache: CacheManager, decode_graphs: DecodeGraphs | None = None) -> None:
+        self.model, self.cache_manager, self.decode_graphs = model, cache, decode_graphs
         self.state: PagedStateCache = cache.cache
         self.device = self.state.device
         self._last_sampled: dict[int, int] = {}  # key -> token, from the previous executed step
+        self.decode_steps = 0  # steps that took model.decode (the batched / graphed path)
 
     def prepare(self, sched: SchedulerOutput, step: int, replay: Any = None) -> StepInput:
         """Engine thread: the ForwardBatch, block-table snapshots and sampling tensors."""
@@ -127,7 +129,11 @@ class ModelRunner:
             # equals the one it replaces
             batch.prompt_len = [s.request.num_prompt_tokens if s.start < s.request.num_prompt_tokens else None
                                 for s in sched.seqs]
+        # a pure decode step (every sequence one token past its prompt) takes model.decode
+        decode = self.decode_graphs is not None and all(
+            s.num_tokens == 1 and s.start >= s.request.num_prompt_tokens for s in sched.seqs)
         return StepInput(
+            decode_slots=torch.tensor(batch.slots, dtype=torch.long, device=dev) if decode else None,
             step=step, batch=batch, keys=keys, fill_rows=torch.tensor(fill_rows, dtype=torch.long, device=dev),
             fill_keys=fill_keys, tables=tables,
             table_tensors={k: torch.tensor(v, dtype=torch.long, device=dev) for k, v in tables.items()},
@@ -147,8 +153,15 @@ class ModelRunner:
         self.state.bind(inp.tables, inp.table_tensors)
         for slot in inp.resets:
             self.state.reset(slot)
-        kwargs = {} if inp.replay is None else {"replay": inp.replay}
-        logits = self.model(batch, self.state, **kwargs).logits
+        if inp.decode_slots is not None:
+            logits = self.decode_graphs.run(batch.input_ids, batch.positions, inp.decode_slots,
+                                            max(batch.start_pos) + 1)
+            self.decode_steps += 1
+            if len(inp.sampling) != batch.num_seqs:
+                logits = logits[torch.tensor(inp.sampling, dtype=torch.long, device=logits.device)]
+        else:
+            kwargs = {} if inp.replay is None else {"replay": inp.replay}
+            logits = self.model(batch, self.state, **kwargs).logits
         result = StepResult(inp.step, [], [], None)
         if inp.sampling:
             res = sample(logits, inp.temperature, inp.top_p, inp.top_k, inp.seeds, inp.positions,
