@@ -62,6 +62,7 @@ from deepinfer_adapters.model_impl.engram_hash import EngramHasher
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.presets import engram_table_rows, release_config, tiny_config
+from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
 
 CONTEXT, PREFILL, BATCHES = 4096, 8192, (1, 8, 32, 128)
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "fp8_linear", "fp8_grouped_linear",
@@ -261,7 +262,7 @@ def run(args):
     context = args.context
     rows = []
     for B in args.batches:
-        state = model.new_state(B, context + 8)
+        state = model.new_state(B + 1, context + 8)  # slot B: the graphs' padding rows
         fill_state(state, cfg, g)
         ids = torch.randint(3, cfg.vocab_size, (B,), generator=torch.Generator().manual_seed(B)).tolist()
         batch = lambda: ForwardBatch.build([(s, context, [ids[s]]) for s in range(B)], device=device)
@@ -277,7 +278,29 @@ def run(args):
 
         fast, _ = timed(lambda: model(batch(), state), device, reps=args.reps)
         logits_fast = logits_from_saved()
-        row["fast_ms"] = fast * 1e3
+        row["forward_ms"] = fast * 1e3
+        # the batched decode step (model.decode), eager and replayed from a CUDA graph
+        dev_ids = torch.tensor(ids, device=device)
+        dev_pos = torch.full((B,), context, dtype=torch.long, device=device)
+        dev_slots = torch.arange(B, device=device)
+        graphs = DecodeGraphs(model, state, pad_slot=B, max_batch=B, max_len=context + 8, device=device,
+                              capture=device == "cuda")
+        eager = DecodeGraphs(model, state, pad_slot=B, max_batch=B, max_len=context + 8, device=device,
+                             capture=False)
+        row["eager_decode_ms"] = timed(lambda: eager.run(dev_ids, dev_pos, dev_slots, context + 1), device,
+                                       reps=args.reps)[0] * 1e3
+        t0 = time.perf_counter()
+        graphs.capture_all(context + 1)
+        row["capture_s"] = time.perf_counter() - t0
+        graph_ms = timed(lambda: graphs.run(dev_ids, dev_pos, dev_slots, context + 1), device,
+                         reps=args.reps * 4)[0] * 1e3
+        row["graph_ms"] = graph_ms
+        for k, t in saved.items():
+            state._tensors[k].copy_(t)
+        logits_graph = graphs.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
+        row["logits_rel_graph_vs_forward"] = float((logits_graph - logits_fast).norm() / logits_fast.norm())
+        row["fast_ms"] = min(fast * 1e3, graph_ms)
+        del graphs, eager
         if B in args.ref_batches:
             pin_reference(True)
             try:
@@ -364,14 +387,20 @@ def main():
     with open(os.path.join(args.out, "bench_real_width.json"), "w") as fh:
         json.dump({"info": info, "ceilings": c, "param_bytes": pb, "rows": rows}, fh, indent=1)
     log("\nSUMMARY (median ms; ratio = measured / floor; ref = every op pinned to its torch reference)")
-    log(f"{'case':16s} {'floor ms':>9s} {'fast ms':>9s} {'x floor':>8s} {'tok/s':>10s} {'ref ms':>10s} {'ref/fast':>8s} "
-        f"{'rel(fast,ref)':>13s} {'noise floor':>11s}")
+    log("decode: forward = general forward, eager = model.decode, graph = model.decode from a CUDA graph; "
+        "fast = the best of them")
+    log(f"{'case':16s} {'floor ms':>9s} {'forward':>9s} {'eager':>9s} {'graph':>9s} {'fast ms':>9s} {'x floor':>8s} "
+        f"{'tok/s':>10s} {'ref ms':>10s} {'ref/fast':>8s} {'rel(fast,ref)':>13s} {'rel(graph,fwd)':>14s} "
+        f"{'noise floor':>11s}")
+    nan = float("nan")
     for r in rows:
         toks = r.get("B", r.get("S"))
-        ref = r.get("ref_ms", float("nan"))
-        log(f"{r['case']:16s} {r['floor_ms']:9.3f} {r['fast_ms']:9.2f} {r['fast_ms'] / r['floor_ms']:8.1f} "
+        ref = r.get("ref_ms", nan)
+        log(f"{r['case']:16s} {r['floor_ms']:9.3f} {r.get('forward_ms', nan):9.2f} {r.get('eager_decode_ms', nan):9.2f} "
+            f"{r.get('graph_ms', nan):9.2f} {r['fast_ms']:9.2f} {r['fast_ms'] / r['floor_ms']:8.1f} "
             f"{toks / r['fast_ms'] * 1e3:10.0f} {ref:10.1f} {ref / r['fast_ms']:8.1f} "
-            f"{r.get('logits_rel_fast_vs_ref', float('nan')):13.2e} {r.get('noise_floor_rel', float('nan')):11.2e}")
+            f"{r.get('logits_rel_fast_vs_ref', nan):13.2e} {r.get('logits_rel_graph_vs_forward', nan):14.2e} "
+            f"{r.get('noise_floor_rel', nan):11.2e}")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ def _generate(args: argparse.Namespace) -> int:
         max_model_len=args.max_model_len, block_size=args.block_size, state_memory_bytes=args.state_memory,
         gpu_memory_utilization=args.gpu_memory_utilization, async_scheduling=args.async_scheduling,
         numerics=args.numerics, device=args.device, seed=args.engine_seed, replay=args.replay,
-        replay_keep=args.replay_keep).items() if v is not None}
+        replay_keep=args.replay_keep, decode=args.decode, weights=args.weights,
+        batch_invariant=args.batch_invariant).items() if v is not None}
     llm = LLM(args.model or DEFAULT_MODEL, config=args.config, progress=not args.no_progress, **engine_args)
     try:
         if args.chat:
@@ -137,6 +138,12 @@ def _add_generate_parser(sub) -> None:
     g.add_argument("--replay", choices=("off", "mask", "compact"),
                    help="V4.1 SWA bounded replay of prompt prefills (default off = exact)")
     g.add_argument("--replay-keep", type=int, help="positions the consumer layers keep (default 140)")
+    g.add_argument("--decode", choices=("auto", "graphs", "eager", "forward"),
+                   help="decode steps: CUDA graphs of the batched decode (auto on CUDA), eager, or forward")
+    g.add_argument("--weights", choices=("auto", "dense", "fp8"),
+                   help="weight storage: fp8 as stored (auto on CUDA) or dense float64 (auto on the CPU)")
+    g.add_argument("--no-batch-invariant", dest="batch_invariant", action="store_false", default=None,
+                   help="let kernels depend on the batch (faster on the GPU; seeded sampling then may too)")
     p.set_defaults(func=_generate)
 
 

@@ -94,3 +94,4 @@ def moe_experts(*args: Any, **kwargs: Any) -> Any:
 # Faster backends register themselves on import; each imports its GPU stack lazily.
 from deepinfer_adapters.kernels import triton_sparse_attn  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe  # noqa: E402,F401
+from deepinfer_adapters.kernels import cublas_linear  # noqa: E402,F401

@@ -37,6 +37,10 @@ class EngineConfig:
     # graphs (standalone/cuda_graphs.py), "eager" = model.decode without graphs, "forward" = the
     # general forward; "auto" = graphs on CUDA when the model has decode(), else forward
     decode: str = "auto"
+    weights: str = "auto"  # dense (float64, the reference path) | fp8 (as stored) | auto: fp8 on CUDA
+    # kernels whose results do not depend on the batch (seeded sampling is then reproducible
+    # whatever else runs); off lets the GPU use its fastest kernels
+    batch_invariant: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -63,16 +67,28 @@ class EngineConfig:
         if self.replay not in REPLAY_MODES:
             raise ConfigError(f"replay is {self.replay!r}; valid: {list(REPLAY_MODES)}", "replay")
         _positive_int("replay_keep", self.replay_keep)
+        if self.weights not in ("auto", "dense", "fp8"):
+            raise ConfigError(f"weights is {self.weights!r}; valid: auto, dense, fp8", "weights")
+        if not isinstance(self.batch_invariant, bool):
+            raise ConfigError(f"batch_invariant must be true or false, got {self.batch_invariant!r}",
+                              "batch_invariant")
         if self.decode not in DECODE_MODES:
             raise ConfigError(f"decode is {self.decode!r}; valid: {list(DECODE_MODES)}", "decode")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}", "seed")
 
     def make_numerics(self) -> Numerics:
-        """Always batch-invariant: seeded sampling must not depend on the batch."""
+        """Batch-invariant unless turned off: seeded sampling must not depend on the batch."""
         if self.numerics == "reference":
-            return Numerics.reference().invariant()
-        return Numerics.float32(quant=self.numerics == "float32-quant").invariant()
+            numerics = Numerics.reference()
+        else:
+            numerics = Numerics.float32(quant=self.numerics == "float32-quant")
+        return numerics.invariant() if self.batch_invariant else numerics
+
+    def resolved_weights(self) -> str:
+        if self.weights != "auto":
+            return self.weights
+        return "fp8" if self.resolved_device().startswith("cuda") else "dense"
 
     def resolved_device(self) -> str:
         if self.device is not None:

@@ -74,7 +74,7 @@ class LLMEngine:
         self.tokenizer = load_tokenizer(model_dir, pad_id=self.model_config.pad_token_id)
         device = config.resolved_device()
         self.model = model if model is not None else load_model(model_dir, config.make_numerics(), device,
-                                                                progress=progress)
+                                                                progress=progress, weights=config.resolved_weights())
         self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings,
                                                          DEFAULT_MAX_MODEL_LEN)
         budget = state_budget_bytes(device, config.state_memory_bytes, config.gpu_memory_utilization)

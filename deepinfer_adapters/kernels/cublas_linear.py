@@ -1,0 +1,41 @@
+"""CUDA backend of ``linear`` for bf16 weights with fp32 activations (registered as "cublas_split").
+
+Where it matters: the LM head (129280 x 5120 bf16, 1.3 GB) and the MoE gate take
+fp32 inputs, and the reference converts the whole bf16 weight to fp32 on every call
+(``weight.to(x.dtype)``: 2.6 GB written and read again per decode step for the head).
+
+Here the weight stays bf16 and x is split into two bf16 terms, x = hi + lo with
+hi = bf16(x) and lo = bf16(x - hi); one cuBLAS GEMM over the stacked [hi; lo] rows
+(the weight read once) with fp32 output (``torch.mm(..., out_dtype=float32)``), then
+the two halves added. Products of bf16 values are exact in fp32 and accumulate in
+fp32, as in the reference's fp32 GEMM:
+- when x's values are bf16 (the head and gate inputs: a bf16 activation cast up),
+  lo is 0 and the result equals the reference up to fp32 summation order;
+- otherwise x - hi - lo is below 2^-18 |x|, i.e. a few fp32 ulps of each input.
+Not batch-invariant (cuBLAS picks kernels by row count): in batch-invariant mode the
+reference runs instead.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from deepinfer_adapters.kernels import invariance, register
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    lead, k = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, k)
+    hi = x2.to(torch.bfloat16)
+    lo = (x2 - hi.float()).to(torch.bfloat16)
+    out = torch.mm(torch.cat([hi, lo]), weight.t(), out_dtype=torch.float32)
+    n = x2.shape[0]
+    return (out[:n] + out[n:]).view(*lead, weight.shape[0])
+
+
+def supports(x: torch.Tensor, weight: torch.Tensor, **_) -> bool:
+    return (x.is_cuda and weight.is_cuda and x.dtype == torch.float32 and weight.dtype == torch.bfloat16
+            and not invariance.enabled())
+
+
+register("linear", "cublas_split", linear, supports=supports, priority=10)
