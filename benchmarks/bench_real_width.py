@@ -216,7 +216,7 @@ def timed(fn, device, reps, warm=1):
 
 
 def profile_step(step, out_dir):
-    """One decode step under torch.profiler: where the wall time goes (launch count, top ops)."""
+    """One decode step under torch.profiler: launch count, top ops by host and by GPU time."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
@@ -229,8 +229,8 @@ def profile_step(step, out_dir):
         fh.write(table + "\n\n" + events.table(sort_by="self_device_time_total", row_limit=25))
     launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"))
     gpu_us = sum(e.self_device_time_total for e in events)
-    log(f"profile decode B=1: {launches} kernel launches, GPU busy {gpu_us / 1e3:.1f} ms; top by self CPU:")
-    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:12]:
+    log(f"profile decode B=1: {launches} kernel launches, GPU busy {gpu_us / 1e3:.1f} ms; top by GPU time:")
+    for e in sorted(events, key=lambda e: -e.self_device_time_total)[:25]:
         log(f"  {e.key[:60]:60s} calls {e.count:6d} self cpu {e.self_cpu_time_total / 1e3:8.2f} ms "
             f"gpu {e.self_device_time_total / 1e3:8.2f} ms")
 
@@ -300,6 +300,11 @@ def run(args):
         logits_graph = graphs.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
         row["logits_rel_graph_vs_forward"] = float((logits_graph - logits_fast).norm() / logits_fast.norm())
         row["fast_ms"] = min(fast * 1e3, graph_ms)
+        if args.profile and B == 1:  # the eager batched decode: the kernels a graph replays
+            try:
+                profile_step(lambda: eager.run(dev_ids, dev_pos, dev_slots, context + 1), args.out)
+            except Exception as e:  # the profile is a diagnosis, not a result
+                log(f"profile failed: {type(e).__name__}: {e}")
         del graphs, eager
         if B in args.ref_batches:
             pin_reference(True)
@@ -320,11 +325,6 @@ def run(args):
                     model.numerics = num
                     pin_reference(False)
                 row["noise_floor_rel"] = float((logits_alt - logits_ref).norm() / logits_ref.norm())
-        if args.profile and B == 1:
-            try:
-                profile_step(lambda: model(batch(), state), args.out)
-            except Exception as e:  # the profile is a diagnosis, not a result
-                log(f"profile failed: {type(e).__name__}: {e}")
         log(f"decode {json.dumps(row)}")
         rows.append(row)
         del state, saved
