@@ -215,7 +215,7 @@ def timed(fn, device, reps, warm=1):
     return statistics.median(times), times
 
 
-def profile_step(step, out_dir):
+def profile_step(step, out_dir, name="decode_b1"):
     """One decode step under torch.profiler: launch count, top ops by host and by GPU time."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -225,11 +225,11 @@ def profile_step(step, out_dir):
         torch.cuda.synchronize()
     events = prof.key_averages()
     table = events.table(sort_by="self_cpu_time_total", row_limit=40)
-    with open(os.path.join(out_dir, "profile_decode_b1.txt"), "w") as fh:
+    with open(os.path.join(out_dir, f"profile_{name}.txt"), "w") as fh:
         fh.write(table + "\n\n" + events.table(sort_by="self_device_time_total", row_limit=25))
     launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"))
     gpu_us = sum(e.self_device_time_total for e in events)
-    log(f"profile decode B=1: {launches} kernel launches, GPU busy {gpu_us / 1e3:.1f} ms; top by GPU time:")
+    log(f"profile {name}: {launches} kernel launches, GPU busy {gpu_us / 1e3:.1f} ms; top by GPU time:")
     for e in sorted(events, key=lambda e: -e.self_device_time_total)[:25]:
         log(f"  {e.key[:60]:60s} calls {e.count:6d} self cpu {e.self_cpu_time_total / 1e3:8.2f} ms "
             f"gpu {e.self_device_time_total / 1e3:8.2f} ms")
@@ -300,6 +300,23 @@ def run(args):
         logits_graph = graphs.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
         row["logits_rel_graph_vs_forward"] = float((logits_graph - logits_fast).norm() / logits_fast.norm())
         row["fast_ms"] = min(fast * 1e3, graph_ms)
+        if B in args.compile_batches and device == "cuda":  # experimental: Inductor-fused decode in the graph
+            try:
+                compiled = DecodeGraphs(model, state, pad_slot=B, max_batch=B, max_len=context + 8, device=device,
+                                        compile=True)
+                t0 = time.perf_counter()
+                compiled.capture_all(context + 1)
+                row["compile_capture_s"] = time.perf_counter() - t0
+                row["graph_compiled_ms"] = timed(lambda: compiled.run(dev_ids, dev_pos, dev_slots, context + 1),
+                                                 device, reps=args.reps * 4)[0] * 1e3
+                for k, t in saved.items():
+                    state._tensors[k].copy_(t)
+                got = compiled.run(dev_ids, dev_pos, dev_slots, context + 1)
+                row["logits_rel_compiled_vs_forward"] = float((got - logits_fast).norm() / logits_fast.norm())
+                row["fast_ms"] = min(row["fast_ms"], row["graph_compiled_ms"])
+                del compiled
+            except Exception as e:  # report, do not lose the rest of the run
+                log(f"compiled decode failed at B={B}: {type(e).__name__}: {str(e)[:2000]}")
         if args.profile and B == 1:  # the eager batched decode: the kernels a graph replays
             try:
                 profile_step(lambda: eager.run(dev_ids, dev_pos, dev_slots, context + 1), args.out)
@@ -348,6 +365,11 @@ def run(args):
     fast = min(row[f"fast_ms_{p}"] for p in args.large_m_paths) / 1e3
     row["fast_ms"] = fast * 1e3
     row["fast_tok_s"] = S / fast
+    if args.profile_prefill:
+        try:
+            profile_step(lambda: model(batch(), state), args.out, f"prefill_{S}")
+        except Exception as e:
+            log(f"profile failed: {type(e).__name__}: {e}")
     if args.prefill_ref:
         pin_reference(True)
         try:
@@ -374,6 +396,9 @@ def main():
     ap.add_argument("--prefill-reps", type=int, default=3)
     ap.add_argument("--no-prefill-ref", dest="prefill_ref", action="store_false")
     ap.add_argument("--large-m-paths", nargs="+", default=["triton", "bf16_cublas"])
+    ap.add_argument("--compile-batches", type=int, nargs="*", default=[],
+                    help="also time model.decode under torch.compile inside the graph at these batch sizes")
+    ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
     ap.add_argument("--profile", action="store_true", help="torch.profiler over one decode step at B=1")
     args = ap.parse_args()
     info = {"command": " ".join(sys.argv), "torch": torch.__version__,
@@ -401,6 +426,10 @@ def main():
             f"{toks / r['fast_ms'] * 1e3:10.0f} {ref:10.1f} {ref / r['fast_ms']:8.1f} "
             f"{r.get('logits_rel_fast_vs_ref', nan):13.2e} {r.get('logits_rel_graph_vs_forward', nan):14.2e} "
             f"{r.get('noise_floor_rel', nan):11.2e}")
+        if "graph_compiled_ms" in r:
+            log(f"{'':16s} compiled graph {r['graph_compiled_ms']:.2f} ms ({r['graph_compiled_ms'] / r['floor_ms']:.1f}x "
+                f"floor), compile+capture {r['compile_capture_s']:.0f} s, rel(compiled, forward) "
+                f"{r['logits_rel_compiled_vs_forward']:.2e}")
 
 
 if __name__ == "__main__":
