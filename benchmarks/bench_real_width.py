@@ -300,23 +300,6 @@ def run(args):
         logits_graph = graphs.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
         row["logits_rel_graph_vs_forward"] = float((logits_graph - logits_fast).norm() / logits_fast.norm())
         row["fast_ms"] = min(fast * 1e3, graph_ms)
-        if B in args.compile_batches and device == "cuda":  # experimental: Inductor-fused decode in the graph
-            try:
-                compiled = DecodeGraphs(model, state, pad_slot=B, max_batch=B, max_len=context + 8, device=device,
-                                        compile=True)
-                t0 = time.perf_counter()
-                compiled.capture_all(context + 1)
-                row["compile_capture_s"] = time.perf_counter() - t0
-                row["graph_compiled_ms"] = timed(lambda: compiled.run(dev_ids, dev_pos, dev_slots, context + 1),
-                                                 device, reps=args.reps * 4)[0] * 1e3
-                for k, t in saved.items():
-                    state._tensors[k].copy_(t)
-                got = compiled.run(dev_ids, dev_pos, dev_slots, context + 1)
-                row["logits_rel_compiled_vs_forward"] = float((got - logits_fast).norm() / logits_fast.norm())
-                row["fast_ms"] = min(row["fast_ms"], row["graph_compiled_ms"])
-                del compiled
-            except Exception as e:  # report, do not lose the rest of the run
-                log(f"compiled decode failed at B={B}: {type(e).__name__}: {str(e)[:2000]}")
         if args.profile and B == 1:  # the eager batched decode: the kernels a graph replays
             try:
                 profile_step(lambda: eager.run(dev_ids, dev_pos, dev_slots, context + 1), args.out)
@@ -401,8 +384,6 @@ def main():
     ap.add_argument("--prefill-reps", type=int, default=3)
     ap.add_argument("--no-prefill-ref", dest="prefill_ref", action="store_false")
     ap.add_argument("--large-m-paths", nargs="+", default=["triton", "bf16_cublas"])
-    ap.add_argument("--compile-batches", type=int, nargs="*", default=[],
-                    help="also time model.decode under torch.compile inside the graph at these batch sizes")
     ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
     ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
     ap.add_argument("--profile", action="store_true", help="torch.profiler over one decode step at B=1")
@@ -432,10 +413,6 @@ def main():
             f"{toks / r['fast_ms'] * 1e3:10.0f} {ref:10.1f} {ref / r['fast_ms']:8.1f} "
             f"{r.get('logits_rel_fast_vs_ref', nan):13.2e} {r.get('logits_rel_graph_vs_forward', nan):14.2e} "
             f"{r.get('noise_floor_rel', nan):11.2e}")
-        if "graph_compiled_ms" in r:
-            log(f"{'':16s} compiled graph {r['graph_compiled_ms']:.2f} ms ({r['graph_compiled_ms'] / r['floor_ms']:.1f}x "
-                f"floor), compile+capture {r['compile_capture_s']:.0f} s, rel(compiled, forward) "
-                f"{r['logits_rel_compiled_vs_forward']:.2e}")
 
 
 if __name__ == "__main__":

@@ -20,9 +20,6 @@ into the same tensors.
   writes nothing but the padding slot's state. All graphs share one memory pool.
 - ``capture=False`` runs the same padded, bucketed ``model.decode`` eagerly (CPU
   tests; a GPU without graphs).
-- ``compile=True`` (experimental) wraps ``model.decode`` in ``torch.compile`` first, so
-  Inductor fuses the chains of small elementwise ops the graph would otherwise replay
-  one kernel each; it compiles once per bucket pair, during warm-up.
 """
 
 from __future__ import annotations
@@ -61,9 +58,8 @@ def decode_mode(requested: str, model: torch.nn.Module, device: torch.device | s
 
 class DecodeGraphs:
     def __init__(self, model: torch.nn.Module, state: StateCache, *, pad_slot: int, max_batch: int, max_len: int,
-                 device: torch.device | str, capture: bool = True, compile: bool = False) -> None:
+                 device: torch.device | str, capture: bool = True) -> None:
         self.model, self.state, self.pad_slot, self.max_len = model, state, pad_slot, max_len
-        self._decode = torch.compile(model.decode, dynamic=False) if compile else model.decode
         self.buckets = batch_buckets(max_batch)
         self.capture = capture and torch.device(device).type == "cuda"
         self.device = torch.device(device)
@@ -92,7 +88,7 @@ class DecodeGraphs:
             self._graphs[(b, length)] = self._capture(b, length)
         self._fill(input_ids, positions, slots, b)
         if not self.capture:
-            return self._decode(self._batch(b, length), self.state)[:n]
+            return self.model.decode(self._batch(b, length), self.state)[:n]
         graph, logits = self._graphs[(b, length)]
         graph.replay()
         return logits[:n]
@@ -126,9 +122,9 @@ class DecodeGraphs:
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for _ in range(2):
-                self._decode(batch, self.state)
+                self.model.decode(batch, self.state)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            logits = self._decode(batch, self.state)
+            logits = self.model.decode(batch, self.state)
         return graph, logits
