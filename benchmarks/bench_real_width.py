@@ -353,11 +353,6 @@ def run(args):
             profile_step(lambda: model(batch(), state), args.out, f"prefill_{S}")
         except Exception as e:
             log(f"profile failed: {type(e).__name__}: {e}")
-    if args.profile_prefill:
-        try:
-            profile_step(lambda: model(batch(), state), args.out, f"prefill_{S}")
-        except Exception as e:
-            log(f"profile failed: {type(e).__name__}: {e}")
     if args.prefill_ref:
         pin_reference(True)
         try:
@@ -384,7 +379,6 @@ def main():
     ap.add_argument("--prefill-reps", type=int, default=3)
     ap.add_argument("--no-prefill-ref", dest="prefill_ref", action="store_false")
     ap.add_argument("--large-m-paths", nargs="+", default=["triton", "bf16_cublas"])
-    ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
     ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
     ap.add_argument("--profile", action="store_true", help="torch.profiler over one decode step at B=1")
     args = ap.parse_args()
