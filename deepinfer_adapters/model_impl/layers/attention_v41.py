@@ -53,7 +53,7 @@ class AttentionV41(AttentionBase):
         return fp8_roundtrip(kv, WINDOW_FP8_BLOCK)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
-        freqs = self.rope(batch.positions)
+        freqs = self.rope.lookup(batch.positions, max(batch.end_pos(i) for i in range(batch.num_seqs)))
         q, qr = self.project_q(x, freqs, numerics)
         kv = self.project_kv(x, freqs, numerics)
         out = torch.empty_like(q)
@@ -142,7 +142,7 @@ class AttentionV41(AttentionBase):
             return
         first_row = start // r
         group_pos = (first_row + torch.arange(latent.shape[0], device=latent.device)) * r  # a row sits at its group's first token
-        freqs = self.rope(group_pos)
+        freqs = self.rope.lookup(group_pos, start + x.shape[0])
         state.write_rows(self.key, "index_k", slot, first_row, self.indexer.index_keys(latent, freqs, numerics))
         kv = kernels.apply_rope(latent, freqs)
         if numerics.kv_quant:
