@@ -26,9 +26,9 @@ Workloads, per batch B in 1, 8, 32, 64, every sequence a random 512-token prompt
   graphs (standalone/cuda_graphs.py DecodeGraphs), when this checkout has both.
 The first decode step of ours is fed the token transformers picked, so both compute
 logits of the same sequence: the relative difference of those logits (and of the
-prefill's last-row logits) is reported. For scale (bf16 models with random weights are
-chaotic), ours is also run once with transformers' rounding points (no FP8 activation
-or KV round trips, ``--noise-batch``) against the same logits.
+prefill's last-row logits) is reported. For scale (random-weight models amplify bf16
+rounding), at ``--noise-batch`` both are also compared with the exact math: ours in
+float32 without round trips (equal to transformers in float32 at tiny widths).
 
 Floors (computed from the models' own tensors):
 - decode bytes = every non-expert weight once (FP8 + scales or bf16; hc mixers as fp32)
@@ -40,6 +40,10 @@ Floors (computed from the models' own tensors):
   + 6 experts, gate) + sparse attention 4 H K d per query (K: window + selected rows) +
   indexer scores 2 x 64 x 128 per (query, visible key) + the head on the last row;
   ours: FP8 linears at the FP8 rate, the rest at bf16; transformers: all at bf16.
+Numbers (first H200 run, ceilings 4.15 TB/s copy, 1423 TFLOP/s FP8, 792 TFLOP/s bf16):
+  weights ours 29.3 GB (experts 26.6, embed 1.06, rest 1.65 with the 1.06 head), transformers
+  54.8 GB (experts 51.5); decode floor (ours) B=1: 0.55 ms | 8: 1.50 | 32: 3.81 | 64: 5.41;
+  transformers' bf16 floor B=1: 0.81 ms; prefill floor (ours) ~575k tokens/s.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks.* from anywhere
 
-from benchmarks.bench_real_width import ceilings_or_none, fill_random, log, param_bytes, sync  # noqa: E402
+from benchmarks.bench_real_width import ceilings_or_none, fill_random, log, param_bytes, profile_step, sync  # noqa: E402
 from deepinfer_adapters.config import parse_config  # noqa: E402
 from deepinfer_adapters.model_impl import native_format  # noqa: E402
 from deepinfer_adapters.model_impl.batch import ForwardBatch  # noqa: E402
@@ -217,11 +221,12 @@ def prefill_batch(ids: torch.Tensor) -> ForwardBatch:
 
 
 def decode_loop(step, first: torch.Tensor, P: int, n: int):
-    """n greedy steps from token ``first`` at position P; returns the first step's logits."""
+    """n greedy steps from token ``first`` at position P; returns the first step's logits
+    (a copy: a graph replays into the same output tensor every step)."""
     tokens, first_logits = first, None
     for i in range(n):
         logits = step(tokens, P + i)
-        first_logits = logits if first_logits is None else first_logits
+        first_logits = logits.clone() if first_logits is None else first_logits
         tokens = logits.argmax(-1)
     return first_logits
 
@@ -246,7 +251,7 @@ def graphed_decoder(model, state, B: int, max_len: int, device: str):
 
 
 @torch.no_grad()
-def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch):
+def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, profile=False, out_dir="."):
     rows = {}
     for B in batches:
         ids = prompts[:B]
@@ -280,8 +285,13 @@ def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch):
             t, g_logits = elapsed(lambda: decode_loop(step, first, P, new - 1), device)
             row.update(graphed="ok", graphed_ms=t / (new - 1) * 1e3, rel_graphed_vs_forward=rel(g_logits, logits),
                        rel_graphed=rel(g_logits, ref["decode"]))
+        if profile and B == min(batches):
+            try:
+                profile_step(lambda: forward_step(first, P + new - 1), out_dir)
+            except Exception as e:  # a diagnosis, not a result
+                log(f"profile failed: {type(e).__name__}: {e}")
         if B == noise_batch:
-            row.update(noise_yardstick(model, ids, first, ref, logits, device))
+            row.update(noise_yardstick(model, ids, first, ref, out, logits))
         log(f"ours B={B}: {json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})}")
         del state, saved
         if device == "cuda":
@@ -289,19 +299,29 @@ def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch):
     return rows
 
 
-def noise_yardstick(model, ids, first, ref, logits, device) -> dict:
-    """Ours with transformers' rounding points (no FP8 activation / KV round trips): how far
-    apart two valid bf16 roundings of the same model land, next to ours vs transformers."""
-    num = model.numerics
-    model.numerics = dataclasses.replace(num, act_quant=False, kv_quant=False)
-    try:
-        state = model.new_state(ids.shape[0], ids.shape[1] + 8)
-        model(prefill_batch(ids), state)
-        plain = model(decode_batch(first, ids.shape[1]), state).logits
-    finally:
-        model.numerics = num
-    return {"rel_plain_vs_hf": rel(plain, ref["decode"]), "agree_plain_vs_hf": agree(plain, ref["decode"]),
-            "rel_ours_vs_plain": rel(logits, plain)}
+def noise_yardstick(model, ids, first, ref, prefill, decode) -> dict:
+    """How far each bf16 model lands from the exact math: ours in float32 without round trips
+    (what transformers computes in exact arithmetic; equal to transformers' fp32 model within
+    2e-4 at tiny widths, tests/test_hf_v4_from_ours.py), on the same prompts and first token.
+    Also ours in bf16 with transformers' rounding points (no FP8 activation / KV round trips)."""
+    num, got = model.numerics, {}
+    for name, numerics in (("f32", Numerics.float32()), ("plain", dataclasses.replace(num, act_quant=False,
+                                                                                       kv_quant=False))):
+        model.numerics = numerics
+        try:
+            state = model.new_state(ids.shape[0], ids.shape[1] + 8)
+            got[name] = (model(prefill_batch(ids), state).logits,
+                         model(decode_batch(first, ids.shape[1]), state).logits)
+        finally:
+            model.numerics = num
+    (true_pre, true_dec), (plain_pre, plain_dec) = got["f32"], got["plain"]
+    out = {}
+    for step, truth, hf, ours, plain in (("prefill", true_pre, ref["prefill"], prefill, plain_pre),
+                                         ("decode", true_dec, ref["decode"], decode, plain_dec)):
+        for who, logits in (("hf", hf), ("ours", ours), ("plain", plain)):
+            out[f"f32_rel_{step}_{who}"] = rel(logits, truth)
+            out[f"f32_agree_{step}_{who}"] = agree(logits, truth)
+    return out
 
 
 # --------------------------------------------------------------------------- run ----
@@ -339,7 +359,8 @@ def run(args) -> dict:
         torch.cuda.empty_cache()
     error = None
     try:
-        our_rows = measure_ours(model, cfg, prompts, args.batches, args.new, device, refs, args.noise_batch)
+        our_rows = measure_ours(model, cfg, prompts, args.batches, args.new, device, refs, args.noise_batch,
+                                args.profile and device == "cuda", args.out)
     except Exception as e:  # keep the peer's numbers: they cost minutes
         traceback.print_exc()
         error, our_rows = f"{type(e).__name__}: {e}", {}
@@ -385,11 +406,14 @@ def summary(result: dict) -> None:
             f"{tokens / r['prefill_floor_s_ours']:10.0f} {tokens / r['prefill_floor_s_hf']:9.0f} "
             f"{r.get('rel_prefill', nan):11.2e}")
     for r in result["rows"]:
-        if "rel_plain_vs_hf" in r:
-            log(f"\nlogits yardstick at B={r['B']}: ours vs transformers {r['rel_decode']:.3e} (argmax agree "
-                f"{r['agree_decode']:.2f}); ours with transformers' rounding points (no FP8 act/KV round trips) vs "
-                f"transformers {r['rel_plain_vs_hf']:.3e} (agree {r['agree_plain_vs_hf']:.2f}); ours vs that "
-                f"{r['rel_ours_vs_plain']:.3e}")
+        if "f32_rel_decode_hf" in r:
+            log(f"\nlogits at B={r['B']} against the exact math (ours in float32, no round trips): relative L2 "
+                f"difference (argmax agreement)")
+            for step in ("prefill", "decode"):
+                log(f"  {step:7s}: transformers bf16 {r[f'f32_rel_{step}_hf']:.3e} ({r[f'f32_agree_{step}_hf']:.2f}); "
+                    f"ours {r[f'f32_rel_{step}_ours']:.3e} ({r[f'f32_agree_{step}_ours']:.2f}); ours bf16 without "
+                    f"round trips {r[f'f32_rel_{step}_plain']:.3e} ({r[f'f32_agree_{step}_plain']:.2f}); "
+                    f"ours vs transformers {r[f'rel_{step}']:.3e}")
     graphed = {r["B"]: r.get("graphed") for r in result["rows"]}
     if any(g != "ok" for g in graphed.values()):
         log(f"graphed decode: {json.dumps(graphed)}")
@@ -405,9 +429,11 @@ def main():
     ap.add_argument("--batches", type=int, nargs="+")
     ap.add_argument("--prompt", type=int)
     ap.add_argument("--new", type=int, help="tokens generated per timed run (N); N - 1 decode steps")
-    ap.add_argument("--reps", type=int, default=2, help="transformers: best of this many generate calls")
+    ap.add_argument("--reps", type=int, default=3, help="transformers: best of this many generate calls")
     ap.add_argument("--noise-batch", type=int, default=8, help="batch of the logits yardstick (0: none)")
     ap.add_argument("--hf-experts", default=None, help="transformers' experts_implementation (default: its own)")
+    ap.add_argument("--profile", action="store_true", help="torch.profiler over one forward decode step at the "
+                    "smallest batch (CUDA; profile_decode_b1.txt in --out)")
     args = ap.parse_args()
     defaults = TINY if args.tiny else {"batches": BATCHES, "prompt": PROMPT, "new": NEW}
     for key, value in defaults.items():
