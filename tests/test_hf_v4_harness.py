@@ -1,4 +1,4 @@
-"""The transformers V4-Flash reference harness (tests/reference/hf_v4.py) on a tiny checkpoint.
+"""The transformers V4-Flash reference harness (deepinfer_adapters/model_impl/hf_v4.py) on a tiny checkpoint.
 
 Checks that transformers' DeepseekV4ForCausalLM runs the tiny V4 preset as is,
 that every one of its tensors is filled from the official-format checkpoint,
@@ -12,12 +12,8 @@ import torch
 
 pytest.importorskip("transformers.models.deepseek_v4")
 
-try:  # tests/ is on sys.path under pytest's default (prepend) import mode
-    from reference.hf_v4 import build_hf_model, hf_logits, name_mapping, use_lowest_index_tie_break
-except ImportError:  # pragma: no cover - repo root on sys.path instead
-    from tests.reference.hf_v4 import build_hf_model, hf_logits, name_mapping, use_lowest_index_tie_break
-
 from deepinfer_adapters.config import load_config
+from deepinfer_adapters.model_impl.hf_v4 import build_hf_model, hf_logits, name_mapping, use_lowest_index_tie_break
 from deepinfer_adapters.model_impl.tiny_checkpoint import write_tiny_checkpoint
 from deepinfer_adapters.model_impl.weights import load_checkpoint
 

@@ -46,12 +46,21 @@ def backends(op: str) -> list[str]:
     return [b.name for b in _BACKENDS.get(op, [])]
 
 
-def call(op: str, *args: Any, **kwargs: Any) -> Any:
+def _pick(op: str, args: tuple, kwargs: dict) -> Backend:
     pinned = _PINNED.get(op)
     for b in _BACKENDS[op]:
         if (pinned is None and b.supports(*args, **kwargs)) or b.name == pinned:
-            return b.fn(*args, **kwargs)
+            return b
     raise RuntimeError(f"no backend of kernel op {op!r} supports these inputs")
+
+
+def call(op: str, *args: Any, **kwargs: Any) -> Any:
+    return _pick(op, args, kwargs).fn(*args, **kwargs)
+
+
+def chosen(op: str, *args: Any, **kwargs: Any) -> str:
+    """The name of the backend ``call`` would run for these arguments."""
+    return _pick(op, args, kwargs).name
 
 
 for _module in (reference, reference_fp8):
@@ -79,6 +88,18 @@ def hc_split_sinkhorn(*args: Any, **kwargs: Any) -> Any:
     return call("hc_split_sinkhorn", *args, **kwargs)
 
 
+def hc_mix_logits(*args: Any, **kwargs: Any) -> Any:
+    return call("hc_mix_logits", *args, **kwargs)
+
+
+def hc_pre(*args: Any, **kwargs: Any) -> Any:
+    return call("hc_pre", *args, **kwargs)
+
+
+def hc_post(*args: Any, **kwargs: Any) -> Any:
+    return call("hc_post", *args, **kwargs)
+
+
 def fp8_linear(*args: Any, **kwargs: Any) -> Any:
     return call("fp8_linear", *args, **kwargs)
 
@@ -94,4 +115,5 @@ def moe_experts(*args: Any, **kwargs: Any) -> Any:
 # Faster backends register themselves on import; each imports its GPU stack lazily.
 from deepinfer_adapters.kernels import triton_sparse_attn  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe  # noqa: E402,F401
+from deepinfer_adapters.kernels import triton_hc, triton_norm_rope  # noqa: E402,F401
 from deepinfer_adapters.kernels import cublas_linear  # noqa: E402,F401

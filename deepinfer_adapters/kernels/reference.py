@@ -15,7 +15,7 @@ import torch
 from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import wide
 
-OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn")
+OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -131,6 +131,39 @@ def hc_split_sinkhorn(
         comb = comb / (comb.sum(-1, keepdim=True) + eps)
         comb = comb / (comb.sum(-2, keepdim=True) + eps)
     return pre.float(), post.float(), comb.float()
+
+
+def hc_mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> torch.Tensor:
+    """x [..., hc, D] -> (flat(x) @ fn^T) * rsqrt(mean(flat(x)^2) + eps) [..., N], fp32: one RMS
+    statistic per token over all hc*D values; fn [N, hc*D] (N = (2 + hc) * hc mixes, or hc
+    for the HC head)."""
+    flat = x.flatten(-2).float()
+    rsqrt = torch.rsqrt(mean_square(flat) + norm_eps)
+    return linear(flat, fn) * rsqrt
+
+
+def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
+    """Collapse [T, hc, D] with weights [T, hc] -> [T, D] (fp32 sum, cast back)."""
+    return _stream_sum(pre.unsqueeze(-1) * x.float(), dim=-2).to(x.dtype)
+
+
+def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
+    """Expand y [T, D] to [T, hc, D]: post_b * y + sum_a comb[a, b] * residual_a."""
+    mixed = _stream_sum(comb.unsqueeze(-1) * residual.unsqueeze(-2).float(), dim=-3)
+    return (post.unsqueeze(-1) * y.unsqueeze(-2).float() + mixed).to(y.dtype)
+
+
+def _stream_sum(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sum over the hc streams. Batch-invariant mode adds them in a fixed order (stream 0
+    first), so every element's result is the same whatever the number of tokens
+    (torch's vectorized sum is not); otherwise torch.sum, as the reference."""
+    if not invariance.enabled():
+        return t.sum(dim)
+    parts = t.unbind(dim)
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total
 
 
 def exp32(x: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,6 @@ from torch import nn
 from deepinfer_adapters import kernels
 from deepinfer_adapters.config import ModelConfig
 from deepinfer_adapters.kernels import invariance
-from deepinfer_adapters.kernels.reference import mean_square
 
 
 class HyperConnection(nn.Module):
@@ -36,9 +35,7 @@ class HyperConnection(nn.Module):
 
 def mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> torch.Tensor:
     """(flat(X) @ fn^T) * rsqrt(mean(flat(X)^2) + eps): one RMS statistic per token over all hc*D values."""
-    flat = x.flatten(-2).float()
-    rsqrt = torch.rsqrt(mean_square(flat) + norm_eps)
-    return kernels.linear(flat, fn) * rsqrt
+    return kernels.hc_mix_logits(x, fn, norm_eps)
 
 
 def hc_head_collapse(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, norm_eps: float,
@@ -51,26 +48,12 @@ def hc_head_collapse(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, bas
 
 def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
     """Collapse [T, hc, D] with weights [T, hc] -> [T, D] (fp32 sum, cast back)."""
-    return _stream_sum(pre.unsqueeze(-1) * x.float(), dim=-2).to(x.dtype)
+    return kernels.hc_pre(x, pre)
 
 
 def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
     """Expand y [T, D] to [T, hc, D]: post_b * y + sum_a comb[a, b] * residual_a."""
-    mixed = _stream_sum(comb.unsqueeze(-1) * residual.unsqueeze(-2).float(), dim=-3)
-    return (post.unsqueeze(-1) * y.unsqueeze(-2).float() + mixed).to(y.dtype)
-
-
-def _stream_sum(t: torch.Tensor, dim: int) -> torch.Tensor:
-    """Sum over the hc streams. Batch-invariant mode adds them in a fixed order (stream 0
-    first), so every element's result is the same whatever the number of tokens
-    (torch's vectorized sum is not); otherwise torch.sum, as the reference."""
-    if not invariance.enabled():
-        return t.sum(dim)
-    parts = t.unbind(dim)
-    total = parts[0]
-    for part in parts[1:]:
-        total = total + part
-    return total
+    return kernels.hc_post(y, residual, post, comb)
 
 
 def identity_pre_mix(num_tokens: int, hc: int, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -1,0 +1,151 @@
+"""Triton backends of ``rms_norm`` and ``apply_rope`` (CUDA tensors only; registered as "triton").
+
+Same signatures and meaning as ``kernels.reference``. The torch versions are 6-10
+small kernels each (casts, square, mean, rsqrt, products; complex view, multiply,
+cat); here each is one. Batch-invariant mode (``kernels.invariance``) keeps the
+reference.
+
+Design.
+- ``rms_norm`` x [..., N]: rows of one program each when N >= 2048, else several
+  rows per program (a [rows, N] tile of ~4096 values); the whole row sits in
+  registers (N <= 16384), one read and one write. The tile shape depends on N only,
+  so a row's result does not depend on how many rows share the call.
+- ``apply_rope`` x [S, ..., dim], freqs [S, rd/2] complex64 (read as fp32 pairs):
+  one program per (position, block of heads); the first dim - rd values of each
+  row are copied, the last rd are loaded as one contiguous tile, split into
+  (even, odd) pairs, rotated and interleaved back. Out of place, as the reference.
+
+Numerics against the reference (fp32 inside, one cast to x's dtype at the end):
+- ``rms_norm``: the same operations in the same order -- fp32 squares, their sum
+  times 1/N (torch's mean multiplies by 1/N), + eps, rsqrt (rsqrt.approx, as torch's
+  rsqrtf), x * r, then weight * (x * r) -- except that the sum of squares is added
+  in a different tree: a few fp32 ulps on r, hence on every output; bf16 outputs
+  round to the same value or its neighbour (one bf16 ulp).
+- ``apply_rope``: (xr fr - xi fi, xr fi + xi fr) in fp32 like torch's complex64
+  product (whether each pair becomes an FMA is up to the compilers on both sides:
+  an fp32 ulp of the larger product); the copied part is exact.
+
+Triton is imported lazily (importing ``deepinfer_adapters`` needs no GPU stack).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from deepinfer_adapters.kernels import invariance, register
+from deepinfer_adapters.kernels.triton_support import triton_available
+
+NORM_MAX_WIDTH = 16384  # widest row kept in registers
+NORM_TILE = 4096  # values per program for narrow rows
+ROPE_TILE = 4096  # values per program (heads x dim)
+_FLOAT = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@functools.cache
+def _kernels():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def rms_norm(X, W, OUT, R, N, stride_x, stride_o, inv_n, eps,
+                 HAS_WEIGHT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+        cols = tl.arange(0, BLOCK_N)
+        mask_c = cols < N
+        mask = (rows < R)[:, None] & mask_c[None, :]
+        rows = rows.to(tl.int64)
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        r = tl.rsqrt(tl.sum(x * x, axis=1) * inv_n + eps)
+        y = x * r[:, None]
+        if HAS_WEIGHT:
+            y = tl.load(W + cols, mask=mask_c, other=0.0).to(tl.float32)[None, :] * y
+        tl.store(OUT + rows[:, None] * stride_o + cols[None, :], y.to(OUT.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def apply_rope(X, F, OUT, M, stride_xs, stride_xm, stride_os, stride_om, sign,
+                   NOPE: tl.constexpr, RD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_NOPE: tl.constexpr):
+        """Position pid0, rows (heads) [pid1 * BLOCK_M, +BLOCK_M) of [M, NOPE + RD]; sign -1: conjugate."""
+        s = tl.program_id(0).to(tl.int64)
+        offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+        mask_m = (offs_m < M)[:, None]
+        offs_m = offs_m.to(tl.int64)
+        x = X + s * stride_xs + offs_m[:, None] * stride_xm
+        out = OUT + s * stride_os + offs_m[:, None] * stride_om
+        if NOPE > 0:
+            c = tl.arange(0, BLOCK_NOPE)[None, :]
+            tl.store(out + c, tl.load(x + c, mask=mask_m & (c < NOPE)), mask=mask_m & (c < NOPE))
+        j = tl.arange(0, RD // 2)
+        f = tl.load(F + s * RD + 2 * j[:, None] + tl.arange(0, 2)[None, :])  # [RD/2, 2] (cos, sin)
+        fr, fi = tl.split(f)
+        fi = fi * sign
+        d = tl.arange(0, RD)[None, :]
+        pairs = tl.reshape(tl.load(x + NOPE + d, mask=mask_m).to(tl.float32), (BLOCK_M, RD // 2, 2))
+        xr, xi = tl.split(pairs)
+        re = xr * fr[None, :] - xi * fi[None, :]
+        im = xr * fi[None, :] + xi * fr[None, :]
+        rot = tl.reshape(tl.join(re, im), (BLOCK_M, RD))
+        tl.store(out + NOPE + d, rot.to(OUT.dtype.element_ty), mask=mask_m)
+
+    return triton, rms_norm, apply_rope
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """See ``reference.rms_norm``: y = w * x * rsqrt(mean(x^2) + eps), fp32 inside, x's dtype out."""
+    N = x.shape[-1]
+    x2 = x.reshape(-1, N)
+    x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
+    R = x2.shape[0]
+    out = torch.empty(R, N, device=x.device, dtype=x.dtype)
+    if R and N:
+        triton, k_norm, _ = _kernels()
+        block_n = _pow2(N)
+        block_r = max(1, NORM_TILE // block_n)
+        w = x2 if weight is None else weight.contiguous()  # unused when weightless
+        k_norm[(triton.cdiv(R, block_r),)](x2, w, out, R, N, x2.stride(0), out.stride(0), 1.0 / N, float(eps),
+                                           HAS_WEIGHT=weight is not None, BLOCK_R=block_r, BLOCK_N=block_n,
+                                           num_warps=max(4, min(16, block_r * block_n // 1024)),
+                                           enable_fp_fusion=False)
+    return out.view(x.shape)
+
+
+def supports_rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> bool:
+    return (x.is_cuda and x.dim() >= 1 and x.dtype in _FLOAT and 0 < x.shape[-1] <= NORM_MAX_WIDTH
+            and (weight is None or (weight.is_cuda and weight.shape == x.shape[-1:]))
+            and not invariance.enabled() and triton_available())
+
+
+def apply_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+    """See ``reference.apply_rope``: rotate the last rd = 2 * freqs.shape[-1] dims of x [S, ..., dim]."""
+    S, dim = x.shape[0], x.shape[-1]
+    rd = 2 * freqs.shape[-1]
+    x3 = x.reshape(S, -1, dim)
+    x3 = x3 if x3.stride(-1) == 1 else x3.contiguous()
+    M = x3.shape[1]
+    f = torch.view_as_real(freqs.resolve_conj()).reshape(S, rd)  # [S, rd] fp32: (cos, sin) pairs
+    f = f if f.stride(-1) == 1 else f.contiguous()
+    out = torch.empty(S, M, dim, device=x.device, dtype=x.dtype)
+    if S and M:
+        triton, _, k_rope = _kernels()
+        block_m = min(_pow2(M), max(1, ROPE_TILE // _pow2(dim)))
+        nope = dim - rd
+        k_rope[(S, triton.cdiv(M, block_m))](x3, f, out, M, x3.stride(0), x3.stride(1), out.stride(0), out.stride(1),
+                                             -1.0 if inverse else 1.0, NOPE=nope, RD=rd, BLOCK_M=block_m,
+                                             BLOCK_NOPE=_pow2(nope), num_warps=4)
+    return out.view(x.shape)
+
+
+def supports_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -> bool:
+    rd = 2 * freqs.shape[-1] if freqs.dim() == 2 else 0
+    return (x.is_cuda and freqs.is_cuda and x.dim() >= 2 and x.dtype in _FLOAT and freqs.dtype == torch.complex64
+            and freqs.dim() == 2 and freqs.shape[0] == x.shape[0] and rd >= 2 and rd & (rd - 1) == 0
+            and x.shape[-1] >= rd and not invariance.enabled() and triton_available())
+
+
+register("rms_norm", "triton", rms_norm, supports=supports_rms_norm, priority=10)
+register("apply_rope", "triton", apply_rope, supports=supports_rope, priority=10)
