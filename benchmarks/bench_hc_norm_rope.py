@@ -83,6 +83,23 @@ def cases(T: int, g: torch.Generator) -> dict:
     }
 
 
+def _mix_cfg(block_t, block_k, warps, stages, per_sm):
+    def cfg(T, K, bf16, sms):
+        n_k, tiles = -(-K // block_k), -(-T // block_t)
+        steps = -(-n_k // max(1, min(n_k, -(-per_sm * sms // tiles))))
+        return th.MixConfig(block_t, block_k, steps, -(-n_k // steps), warps, stages)
+    return cfg
+
+
+MIX_VARIANTS = {  # hc_mix_logits tilings other than mix_config's, timed for the record (bf16 x)
+    "16x128 w4, 2/SM": _mix_cfg(16, 128, 4, 2, 2),
+    "16x128 w4, 8/SM": _mix_cfg(16, 128, 4, 2, 8),
+    "64x64 w8 s3, 8/SM": _mix_cfg(64, 64, 8, 3, 8),
+    "64x128 w8 s2, 4/SM": _mix_cfg(64, 128, 8, 2, 4),
+    "32x128 w4 s2, 4/SM": _mix_cfg(32, 128, 4, 2, 4),
+}
+
+
 def first(out) -> torch.Tensor:
     return out[-1] if isinstance(out, tuple) else out  # sinkhorn: comb
 
@@ -130,6 +147,17 @@ def main():
                     f"{r['torch_eager_us'] / r['triton_eager_us']:5.1f} {r['torch_graph_us']:11.1f} "
                     f"{r['triton_graph_us']:12.1f} {r['torch_graph_us'] / r['triton_graph_us']:5.1f} "
                     f"{r['floor_us']:7.2f} {err:8.1e}")
+                if name == "hc_mix_logits" and T >= 32:
+                    default = th.mix_config
+                    for vname, variant in MIX_VARIANTS.items():
+                        th.mix_config = variant
+                        try:
+                            t = safe(lambda: time_graph([lambda s=s: tri_fn(*s) for s in sets]))
+                            e = safe(lambda: rel(tri_fn(*sets[0]), ref_fn(*sets[0])))
+                        finally:
+                            th.mix_config = default
+                        r.setdefault("variants", {})[vname] = {"graph_us": t, "rel_err": e}
+                        log(f"  variant {vname:20s} graph {t:8.1f} us  rel err {e:.1e}")
                 del sets
                 torch.cuda.empty_cache()
     path = os.path.join(args.out, "RESULTS_hc_norm_rope.json")

@@ -24,6 +24,13 @@ Numerics against the reference (fp32 inside, one cast to x's dtype at the end):
 - ``apply_rope``: (xr fr - xi fi, xr fi + xi fr) in fp32 like torch's complex64
   product (whether each pair becomes an FMA is up to the compilers on both sides:
   an fp32 ulp of the larger product); the copied part is exact.
+Seen on the H200 (tests/gpu/test_hc_norm_rope_gpu.py): apply_rope bit-equal in every
+case; rms_norm fp32 within 2 ulps, bf16 bit-equal but for ~1e-5 of the elements (one
+bf16 ulp).
+
+Speed (H200, CUDA-graph replays, benchmarks/bench_hc_norm_rope.py): at T = 1 every
+call 1.3-2.1 us (torch 5-12.5); at T = 8192 rms_norm [T, 5120] 59 us (553), q
+[T, 64, 512] rms_norm / rope 290 / 299 us (2699 / 1358), within 15% of the bytes floor.
 
 Triton is imported lazily (importing ``deepinfer_adapters`` needs no GPU stack).
 """

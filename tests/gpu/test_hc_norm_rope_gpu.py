@@ -8,13 +8,14 @@ Real widths: hidden 4096 / 5120, hc 4, 64 heads x 512 with a 64-dim rope, tokens
 Tolerances (u = 2^-24, the fp32 unit roundoff):
 - Sums of a few terms (hc_pre, hc_post, the rope rotation): both sides round the same
   products to fp32 and add them, perhaps in another order, so fp32 results differ by
-  at most a few u of S = sum |terms| (asserted 4 u S; expected: bit-equal). A bf16
+  at most a few u of S = sum |terms| (asserted 4 u S; seen: bit-equal). A bf16
   output rounds those fp32 values once: it equals the reference's or is its
-  neighbour, one bf16 ulp <= 2^-7 |ref| (asserted 2^-7 |ref| + 8 u S).
+  neighbour (asserted: one bf16 ulp + 8 u S).
 - RMSNorm: the sum of squares (positive terms) is added in another tree, a relative
   error of at most ~(log2 N + N / threads) u on each side, halved by the rsqrt,
   plus rsqrt.approx's 2 ulps and one rounding per product: asserted 2^-19 |ref|
-  (32 fp32 ulps) for fp32 outputs, one bf16 ulp (2^-7 |ref|) for bf16 outputs.
+  (32 fp32 ulps; seen <= 2) for fp32 outputs, one bf16 ulp for bf16 outputs (seen:
+  all but ~1e-5 of the elements bit-equal).
 - hc_mix_logits: K = hc * D = 16-20k products per dot. Both sides approximate the
   exact dot with fp32 sums in different orders (the reference: cuBLAS SGEMM; the
   kernel: tensor-core blocks of three exact bf16 products, IEEE sums across blocks),
@@ -69,6 +70,12 @@ def _stream(T: int, D: int, dtype: torch.dtype, g: torch.Generator) -> torch.Ten
     return torch.randn(T, HC, D, device="cuda", generator=g).to(dtype)
 
 
+def _bf16_ulp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """One bf16 ulp at the larger magnitude of a and b (fp64): 2^(e - 8) for |v| = m 2^e, m in [0.5, 1)."""
+    _, e = torch.frexp(torch.maximum(a.double().abs(), b.double().abs()))
+    return torch.ldexp(torch.ones_like(e, dtype=torch.float64), e - 8)
+
+
 def _assert_sum_close(out: torch.Tensor, ref: torch.Tensor, S: torch.Tensor, what: str) -> None:
     """out vs ref for a short sum whose terms have absolute sum S (fp64, broadcastable)."""
     assert out.shape == ref.shape and out.dtype == ref.dtype, (what, out.shape, ref.shape, out.dtype, ref.dtype)
@@ -76,7 +83,7 @@ def _assert_sum_close(out: torch.Tensor, ref: torch.Tensor, S: torch.Tensor, wha
     if out.dtype == torch.float32:
         bound = 4 * U * S
     else:
-        bound = 2.0**-7 * ref.double().abs() + 8 * U * S
+        bound = _bf16_ulp(out, ref) + 8 * U * S
     bad = diff > bound
     same = float((diff == 0).double().mean())
     print(f"REPORT {what}: max diff {float(diff.max()):.3g}, bit-equal fraction {same:.6f}")
@@ -226,10 +233,10 @@ def test_hc_pre_post_strided_inputs():
 def _assert_norm_close(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
     assert out.shape == ref.shape and out.dtype == ref.dtype, what
     diff = (out.double() - ref.double()).abs()
-    rtol = 2.0**-19 if out.dtype == torch.float32 else 2.0**-7
+    bound = 2.0**-19 * ref.double().abs() if out.dtype == torch.float32 else _bf16_ulp(out, ref)
     print(f"REPORT {what}: max rel {float((diff / ref.double().abs().clamp_min(1e-30)).max()):.3g}, "
           f"bit-equal fraction {float((diff == 0).double().mean()):.6f}")
-    assert (diff <= rtol * ref.double().abs() + 1e-30).all(), what
+    assert (diff <= bound + 1e-30).all(), what
 
 
 @pytest.mark.parametrize("T", TOKENS)
