@@ -14,6 +14,8 @@ the rows of the block in progress and, with overlap, the whole previous block.
 Layout of ``{name}_kv`` / ``{name}_score`` [c*r, c*width]: rows 0..r-1 hold the
 previous complete block (overlap only), rows off+(p mod r) the block in progress
 (off = r with overlap, else 0), as in the reference's kv_state/score_state.
+``decode`` (model.decode, one token per sequence) updates the same layout, with masks
+where ``forward`` branches on whether a token completes its block.
 """
 
 from __future__ import annotations
@@ -133,12 +135,12 @@ class CompressorV4(nn.Module):
         pools stale rows and must not be stored (``store_completed``)."""
         r, w, pos, slots = self.ratio, self.width, batch.positions, batch.slots
         off = r if self.overlap else 0
+        at, complete = pos % r, pos % r == r - 1
         xf = x.float()
         kv = self.wkv(xf, numerics)
-        score = self.wgate(xf, numerics) + self.ape[pos % r]
+        score = self.wgate(xf, numerics) + self.ape[at]
         kv_state = state.fixed(self.key, f"{self.name}_kv")
         score_state = state.fixed(self.key, f"{self.name}_score")
-        at, complete = pos % r, pos % r == r - 1
         each = slots.unsqueeze(1)
         block = off + torch.arange(r, device=x.device)  # rows of the block in progress
         new = (torch.arange(r, device=x.device) == at.unsqueeze(1)).unsqueeze(-1)
