@@ -20,6 +20,7 @@ from deepinfer_adapters.decoding.sampler import sample, seed_to_int64
 from deepinfer_adapters.errors import ConfigError
 from deepinfer_adapters.decoding.sampling_params import SamplingParams, SamplingParamsError
 from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.tokenizer import encode_chat, render_chat
 from deepinfer_adapters.standalone import LLM, EngineConfig, LLMEngine
@@ -165,9 +166,28 @@ def test_batched_decode_gives_the_same_outputs(ckpt, model, batch16):
     engine.close()
 
 
+def test_batched_decode_v4_gives_the_same_outputs(tiny_checkpoint):
+    """V4-Flash (window, CSA and HCA layers) through model.decode == through forward: prompts
+    past the first ratio-128 block or crossing it while decoding, greedy and seeded."""
+    path = tiny_checkpoint("v4")
+    model = load_model(path, Numerics.float32().invariant(), progress=False)
+    prompts = [_prompt(5, 60), _prompt(37, 61), _prompt(124, 62), _prompt(140, 63)]
+    params = [SamplingParams(temperature=0, max_tokens=7, logprobs=2),
+              SamplingParams(temperature=1.0, seed=7, max_tokens=7, logprobs=1)] * 2
+    outs = {}
+    for mode in ("eager", "forward"):
+        engine = engine_for(path, model, max_num_seqs=4, max_num_batched_tokens=64, decode=mode)
+        outs[mode] = generate(engine, prompts, params)
+        assert (engine.runner.decode_steps > 0) == (mode == "eager")
+        engine.close()
+    _assert_same_outputs(outs["eager"], outs["forward"])
+
+
 def test_batched_decode_needs_a_model_with_decode(tiny_checkpoint):
-    ckpt = tiny_checkpoint("v4")
-    model = load_model(ckpt, Numerics.float32().invariant(), progress=False)
+    ckpt = tiny_checkpoint("v41")
+    # with its draft stages (load_model leaves them out): their rings follow forward only
+    model = DeepseekV41ForCausalLM.from_pretrained(ckpt, Numerics.float32().invariant(), progress=False)
+    assert model.with_draft
     with pytest.raises(ConfigError, match="decode"):
         engine_for(ckpt, model, decode="eager")
     with pytest.raises(ConfigError, match="decode"):

@@ -11,7 +11,9 @@ final norm -> fp32 logits. The draft heads (MTP for V4-Flash, DSpark stages for
 
 Everything runs through the two contracts: ``ForwardBatch`` (any mix of prefill
 chunks and decodes) and ``StateCache`` (window rings, compressed rows, index keys
-and compressor partial blocks, all declared in ``state_spec``).
+and compressor partial blocks, all declared in ``state_spec``). ``decode`` is the
+one-token-per-sequence step batched on the device (``DecodeBatch``, no host sync:
+what a CUDA graph captures); every block runs the same body for both.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from torch import nn
 from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.errors import ConfigError
 from deepinfer_adapters.model_impl.base import CausalLMBase, ModelOutput, in_numerics_scope
-from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_v4 import AttentionV4
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.hyper_connection import HyperConnection, hc_head_collapse, hc_post, hc_pre
@@ -77,16 +79,28 @@ class BlockV4(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         """x [T, hc, D] -> [T, hc, D]."""
+        return self._run(x, lambda a: self.attn(a, batch, state, numerics), numerics, batch.input_ids,
+                         batch.image_mask)
+
+    def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
+        """``forward`` for one new token per sequence (model.decode)."""
+        return self._run(x, lambda a: self.attn.decode(a, batch, state, numerics), numerics, batch.input_ids, None)
+
+    def _run(self, x: torch.Tensor, attention: Callable[[torch.Tensor], torch.Tensor], numerics: Numerics,
+             input_ids: torch.Tensor, image_mask: torch.Tensor | None) -> torch.Tensor:
         pre, post, comb = self.hc_attn.mixes(x)
-        y = self.attn(self.attn_norm(hc_pre(x, pre)), batch, state, numerics)
+        y = attention(self.attn_norm(hc_pre(x, pre)))
         x = hc_post(y, x, post, comb)
         pre, post, comb = self.hc_ffn.mixes(x)
-        y = self.ffn(self.ffn_norm(hc_pre(x, pre)), numerics, batch.input_ids, batch.image_mask)
+        y = self.ffn(self.ffn_norm(hc_pre(x, pre)), numerics, input_ids, image_mask)
         return hc_post(y, x, post, comb)
 
 
 class DeepseekV4ForCausalLM(CausalLMBase):
-    def __init__(self, cfg: ModelConfig, numerics: Numerics | None = None, model_dir: Path | None = None) -> None:
+    def __init__(self, cfg: ModelConfig, numerics: Numerics | None = None, model_dir: Path | None = None, *,
+                 with_draft: bool = True) -> None:
+        """``with_draft=False`` leaves the draft layers (MTP / DSpark) out: no draft state,
+        no DSpark ring updates in ``forward``, and ``decode`` becomes available."""
         super().__init__()
         if cfg.is_v41:
             raise ConfigError(f"DeepseekV4ForCausalLM runs V4-Flash checkpoints; got arch {cfg.arch!r}", "arch")
@@ -97,15 +111,19 @@ class DeepseekV4ForCausalLM(CausalLMBase):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.head = Linear(cfg.hidden_size, cfg.vocab_size, quantized=False)
         self.hc_head = HyperHead(cfg)
+        self.with_draft = with_draft and cfg.draft is not None
         self.mtp = nn.ModuleList()
         self.drafter = None  # MTPDrafter / DSparkDrafter: plain objects driving the ``mtp`` layers
-        if cfg.draft is not None:
+        if self.with_draft:
             from deepinfer_adapters.model_impl.layers import mtp  # it imports BlockV4 from here
 
             self.mtp.extend(mtp.build_draft_layers(cfg))
             self.drafter = mtp.make_drafter(self)
-        dspark = cfg.draft is not None and cfg.draft.kind == "dspark"
+        dspark = self.with_draft and cfg.draft.kind == "dspark"
         self.target_layers = tuple(cfg.draft.target_layer_ids) if dspark else ()
+
+    def ignores(self, official: str) -> bool:
+        return not self.with_draft and official.startswith("mtp.")
 
     def state_spec(self, rewind: int = 0) -> StateSpec:
         if rewind:
@@ -141,21 +159,41 @@ class DeepseekV4ForCausalLM(CausalLMBase):
             main_hidden = torch.cat(targets, dim=-1)
             self.drafter.observe(main_hidden, batch, state)
             return ModelOutput(logits=logits, hidden=main_hidden)
-        return ModelOutput(logits=logits, hidden=x if self.cfg.draft is not None else None)
+        return ModelOutput(logits=logits, hidden=x if self.with_draft else None)
+
+    @in_numerics_scope
+    @torch.no_grad()
+    def decode(self, batch: DecodeBatch, state: StateCache) -> torch.Tensor:
+        """One new token per sequence, batched on the device: logits [B, vocab] fp32.
+
+        The same computation as ``forward`` on a one-token-per-sequence ForwardBatch (tests
+        compare them bit for bit), without host loops or syncs, so a CUDA graph can capture
+        it. Needs a state cache with device addressing (``StateCache.row_pool``) and no
+        draft layers (DSpark's rings follow ``forward`` only)."""
+        if self.with_draft:
+            raise ValueError("decode() runs the main model only: build the model with with_draft=False")
+        num = self.numerics
+        batch.scratch.clear()
+        x = self.embed_tokens(batch.input_ids).unsqueeze(1).repeat(1, self.cfg.hc_mult, 1)
+        for block in self.layers:
+            x = block.decode(x, batch, state, num)
+        return self.logits(self.norm(self.hc_head(x)))
 
     # ------------------------------------------------------------- draft heads ----
     @in_numerics_scope
     def mtp_step(self, batch: ForwardBatch, hidden: torch.Tensor, state: StateCache, *, stage: int = 0) -> ModelOutput:
         """V4-Flash MTP: logits of token t+2 from (main stream at t, token t+1); see layers.mtp."""
-        if self.cfg.draft is None or self.cfg.draft.kind != "mtp":
-            raise ValueError(f"this {self.cfg.arch} checkpoint has no MTP layer")
+        if not self.with_draft or self.cfg.draft.kind != "mtp":
+            raise ValueError(f"this {self.cfg.arch} model has no MTP layer (checkpoint without one, "
+                             "or built with with_draft=False)")
         return self.drafter.forward(batch, hidden, state, stage=stage)
 
     @in_numerics_scope
     def draft(self, last_tokens: list[int], positions: list[int], slots: list[int], state: StateCache,
               sample: Callable[[torch.Tensor], torch.Tensor] | None = None) -> DraftOutput:
         """0731 DSpark: propose a block per sequence after its last position (as V4.1's ``draft``)."""
-        if self.cfg.draft is None or self.cfg.draft.kind != "dspark":
-            raise ValueError(f"this {self.cfg.arch} checkpoint has no DSpark stages")
+        if not self.with_draft or self.cfg.draft.kind != "dspark":
+            raise ValueError(f"this {self.cfg.arch} model has no DSpark stages (checkpoint without them, "
+                             "or built with with_draft=False)")
         kwargs = {} if sample is None else {"sample": sample}
         return self.drafter.draft(last_tokens, positions, slots, state, **kwargs)

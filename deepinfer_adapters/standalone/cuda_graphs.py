@@ -48,7 +48,7 @@ def decode_mode(requested: str, model: torch.nn.Module, device: torch.device | s
     if requested == "auto":
         return "graphs" if has_decode and torch.device(device).type == "cuda" else "forward"
     if requested != "forward" and not has_decode:
-        raise ConfigError(f"decode={requested!r} needs a model with a batched decode step (DeepSeek-V4.1, "
+        raise ConfigError(f"decode={requested!r} needs a model with a batched decode step (DeepSeek-V4.1 or V4, "
                           f"without draft stages); this one is {type(model).__name__}: use decode='forward'",
                           "decode")
     if requested == "graphs" and torch.device(device).type != "cuda":

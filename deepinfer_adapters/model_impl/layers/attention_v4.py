@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 
 from deepinfer_adapters.config import AttnRole, LayerSpec, ModelConfig
-from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase
-from deepinfer_adapters.model_impl.layers.compressor_v4 import CompressorV4, quantize_kv_v4
+from deepinfer_adapters.model_impl.layers.compressor_v4 import CompressorV4, quantize_kv_v4, store_completed
 from deepinfer_adapters.model_impl.layers.indexer_v4 import IndexerV4
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.state import StateCache, StateField
@@ -67,6 +67,30 @@ class AttentionV4(AttentionBase):
             outs.append(self.attend_seq(x[rows], q[rows], kv[rows], None if iq is None else iq[rows],
                                         state, slot, start, numerics))
         return self.output(torch.cat(outs), freqs, numerics)
+
+    def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
+        """``forward`` for one new token per sequence, batched on the device (model.decode):
+        the window (W keys, oldest first), then the compressed rows it picks."""
+        freqs = self.rope.lookup(batch.positions, batch.max_len)
+        q, qr = self.project_q(x, freqs, numerics)
+        keys, valid = self.decode_window(state, batch, self.project_kv(x, freqs, numerics))
+        if self.compressor is not None:
+            entries, complete = self.compressor.decode(x, numerics, state, batch)
+            store_completed(state, self.key, "compressed_kv", batch, self.ratio, entries, complete)
+            if self.indexer is not None:
+                picked = self.indexer.decode(x, self.indexer.query(qr, freqs, numerics), numerics, state, batch)
+            else:
+                picked = self._visible_rows(batch, state)
+            pool = state.row_pool(self.key, "compressed_kv")
+            rows = pool[state.row_address(self.key, "compressed_kv", batch.slots, picked)].to(keys.dtype)
+            keys, valid = torch.cat([keys, rows], 1), torch.cat([valid, picked >= 0], 1)
+        return self.output(self.attend_gathered(q, keys, valid, numerics), freqs, numerics)
+
+    def _visible_rows(self, batch: DecodeBatch, state: StateCache) -> torch.Tensor:
+        """HCA decode: rows 0 .. max_len // r - 1, -1 from the first one a sequence cannot see."""
+        n = min(batch.max_len // self.ratio, state.row_capacity(self.key, "compressed_kv"))
+        rows = torch.arange(n, device=batch.positions.device).expand(batch.num_seqs, n)
+        return torch.where(rows < ((batch.positions + 1) // self.ratio).unsqueeze(1), rows, -1)
 
     def attend_seq(self, x: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, iq: torch.Tensor | None,
                    state: StateCache, slot: int, start: int, numerics: Numerics) -> torch.Tensor:

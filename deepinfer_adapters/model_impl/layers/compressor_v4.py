@@ -14,6 +14,8 @@ the rows of the block in progress and, with overlap, the whole previous block.
 Layout of ``{name}_kv`` / ``{name}_score`` [c*r, c*width]: rows 0..r-1 hold the
 previous complete block (overlap only), rows off+(p mod r) the block in progress
 (off = r with overlap, else 0), as in the reference's kv_state/score_state.
+``decode`` (model.decode, one token per sequence) updates the same layout, with masks
+where ``forward`` branches on whether a token completes its block.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from torch import nn
 from deepinfer_adapters import kernels
 from deepinfer_adapters.config import ModelConfig
 from deepinfer_adapters.kernels.invariance import wide
+from deepinfer_adapters.model_impl.batch import DecodeBatch
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.layers.rope import RotaryTable
@@ -124,11 +127,57 @@ class CompressorV4(nn.Module):
             return x.new_zeros(0, w)
         return self.finish(pooled.to(numerics.dtype), first // r, numerics)
 
+    def decode(self, x: torch.Tensor, numerics: Numerics, state: StateCache,
+               batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward`` for one token per sequence (model.decode), with masks for the host's
+        branches: (the entry of each token's block [B, width], ready for the cache, and
+        whether the token completes that block [B]). An entry of a block not yet complete
+        pools stale rows and must not be stored (``store_completed``)."""
+        r, w, pos, slots = self.ratio, self.width, batch.positions, batch.slots
+        off = r if self.overlap else 0
+        at, complete = pos % r, pos % r == r - 1
+        xf = x.float()
+        kv = self.wkv(xf, numerics)
+        score = self.wgate(xf, numerics) + self.ape[at]
+        kv_state = state.fixed(self.key, f"{self.name}_kv")
+        score_state = state.fixed(self.key, f"{self.name}_score")
+        each = slots.unsqueeze(1)
+        block = off + torch.arange(r, device=x.device)  # rows of the block in progress
+        new = (torch.arange(r, device=x.device) == at.unsqueeze(1)).unsqueeze(-1)
+        bkv = torch.where(new, kv.unsqueeze(1), kv_state[each, block])
+        bscore = torch.where(new, score.unsqueeze(1), score_state[each, block])
+        done = complete.view(-1, 1, 1)
+        if self.overlap:
+            prev = torch.arange(r, device=x.device)
+            prev_kv, prev_score = kv_state[each, prev], score_state[each, prev]
+            kv_state[each, prev] = torch.where(done, bkv, prev_kv)  # a completed block becomes the previous one
+            score_state[each, prev] = torch.where(done, bscore, prev_score)
+            bkv = torch.cat([prev_kv[..., :w], bkv[..., w:]], dim=1)
+            bscore = torch.cat([prev_score[..., :w], bscore[..., w:]], dim=1)
+        row = off + at  # the token joins the block in progress, unless it completes it
+        kv_state[slots, row] = torch.where(complete.unsqueeze(1), kv_state[slots, row], kv)
+        score_state[slots, row] = torch.where(complete.unsqueeze(1), score_state[slots, row], score)
+        pooled = (bkv * wide(bscore).softmax(dim=1).float()).sum(dim=1)
+        freqs = self.rope.lookup(pos - at, batch.max_len)  # entry p // r sits at its block's first position
+        return self.cache_form(pooled.to(numerics.dtype), freqs, numerics), complete
+
     def finish(self, pooled: torch.Tensor, first_entry: int, numerics: Numerics) -> torch.Tensor:
         """norm -> RoPE at entry j's first position j*r -> cache round trip."""
         entries = torch.arange(first_entry, first_entry + pooled.shape[0], device=pooled.device)
-        out = kernels.apply_rope(self.norm(pooled), self.rope(entries * self.ratio))
+        return self.cache_form(pooled, self.rope(entries * self.ratio), numerics)
+
+    def cache_form(self, pooled: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        out = kernels.apply_rope(self.norm(pooled), freqs)
         if self.rotate:  # indexer keys: Hadamard always (it is part of the math), FP4 when simulated
             out = hadamard(out)
             return fp4_roundtrip_e8m0(out, INDEX_FP4_BLOCK) if numerics.kv_quant else out
         return quantize_kv_v4(out, self.rope_dim) if numerics.kv_quant else out
+
+
+def store_completed(state: StateCache, key: str, name: str, batch: DecodeBatch, ratio: int,
+                    entries: torch.Tensor, complete: torch.Tensor) -> None:
+    """Batched ``write_rows`` of a decode step: entry b goes to row p_b // ratio of its slot
+    where ``complete[b]``; the other sequences rewrite what is there (no host branch)."""
+    pool = state.row_pool(key, name)
+    addr = state.row_address(key, name, batch.slots, (batch.positions // ratio).unsqueeze(1)).squeeze(1)
+    pool[addr] = torch.where(complete.unsqueeze(1), entries.to(pool.dtype), pool[addr])

@@ -21,7 +21,11 @@ from torch import nn
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.config import ModelConfig
-from deepinfer_adapters.model_impl.layers.compressor_v4 import INDEX_FP4_BLOCK, CompressorV4, hadamard
+from deepinfer_adapters.kernels import invariance
+from deepinfer_adapters.kernels.invariance import narrow, wide
+from deepinfer_adapters.model_impl.batch import DecodeBatch
+from deepinfer_adapters.model_impl.layers.compressor_v4 import (INDEX_FP4_BLOCK, CompressorV4, hadamard,
+                                                               store_completed)
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.topk import topk_lowest_index_ties
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -62,12 +66,40 @@ class IndexerV4(nn.Module):
         n_entries = end // r
         if n_entries == 0:
             return torch.empty(n, 0, dtype=torch.long, device=x.device)
-        dtype = numerics.dtype
-        keys = state.read_rows(self.key, "index_keys", slot, 0, n_entries).to(dtype)
-        w = self.weights_proj(x, numerics).to(dtype) * self.weight_scale
-        scores = (torch.einsum("shd,td->sht", q.to(dtype), keys).relu() * w.unsqueeze(-1)).sum(dim=1)
+        keys = state.read_rows(self.key, "index_keys", slot, 0, n_entries).to(numerics.dtype)
         visible = (torch.arange(start, end, device=x.device) + 1) // r
-        future = torch.arange(n_entries, device=x.device) >= visible.unsqueeze(1)
-        scores = scores.float().masked_fill(future, float("-inf"))
-        picked, _ = topk_lowest_index_ties(scores, min(self.topk, n_entries))
+        return self.select(self.scores(x, q, keys, numerics), visible)
+
+    def decode(self, x: torch.Tensor, q: torch.Tensor, numerics: Numerics, state: StateCache,
+               batch: DecodeBatch) -> torch.Tensor:
+        """``forward`` for one token per sequence (model.decode): x [B, D], q [B, H, d] ->
+        [B, min(topk, n)] over the first n = max_len // r index keys of each sequence
+        (the per-sequence picks, ascending, then -1 for what a sequence cannot see yet)."""
+        entries, complete = self.compressor.decode(x, numerics, state, batch)
+        store_completed(state, self.key, "index_keys", batch, self.ratio, entries, complete)
+        n_rows = min(batch.max_len // self.ratio, state.row_capacity(self.key, "index_keys"))
+        if n_rows == 0:
+            return torch.empty(x.shape[0], 0, dtype=torch.long, device=x.device)
+        rows = torch.arange(n_rows, device=x.device).expand(x.shape[0], n_rows)
+        pool = state.row_pool(self.key, "index_keys")
+        keys = pool[state.row_address(self.key, "index_keys", batch.slots, rows)].to(numerics.dtype)
+        return self.select(self.scores(x, q, keys, numerics), (batch.positions + 1) // self.ratio)
+
+    def scores(self, x: torch.Tensor, q: torch.Tensor, keys: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        """[n, m] scores of n queries against m keys [m, d], or each query against its own
+        keys [n, m, d] (batched decode). In the activation dtype, as the reference; in
+        batch-invariant mode the sums run in fp64 (one rounding), so a score does not
+        depend on how many keys or queries share the call."""
+        dt = numerics.dtype
+        w = self.weights_proj(x, numerics).to(dt) * self.weight_scale
+        spec = "shd,std->sht" if keys.dim() == 3 else "shd,td->sht"
+        per_head = torch.einsum(spec, narrow(q, dt), narrow(keys, dt)).to(dt).relu() * w.unsqueeze(-1)
+        return (wide(per_head).sum(dim=1) if invariance.enabled() else per_head.sum(dim=1)).to(dt)
+
+    def select(self, scores: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """Top min(topk, m) of scores [n, m] among the entries each query can see (visible
+        [n]), ascending; picks it cannot see are -1."""
+        m = scores.shape[-1]
+        future = torch.arange(m, device=scores.device) >= visible.unsqueeze(1)
+        picked, _ = topk_lowest_index_ties(scores.float().masked_fill(future, float("-inf")), min(self.topk, m))
         return torch.where(picked < visible.unsqueeze(1), picked, -1)
