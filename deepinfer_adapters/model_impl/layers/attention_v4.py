@@ -96,14 +96,14 @@ class AttentionV4(AttentionBase):
                    state: StateCache, slot: int, start: int, numerics: Numerics) -> torch.Tensor:
         n = x.shape[0]
         keys, base = self.window_keys(state, slot, start, kv)
-        idx = self.window_index(start, n, base)
+        idx = self.window_index(start, n, base).to(x.device)
         if self.compressor is not None:
             comp = self.compressed_rows(x, state, slot, start, numerics)
             if self.indexer is not None:
                 picked = self.indexer(x, iq, numerics, state, slot, start)
             else:  # HCA: every compressed row the query can see
-                visible = (torch.arange(start, start + n) + 1) // self.ratio
-                all_rows = torch.arange(comp.shape[0]).expand(n, -1)
+                visible = (torch.arange(start, start + n, device=x.device) + 1) // self.ratio
+                all_rows = torch.arange(comp.shape[0], device=x.device).expand(n, -1)
                 picked = torch.where(all_rows < visible.unsqueeze(1), all_rows, -1)
             picked = torch.where(picked >= 0, picked + keys.shape[0], -1)
             keys = torch.cat([keys, comp.to(keys.dtype)])
