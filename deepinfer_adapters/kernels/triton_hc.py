@@ -267,7 +267,7 @@ class MixConfig:
     num_stages: int
 
 
-def mix_config(T: int, K: int, bf16: bool, sm_count: int) -> MixConfig:
+def mix_config(T: int, K: int, bf16: bool, sms: int) -> MixConfig:
     """Token tiles of 16 (the smallest dot) up to 64 tokens, else 64; K is split until there
     are about two programs per SM. bf16 blocks: 16 x 128 (4 warps) or 64 x 64 (8 warps, 3
     stages), the shapes that stay in registers (ptxas, sm_90a); fp32: 32-wide (FMA dots)."""
@@ -277,7 +277,7 @@ def mix_config(T: int, K: int, bf16: bool, sm_count: int) -> MixConfig:
         block_t, block_k, warps, stages = 64, 64 if bf16 else 32, 8, 3 if bf16 else 2
     n_k = -(-K // block_k)
     tiles = -(-T // block_t)
-    splits = max(1, min(n_k, -(-2 * sm_count // tiles)))
+    splits = max(1, min(n_k, -(-2 * sms // tiles)))
     steps = -(-n_k // splits)
     return MixConfig(block_t, block_k, steps, -(-n_k // steps), warps, stages)
 
