@@ -113,9 +113,11 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
 
 @triton.jit
 def swiglu_quant_kernel(H, RW, Q, S, I, stride_h, stride_q, stride_s, limit,
-                        BLOCK: tl.constexpr, GROUPS: tl.constexpr, HAS_LIMIT: tl.constexpr):
+                        BLOCK: tl.constexpr, GROUPS: tl.constexpr, HAS_LIMIT: tl.constexpr,
+                        DEQUANT_OUT: tl.constexpr):
     """One sorted MoE row x GROUPS blocks: clamp, silu(gate) * up, times the route weight,
-    rounded to bf16 (the reference's w2 input), then quantized like act_quant_kernel."""
+    rounded to bf16 (the reference's w2 input), then quantized like act_quant_kernel
+    (DEQUANT_OUT: the round-tripped values in Q's dtype instead of codes and scales)."""
     row = tl.program_id(0).to(tl.int64)
     group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
     offs = group[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
@@ -128,5 +130,8 @@ def swiglu_quant_kernel(H, RW, Q, S, I, stride_h, stride_q, stride_s, limit,
     h = gate / (1.0 + tl.exp(-gate)) * up
     h = (tl.load(RW + row) * h).to(tl.bfloat16).to(tl.float32)
     q, scale = quantize_rows(h)
-    tl.store(Q + row * stride_q + offs, q, mask=mask)
-    tl.store(S + row * stride_s + group, scale, mask=group * BLOCK < I)
+    if DEQUANT_OUT:
+        tl.store(Q + row * stride_q + offs, (q.to(tl.float32) * scale[:, None]).to(Q.dtype.element_ty), mask=mask)
+    else:
+        tl.store(Q + row * stride_q + offs, q, mask=mask)
+        tl.store(S + row * stride_s + group, scale, mask=group * BLOCK < I)

@@ -14,6 +14,14 @@ Same signature and meaning as ``reference_fp8.moe_experts``. One step, no host s
    in which the reference's expert loop adds them.
 Differences from the reference are those of the FP8 GEMM (kernels/triton_fp8_gemm.py)
 plus Triton's exp in silu (~2 ulp of fp32) before the bf16 rounding.
+
+Large batches (prefill, from ``LARGE_PAIRS`` token-expert pairs; ``LARGE_PATH``): the
+FP8 products rescaled after every 32-deep step keep the tensor cores waiting (the
+grouped GEMM ran at 8x its floor on an 8192-token prefill). The "bf16" path keeps
+every step above but hands the GEMMs the round-tripped activations as bf16 (E4M3 code
+x power-of-two scale: exact) and dequantizes each weight tile to bf16 in registers
+(exact too): bf16 tensor-core products over the whole K with one fp32 accumulator --
+the reference's own arithmetic (its GEMMs run on the dequantized values in bf16).
 """
 
 from __future__ import annotations
@@ -24,6 +32,10 @@ import torch
 
 from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
+
+
+LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)
+LARGE_PATH = "bf16"
 
 
 @functools.cache
@@ -63,35 +75,47 @@ def route(expert_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch
     return order, tiles, positions
 
 
-def swiglu_quant(h13: torch.Tensor, route_w: torch.Tensor, limit: float, block: int):
-    """h13 [R, 2I] bf16 (gate | up), route_w [R] fp32 -> (E4M3 [R, I], fp32 scales [R, I / block])."""
+def swiglu_quant(h13: torch.Tensor, route_w: torch.Tensor, limit: float, block: int, *,
+                 dequant_to: torch.dtype | None = None):
+    """h13 [R, 2I] bf16 (gate | up), route_w [R] fp32 -> (E4M3 [R, I], fp32 scales [R, I / block]);
+    with ``dequant_to`` the round-tripped values in that dtype instead (and None)."""
     triton, kernel = _kernels()
     R, I = h13.shape[0], h13.shape[1] // 2
-    q = torch.empty(R, I, device=h13.device, dtype=torch.float8_e4m3fn)
-    s = torch.empty(R, triton.cdiv(I, block), device=h13.device, dtype=torch.float32)
+    q = torch.empty(R, I, device=h13.device, dtype=dequant_to or torch.float8_e4m3fn)
+    s = None if dequant_to else torch.empty(R, triton.cdiv(I, block), device=h13.device, dtype=torch.float32)
     groups = max(1, min(triton.next_power_of_2(triton.cdiv(I, block)), 4096 // block))
     if R:
         kernel[(R, triton.cdiv(triton.cdiv(I, block), groups))](
-            h13, route_w, q, s, I, h13.stride(0), q.stride(0), s.stride(0), float(limit),
-            BLOCK=block, GROUPS=groups, HAS_LIMIT=limit > 0, num_warps=4)
+            h13, route_w, q, q if s is None else s, I, h13.stride(0), q.stride(0), 0 if s is None else s.stride(0),
+            float(limit), BLOCK=block, GROUPS=groups, HAS_LIMIT=limit > 0, DEQUANT_OUT=dequant_to is not None,
+            num_warps=4)
     return q, s
 
 
 def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
                 w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
                 block: tuple[int, int], act_block: int, limit: float, *,
-                config: fp8.GemmConfig | None = None) -> torch.Tensor:
-    """See ``reference_fp8.moe_experts``: fp32 [T, D]."""
+                config: fp8.GemmConfig | None = None, path: str | None = None) -> torch.Tensor:
+    """See ``reference_fp8.moe_experts``: fp32 [T, D]. ``path``: "fp8" or "bf16" (see the
+    module doc; default by the number of token-expert pairs)."""
     T, k = expert_ids.shape
     E = w13.shape[0]
+    path = path or (LARGE_PATH if T * k >= LARGE_PAIRS else "fp8")
     kstep = fp8.kstep_for(block, act_block)
     cfg = config or fp8.default_config(max(1, T * k // E), kstep)
     order, tiles, positions = route(expert_ids, E, cfg.block_m)
-    q, s = fp8.act_quant(x, act_block)
-    h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
-    h8, hs = swiglu_quant(h13, route_w.float().flatten()[order].contiguous(), limit, act_block)
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
-    out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg)
+    rw = route_w.float().flatten()[order].contiguous()
+    if path == "bf16":
+        xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
+        h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
+        ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
+        out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg)
+    else:
+        q, s = fp8.act_quant(x, act_block)
+        h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
+        h8, hs = swiglu_quant(h13, rw, limit, act_block)
+        out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg)
     y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for j in range(k):
         y += out[positions[:, j]].float()

@@ -1,5 +1,7 @@
 """Triton ``moe_experts`` (routing + grouped FP8 GEMMs) against the torch reference
-(the expert loop of layers/moe.py on FP8 weights), on CUDA.
+(the expert loop of layers/moe.py on FP8 weights), on CUDA, on both paths ("fp8":
+FP8 products rescaled per 32; "bf16": round-tripped activations and weight tiles as
+bf16, the reference's own arithmetic).
 
 Tolerance. Each of the three GEMMs agrees with the reference to about one bf16 ulp
 per element (test_fp8_linear_gpu.py), and silu uses Triton's exp (~2 fp32 ulp); a
@@ -15,7 +17,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import reference_fp8
 from deepinfer_adapters.model_impl.quant import quant_fp4_blocks, unpack_fp4
 
@@ -52,17 +53,20 @@ def _routing(T, E, k, seed, skew=False):
     return w, ids
 
 
+@pytest.mark.parametrize("path", ["fp8", "bf16"])
 @pytest.mark.parametrize("T,skew", [(1, False), (8, False), (57, False), (600, False), (600, True)])
-def test_moe_experts_matches_reference(T, skew):
+def test_moe_experts_matches_reference(T, skew, path):
+    from deepinfer_adapters.kernels import triton_moe
+
     E, D, I, k = 32, 512, 256, 6
     w13, s13, w2, s2 = _experts(E, D, I, seed=T)
     g = torch.Generator(device="cuda").manual_seed(100 + T)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
     w, ids = _routing(T, E, k, seed=T, skew=skew)
     ref = reference_fp8.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 32), 32, 10.0)
-    out = kernels.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 32), 32, 10.0)
+    out = triton_moe.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 32), 32, 10.0, path=path)
     rel = _rel(out, ref)
-    print(f"REPORT moe_experts T={T} skew={skew}: rel={rel:.2e} maxabs={float((out - ref).abs().max()):.2e} "
+    print(f"REPORT moe_experts {path} T={T} skew={skew}: rel={rel:.2e} maxabs={float((out - ref).abs().max()):.2e} "
           f"max|ref|={float(ref.abs().max()):.2e}")
     assert out.dtype == torch.float32 and out.shape == ref.shape
     assert torch.isfinite(out).all()
