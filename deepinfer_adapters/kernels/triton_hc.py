@@ -4,8 +4,11 @@ Same signatures and meaning as ``kernels.reference``: ``hc_mix_logits``,
 ``hc_split_sinkhorn``, ``hc_pre``, ``hc_post``. At decode the torch versions are
 chains of tiny kernels (the profile of a 7-layer V4.1 step: ~4,000 launches, most of
 them here and in the norms); each op below is one kernel (``hc_mix_logits``: two
-when it splits K). Batch-invariant mode (``kernels.invariance``) keeps the
-reference: its fp64 islands are what make a row independent of its batch.
+when it splits K). Batch invariance (``kernels.invariance``): every op but
+``hc_mix_logits`` computes each token alone, with tile shapes that do not depend on
+the number of tokens, so its result for a token never depends on the batch: they run
+in batch-invariant mode too. ``hc_mix_logits`` splits K by the token count, so that
+mode keeps its reference (whose fp64 islands make a row independent of its batch).
 
 Design.
 - ``hc_mix_logits`` x [T, hc, D], fn [N, hc*D] (N = 24 mixes, or hc for the HC head):
@@ -342,7 +345,7 @@ def supports_sinkhorn(mixes: torch.Tensor, scale: torch.Tensor, base: torch.Tens
                       eps: float) -> bool:
     return (mixes.is_cuda and scale.is_cuda and base.is_cuda and 1 <= hc <= 16 and hc & (hc - 1) == 0
             and iters >= 1 and mixes.shape[-1] == (2 + hc) * hc and base.numel() == (2 + hc) * hc
-            and scale.numel() == 3 and not invariance.enabled() and triton_available())
+            and scale.numel() == 3 and triton_available())
 
 
 # ------------------------------------------------------------------------ hc_pre / post ----
@@ -370,7 +373,7 @@ def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
 
 def supports_pre(x: torch.Tensor, pre: torch.Tensor) -> bool:
     return (x.is_cuda and pre.is_cuda and x.dim() >= 2 and x.dtype in _FLOAT and pre.dtype == torch.float32
-            and pre.shape == x.shape[:-1] and not invariance.enabled() and triton_available())
+            and pre.shape == x.shape[:-1] and triton_available())
 
 
 def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
@@ -399,7 +402,7 @@ def supports_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, c
     return (y.dtype in _FLOAT and residual.dtype in _FLOAT and post.dtype == comb.dtype == torch.float32
             and hc & (hc - 1) == 0 and y.shape == residual.shape[:-2] + residual.shape[-1:]
             and post.shape == residual.shape[:-1] and comb.shape == residual.shape[:-1] + (hc,)
-            and not invariance.enabled() and triton_available())
+            and triton_available())
 
 
 register("hc_mix_logits", "triton", hc_mix_logits, supports=supports_mix_logits, priority=10)

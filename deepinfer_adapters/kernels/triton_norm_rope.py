@@ -2,8 +2,9 @@
 
 Same signatures and meaning as ``kernels.reference``. The torch versions are 6-10
 small kernels each (casts, square, mean, rsqrt, products; complex view, multiply,
-cat); here each is one. Batch-invariant mode (``kernels.invariance``) keeps the
-reference.
+cat); here each is one. Both compute each row (position) alone with tile shapes set
+by the row width only, so a row's result never depends on the batch: they also run in
+batch-invariant mode (``kernels.invariance``).
 
 Design.
 - ``rms_norm`` x [..., N]: rows of one program each when N >= 2048, else several
@@ -41,7 +42,7 @@ import functools
 
 import torch
 
-from deepinfer_adapters.kernels import invariance, register
+from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.triton_support import triton_available
 
 NORM_MAX_WIDTH = 16384  # widest row kept in registers
@@ -124,7 +125,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
 def supports_rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> bool:
     return (x.is_cuda and x.dim() >= 1 and x.dtype in _FLOAT and 0 < x.shape[-1] <= NORM_MAX_WIDTH
             and (weight is None or (weight.is_cuda and weight.shape == x.shape[-1:]))
-            and not invariance.enabled() and triton_available())
+            and triton_available())
 
 
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -> torch.Tensor:
@@ -151,7 +152,7 @@ def supports_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -
     rd = 2 * freqs.shape[-1] if freqs.dim() == 2 else 0
     return (x.is_cuda and freqs.is_cuda and x.dim() >= 2 and x.dtype in _FLOAT and freqs.dtype == torch.complex64
             and freqs.dim() == 2 and freqs.shape[0] == x.shape[0] and rd >= 2 and rd & (rd - 1) == 0
-            and x.shape[-1] >= rd and not invariance.enabled() and triton_available())
+            and x.shape[-1] >= rd and triton_available())
 
 
 register("rms_norm", "triton", rms_norm, supports=supports_rms_norm, priority=10)
