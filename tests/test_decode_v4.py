@@ -14,15 +14,13 @@ rows nobody may see yet).
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v4 import DeepseekV4ForCausalLM
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.standalone.cache_manager import PagedStateCache
+from tests.decode_parity import assert_decode_equals_forward, paged_state, prompts
 
 MAX_LEN = 512
 NUM_SLOTS = 5
@@ -54,41 +52,11 @@ def _dense(model):
 
 
 def _paged(model):
-    block = 128  # the ratio-128 rows need whole blocks of 128 positions
-    per_slot = MAX_LEN // block
-    state = PagedStateCache(model.state_spec(), num_slots=NUM_SLOTS, num_blocks=NUM_SLOTS * per_slot,
-                            block_size=block, max_blocks_per_slot=per_slot)
-    blocks = torch.randperm(NUM_SLOTS * per_slot, generator=torch.Generator().manual_seed(0)).tolist()
-    state.bind({s: blocks[s * per_slot : (s + 1) * per_slot] for s in range(NUM_SLOTS)})
-    return state
-
-
-def _prompts():
-    g = torch.Generator().manual_seed(5)
-    return [torch.randint(3, 128000, (n,), generator=g).tolist() for n in PROMPTS]
-
-
-def _run(model, state):
-    """Prefill every prompt, then STEPS decode steps through forward (state) and decode (a copy)."""
-    prompts = _prompts()
-    model(ForwardBatch.build([(s, 0, p) for s, p in zip(SLOTS, prompts)]), state)
-    other = copy.deepcopy(state)
-    tokens = [p[-1] for p in prompts]  # any tokens will do: both paths get the same ones
-    positions = [len(p) for p in prompts]
-    for step in range(STEPS):
-        fwd = model(ForwardBatch.build([(s, p, [t]) for s, p, t in zip(SLOTS, positions, tokens)]), state).logits
-        dec = model.decode(DecodeBatch.build(tokens, positions, SLOTS, max_len=MAX_LEN), other)
-        yield step, fwd, dec
-        tokens = fwd.argmax(-1).tolist()
-        positions = [p + 1 for p in positions]
-    for key, t in state._tensors.items():
-        assert torch.equal(t, other._tensors[key]), f"state {key} differs after decode"
+    return paged_state(model, NUM_SLOTS, 128, MAX_LEN)  # the ratio-128 rows need whole blocks of 128
 
 
 def _check(model, state):
-    for step, fwd, dec in _run(model, state):
-        assert dec.dtype == torch.float32 and dec.shape == fwd.shape
-        assert torch.equal(dec, fwd), f"step {step}: max diff {(dec - fwd).abs().max().item()}"
+    assert_decode_equals_forward(model, state, SLOTS, PROMPTS, STEPS, MAX_LEN)
 
 
 @pytest.mark.parametrize("numerics", [BF16, F32_QUANT], ids=["bf16", "float32"])
@@ -109,8 +77,8 @@ def test_decode_sees_the_context(models):
     gives other logits, so the equality above is not vacuous."""
     model = models("v4", F32_QUANT)
     state = _dense(model)
-    prompts = _prompts()[:2]
-    model(ForwardBatch.build([(s, 0, p[:37]) for s, p in zip(SLOTS, prompts)]), state)
+    ps = prompts(PROMPTS)[:2]
+    model(ForwardBatch.build([(s, 0, p[:37]) for s, p in zip(SLOTS, ps)]), state)
     out = model.decode(DecodeBatch.build([7, 7], [37, 37], SLOTS[:2], max_len=MAX_LEN), state)
     assert (out[0] - out[1]).abs().max() > 1e-2
 

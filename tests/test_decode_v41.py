@@ -11,15 +11,13 @@ any context (the index scan covers rows nobody may see yet).
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.standalone.cache_manager import PagedStateCache
+from tests.decode_parity import assert_decode_equals_forward, paged_state, prompts
 
 MAX_LEN = 512
 SLOTS = [2, 0, 3]
@@ -41,39 +39,7 @@ def _dense(model):
 
 
 def _paged(model):
-    block = 32
-    per_slot = MAX_LEN // block
-    state = PagedStateCache(model.state_spec(), num_slots=4, num_blocks=4 * per_slot, block_size=block,
-                            max_blocks_per_slot=per_slot)
-    blocks = torch.randperm(4 * per_slot, generator=torch.Generator().manual_seed(0)).tolist()
-    state.bind({s: blocks[s * per_slot : (s + 1) * per_slot] for s in range(4)})
-    return state
-
-
-def _prompts():
-    g = torch.Generator().manual_seed(5)
-    return [torch.randint(3, 128000, (n,), generator=g).tolist() for n in PROMPTS]
-
-
-def _tensors(state):
-    return state._tensors
-
-
-def _run(model, state):
-    """Prefill every prompt, then STEPS decode steps through forward (state) and decode (a copy)."""
-    prompts = _prompts()
-    model(ForwardBatch.build([(s, 0, p) for s, p in zip(SLOTS, prompts)]), state)
-    other = copy.deepcopy(state)
-    tokens = [p[-1] for p in prompts]  # any tokens will do: both paths get the same ones
-    positions = [len(p) for p in prompts]
-    for step in range(STEPS):
-        fwd = model(ForwardBatch.build([(s, p, [t]) for s, p, t in zip(SLOTS, positions, tokens)]), state).logits
-        dec = model.decode(DecodeBatch.build(tokens, positions, SLOTS, max_len=MAX_LEN), other)
-        yield step, fwd, dec
-        tokens = fwd.argmax(-1).tolist()
-        positions = [p + 1 for p in positions]
-    for key, t in _tensors(state).items():
-        assert torch.equal(t, _tensors(other)[key]), f"state {key} differs after decode"
+    return paged_state(model, 4, 32, MAX_LEN)
 
 
 @pytest.mark.parametrize("numerics", [Numerics.reference().invariant(), Numerics.float32(quant=True).invariant()],
@@ -81,9 +47,7 @@ def _run(model, state):
 @pytest.mark.parametrize("layout", [_dense, _paged], ids=["dense", "paged"])
 def test_decode_equals_forward_bit_for_bit(ckpt, numerics, layout):
     model = _model(ckpt, numerics)
-    for step, fwd, dec in _run(model, layout(model)):
-        assert dec.dtype == torch.float32 and dec.shape == fwd.shape
-        assert torch.equal(dec, fwd), f"step {step}: max diff {(dec - fwd).abs().max().item()}"
+    assert_decode_equals_forward(model, layout(model), SLOTS, PROMPTS, STEPS, MAX_LEN)
 
 
 def test_decode_sees_the_context(ckpt):
@@ -91,8 +55,7 @@ def test_decode_sees_the_context(ckpt):
     gives other logits, so the equality above is not vacuous."""
     model = _model(ckpt, Numerics.float32(quant=True).invariant())
     state = _dense(model)
-    prompts = _prompts()
-    model(ForwardBatch.build([(s, 0, p) for s, p in zip(SLOTS, prompts)]), state)
+    model(ForwardBatch.build([(s, 0, p) for s, p in zip(SLOTS, prompts(PROMPTS))]), state)
     pos = min(PROMPTS)
     out = model.decode(DecodeBatch.build([7, 7], [pos, pos], SLOTS[:2], max_len=MAX_LEN), state)
     assert (out[0] - out[1]).abs().max() > 1e-2
