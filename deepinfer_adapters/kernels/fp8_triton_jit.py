@@ -63,7 +63,8 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     GROUPED: tl.constexpr, GATHER_A: tl.constexpr):
     """OUT[r, n] = sum_k A[r, k] W[e, n, k] with block scales. GROUPED: program row
     tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
-    GATHER_A: A's row for output row r is ROW_IDX[r]. A_SB == 0: A is bf16, unscaled."""
+    GATHER_A: A's row for output row r is ROW_IDX[r]. A_SB == 0: A is bf16, unscaled, and
+    KSTEP may span several weight scale blocks (each weight value gets its own block's scale)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -99,12 +100,17 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                 ks = kb + tl.arange(0, KSTEP)
                 a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
                 w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
-                sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
+                if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
+                    sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
+                else:
+                    sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
                 if W_E8M0:  # E8M0 byte e -> 2^(e - 127) (byte 0 reads as 0, 255 as inf)
                     sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
                 if A_SB > 0:
                     sa = tl.load(as_ptr + kb // A_SB, mask=mask_m, other=0.0)
                     acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
+                elif KSTEP > W_BK:
+                    acc = tl.dot(a, (w.to(tl.float32) * sw).to(tl.bfloat16), acc)
                 else:
                     acc = tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
         out_ptr = OUT + pid_k * stride_os + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]

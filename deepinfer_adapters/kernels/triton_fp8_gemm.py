@@ -127,13 +127,18 @@ class Groups:
 
 def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: torch.Tensor,
          w_scale: torch.Tensor, weight_block: tuple[int, int], out_dtype: torch.dtype, *,
-         rows: int | None = None, groups: Groups | None = None, config: GemmConfig | None = None) -> torch.Tensor:
+         rows: int | None = None, groups: Groups | None = None, config: GemmConfig | None = None,
+         kstep: int | None = None) -> torch.Tensor:
     """out [rows, N] = A W^T with block scales (see the kernel). ``weight`` [N, K] or, with
-    ``groups``, [E, N, K]. ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16."""
+    ``groups``, [E, N, K]. ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16.
+    ``kstep``: K per tensor-core product; bf16 ``a`` only, a multiple of the weight's K block
+    (default: that block)."""
     triton, _, kernel = _kernels()
     N, K = weight.shape[-2:]
     M = a.shape[0] if rows is None else rows
-    kstep = kstep_for(weight_block, act_block)
+    if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
+        raise ValueError(f"fp8 gemm: kstep {kstep} needs a bf16 activation and a multiple of {weight_block[1]}")
+    kstep = kstep or kstep_for(weight_block, act_block)
     if K % kstep:
         raise ValueError(f"fp8 gemm: K = {K} is not a multiple of the scale block {kstep}")
     cfg = config or default_config(M if groups is None else max(1, M // max(1, weight.shape[0])), kstep)

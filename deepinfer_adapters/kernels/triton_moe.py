@@ -41,6 +41,13 @@ from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
 
 LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)
 LARGE_PATH = "bf16"
+# bf16 paths: (K per tensor-core product or None = the weight's scale block, tile config or None =
+# the FP8 path's): "bf16" steps K by 32 like the FP8 products; the others take 128-deep products
+BF16_PATHS = {
+    "bf16": (None, None),
+    "bf16_k128": (128, fp8.GemmConfig(64, 128, 1, 4, 3)),
+    "bf16_k128_m128": (128, fp8.GemmConfig(128, 128, 1, 8, 3)),
+}
 
 
 @functools.cache
@@ -111,11 +118,19 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     order, tiles, positions = route(expert_ids, E, cfg.block_m)
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
     rw = route_w.float().flatten()[order].contiguous()
-    if path == "bf16":
+    if path in BF16_PATHS:
+        kstep_bf16, cfg_bf16 = BF16_PATHS[path]
+        cfg_bf16 = config or cfg_bf16 or cfg
+        if cfg_bf16.block_m != cfg.block_m:
+            order, tiles, positions = route(expert_ids, E, cfg_bf16.block_m)
+            plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
+            rw = route_w.float().flatten()[order].contiguous()
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
-        h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
+        h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg_bf16,
+                       kstep=kstep_bf16)
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
-        out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg)
+        out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg_bf16,
+                       kstep=kstep_bf16)
     else:
         q, s = fp8.act_quant(x, act_block)
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
