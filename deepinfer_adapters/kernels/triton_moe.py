@@ -20,13 +20,13 @@ FP8 products rescaled after every 32-deep step keep the tensor cores waiting (th
 grouped GEMM ran at 8x its floor on an 8192-token prefill). The "bf16" path keeps
 every step above but hands the GEMMs the round-tripped activations as bf16 (E4M3 code
 x power-of-two scale: exact) and dequantizes each weight tile to bf16 in registers
-(exact too): bf16 tensor-core products over the whole K with one fp32 accumulator --
-the reference's own arithmetic (its GEMMs run on the dequantized values in bf16).
+(exact too, each value with its own 32-wide block's scale): 128-deep bf16 tensor-core
+products with one fp32 accumulator over the whole K, 128 x 128 tiles -- the reference's
+own arithmetic (its GEMMs run on the dequantized values in bf16).
 Measured (H200, tests/gpu/test_moe_gpu.py, BENCHMARKS.md): 60x closer to the reference
-(rel 2.5e-5 against 1.6e-3 at 600 tokens), but no faster: the 8192-token prefill of the
-real-width model took 436.5 ms with it and 432.8 ms with the FP8 path, so the rescale
-was not what held the grouped GEMM back (next suspects: the 64 x 128 tile and its
-pipelining with gathered activation rows). Kept as the default for its accuracy.
+(rel 2.5e-5 against 1.6e-3 at 600 tokens). 8192-token prefill of the real-width model:
+FP8 path 406.5 ms; bf16 with 32-deep products and the FP8 path's 64 x 128 tiles 406.8;
+128-deep products 351.8; and 128 x 128 tiles, 8 warps 346.0 (this path).
 """
 
 from __future__ import annotations
@@ -41,13 +41,8 @@ from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
 
 LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)
 LARGE_PATH = "bf16"
-# bf16 paths: (K per tensor-core product or None = the weight's scale block, tile config or None =
-# the FP8 path's): "bf16" steps K by 32 like the FP8 products; the others take 128-deep products
-BF16_PATHS = {
-    "bf16": (None, None),
-    "bf16_k128": (128, fp8.GemmConfig(64, 128, 1, 4, 3)),
-    "bf16_k128_m128": (128, fp8.GemmConfig(128, 128, 1, 8, 3)),
-}
+BF16_KSTEP = 128  # K per bf16 tensor-core product (the weight's 32-wide scales applied in the tile)
+BF16_CONFIG = fp8.GemmConfig(128, 128, 1, 8, 3)
 
 
 @functools.cache
@@ -118,19 +113,18 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     order, tiles, positions = route(expert_ids, E, cfg.block_m)
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
     rw = route_w.float().flatten()[order].contiguous()
-    if path in BF16_PATHS:
-        kstep_bf16, cfg_bf16 = BF16_PATHS[path]
-        cfg_bf16 = config or cfg_bf16 or cfg
+    if path == "bf16":
+        cfg_bf16 = config or BF16_CONFIG
         if cfg_bf16.block_m != cfg.block_m:
             order, tiles, positions = route(expert_ids, E, cfg_bf16.block_m)
             plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
             rw = route_w.float().flatten()[order].contiguous()
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
         h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg_bf16,
-                       kstep=kstep_bf16)
+                       kstep=BF16_KSTEP)
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
         out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg_bf16,
-                       kstep=kstep_bf16)
+                       kstep=BF16_KSTEP)
     else:
         q, s = fp8.act_quant(x, act_block)
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
