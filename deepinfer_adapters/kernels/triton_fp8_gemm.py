@@ -23,7 +23,10 @@ Arithmetic (``act_block`` > 0, the reference's FP8 GEMM):
 Shape choices: tiles by the number of rows M (decode rows fit one tile; prefill
 takes 128 x 128), and split-K (fp32 partials, summed in a fixed order) when too few
 tiles would run to cover the SMs. Both depend on M, so a row's last bits can depend
-on the batch it shares a call with: this backend is not batch-invariant.
+on the batch it shares a call with. In batch-invariant mode (``kernels.invariance``)
+neither does: one fixed tile (``invariant_config``), split-K chosen from N and K only,
+and no cuBLAS path (cuBLAS picks its kernel by M). A row's products and their
+summation order then depend on that row and the weight alone.
 
 From ``LARGE_M`` rows on (prefill) the default is a second path (``LARGE_M_PATH``):
 dequantize the weight to bf16 and round-trip the activation (both exact), then one
@@ -41,7 +44,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deepinfer_adapters.kernels import register
+from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels.triton_support import triton_available
 
 FP8_MAX = 448.0
@@ -75,6 +78,11 @@ def default_config(m: int, kstep: int) -> GemmConfig:
     if m <= 64:
         return GemmConfig(64, 64, sub, 4, 3)
     return GemmConfig(64, 128, sub, 4, 3)
+
+
+def invariant_config(kstep: int) -> GemmConfig:
+    """The one tile of batch-invariant mode (any M)."""
+    return GemmConfig(64, 64, max(1, 128 // kstep), 4, 3)
 
 
 @functools.cache
@@ -141,15 +149,18 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     kstep = kstep or kstep_for(weight_block, act_block)
     if K % kstep:
         raise ValueError(f"fp8 gemm: K = {K} is not a multiple of the scale block {kstep}")
-    cfg = config or default_config(M if groups is None else max(1, M // max(1, weight.shape[0])), kstep)
+    invariant = invariance.enabled()
+    cfg = config or (invariant_config(kstep) if invariant else
+                     default_config(M if groups is None else max(1, M // max(1, weight.shape[0])), kstep))
     ws, e8m0 = _scale_arg(w_scale)
     sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
     step = kstep * sub
     m_tiles = groups.expert.numel() if groups is not None else triton.cdiv(M, cfg.block_m)
     n_tiles = triton.cdiv(N, cfg.block_n)
     split = 1
-    if cfg.split_k and groups is None and m_tiles * n_tiles < TARGET_PROGRAMS:
-        split = min(triton.cdiv(TARGET_PROGRAMS, m_tiles * n_tiles), triton.cdiv(K, step))
+    split_tiles = n_tiles if invariant else m_tiles * n_tiles  # invariant: never from M
+    if cfg.split_k and groups is None and split_tiles < TARGET_PROGRAMS:
+        split = min(triton.cdiv(TARGET_PROGRAMS, split_tiles), triton.cdiv(K, step))
     k_per_split = triton.cdiv(triton.cdiv(K, split), step) * step
     split = triton.cdiv(K, k_per_split)
     out = torch.empty((split, M, N) if split > 1 else (M, N), device=a.device,
@@ -191,7 +202,7 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block
     """See ``reference_fp8.fp8_linear``: [.., K] bf16 -> [.., N] bf16."""
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
-    path = path or (LARGE_M_PATH if x2.shape[0] >= LARGE_M else "triton")
+    path = path or (LARGE_M_PATH if x2.shape[0] >= LARGE_M and not invariance.enabled() else "triton")
     if path == "bf16_cublas":
         xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
         out = torch.nn.functional.linear(xa, dequant_bf16(weight, scale, block))

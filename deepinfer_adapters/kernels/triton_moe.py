@@ -35,7 +35,7 @@ import functools
 
 import torch
 
-from deepinfer_adapters.kernels import register
+from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
 
 
@@ -104,26 +104,26 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
                 block: tuple[int, int], act_block: int, limit: float, *,
                 config: fp8.GemmConfig | None = None, path: str | None = None) -> torch.Tensor:
     """See ``reference_fp8.moe_experts``: fp32 [T, D]. ``path``: "fp8" or "bf16" (see the
-    module doc; default by the number of token-expert pairs)."""
+    module doc; default by the number of token-expert pairs; batch-invariant mode: always
+    "bf16" with its one tile, so a token's result never depends on the others)."""
     T, k = expert_ids.shape
     E = w13.shape[0]
-    path = path or (LARGE_PATH if T * k >= LARGE_PAIRS else "fp8")
+    if path is None:
+        path = LARGE_PATH if T * k >= LARGE_PAIRS or invariance.enabled() else "fp8"
     kstep = fp8.kstep_for(block, act_block)
-    cfg = config or fp8.default_config(max(1, T * k // E), kstep)
+    if path == "bf16":
+        cfg = config or BF16_CONFIG
+    else:
+        cfg = config or fp8.default_config(max(1, T * k // E), kstep)
     order, tiles, positions = route(expert_ids, E, cfg.block_m)
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
     rw = route_w.float().flatten()[order].contiguous()
     if path == "bf16":
-        cfg_bf16 = config or BF16_CONFIG
-        if cfg_bf16.block_m != cfg.block_m:
-            order, tiles, positions = route(expert_ids, E, cfg_bf16.block_m)
-            plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
-            rw = route_w.float().flatten()[order].contiguous()
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
-        h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg_bf16,
+        h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
                        kstep=BF16_KSTEP)
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
-        out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg_bf16,
+        out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
                        kstep=BF16_KSTEP)
     else:
         q, s = fp8.act_quant(x, act_block)
