@@ -100,6 +100,10 @@ def hc_post(*args: Any, **kwargs: Any) -> Any:
     return call("hc_post", *args, **kwargs)
 
 
+def index_scores(*args: Any, **kwargs: Any) -> Any:
+    return call("index_scores", *args, **kwargs)
+
+
 def fp8_linear(*args: Any, **kwargs: Any) -> Any:
     return call("fp8_linear", *args, **kwargs)
 
@@ -116,4 +120,4 @@ def moe_experts(*args: Any, **kwargs: Any) -> Any:
 from deepinfer_adapters.kernels import triton_sparse_attn  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_hc, triton_norm_rope  # noqa: E402,F401
-from deepinfer_adapters.kernels import cublas_linear  # noqa: E402,F401
+from deepinfer_adapters.kernels import cublas_linear, triton_index  # noqa: E402,F401

@@ -15,7 +15,8 @@ import torch
 from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import wide
 
-OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post")
+OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
+       "index_scores")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -169,3 +170,14 @@ def _stream_sum(t: torch.Tensor, dim: int) -> torch.Tensor:
 def exp32(x: torch.Tensor) -> torch.Tensor:
     """exp rounded to fp32 through fp64 (shape-independent, see module doc)."""
     return torch.exp(wide(x)).float()
+
+
+def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """V4.1 indexer scores ``sum_h w_h relu(q_h . k_t)`` rounded where the reference's tensors are
+    in the activation dtype: q [n, H, d]; keys [m, d] (shared) or [n, m, d] (each query its own);
+    weights [n, H] in q's dtype. Returns [n, m] in q's dtype (layers/indexer_v41.py)."""
+    dt = q.dtype
+    spec = "nhd,nmd->nhm" if keys.dim() == 3 else "nhd,md->nhm"
+    qk = torch.einsum(spec, invariance.narrow(q), invariance.narrow(keys, dt)).to(dt)
+    per_head = (qk.float().relu() * weights.float().unsqueeze(-1)).to(dt)
+    return per_head.float().sum(1).to(dt)

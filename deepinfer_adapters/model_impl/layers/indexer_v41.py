@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels.invariance import narrow
 from deepinfer_adapters.config import AttnRole, LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
@@ -58,10 +57,7 @@ class IndexerV41(nn.Module):
         if numerics.kv_quant:
             q = fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK)
         w = (self.weights_proj(x, numerics) * self.weight_scale).to(dt)
-        spec = "nhd,nmd->nhm" if keys.dim() == 3 else "nhd,md->nhm"
-        qk = torch.einsum(spec, narrow(q), narrow(keys, q.dtype)).to(dt)
-        per_head = (qk.float().relu() * w.float().unsqueeze(-1)).to(dt)
-        return per_head.float().sum(1).to(dt)
+        return kernels.index_scores(q.to(dt), keys, w)
 
     def select(self, scores: torch.Tensor, visible: torch.Tensor, scratch: dict,
                numerics: Numerics = Numerics()) -> torch.Tensor:

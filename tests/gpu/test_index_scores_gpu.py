@@ -1,0 +1,48 @@
+"""Triton ``index_scores`` against the torch reference, on CUDA (skipped elsewhere).
+
+Tolerance: the kernel's q.k sums exact bf16 products in fp32 in another order than
+cuBLAS, so a rounded q.k (and then its head's term) can land on the neighbouring bf16
+value, and the head sum is a tree instead of torch's order: elementwise within 2^-7 of
+the value plus 2^-7 of the largest score (a flipped term moves a sum by up to one bf16
+ulp of that term), and a relative L2 difference far below that (asserted <= 4e-3).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepinfer_adapters import kernels
+from deepinfer_adapters.kernels import invariance, reference
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
+
+
+@pytest.mark.parametrize("n,m", [(1, 1), (1, 4096), (7, 100), (300, 2048)])
+@pytest.mark.parametrize("shared", [True, False], ids=["shared_keys", "own_keys"])
+def test_index_scores_matches_reference(n, m, shared):
+    g = torch.Generator(device="cuda").manual_seed(n * 7 + m)
+    H, D = 32, 128
+    q = torch.randn(n, H, D, device="cuda", generator=g).bfloat16()
+    keys = torch.randn(*(() if shared else (n,)), m, D, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(n, H, device="cuda", generator=g) * H**-0.5 * D**-0.5).bfloat16()
+    assert kernels.chosen("index_scores", q, keys, w) == "triton"
+    with invariance.batch_invariant(True):
+        assert kernels.chosen("index_scores", q, keys, w) == "triton"
+    out = kernels.index_scores(q, keys, w)
+    ref = reference.index_scores(q, keys, w)
+    assert out.dtype == torch.bfloat16 and out.shape == (n, m)
+    rel = float((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
+    print(f"REPORT index_scores n={n} m={m} shared={shared}: rel={rel:.2e} "
+          f"exact={float((out == ref).float().mean()):.4f}")
+    torch.testing.assert_close(out.float(), ref.float(), rtol=2**-7, atol=2**-7 * float(ref.float().abs().max()))
+    assert rel <= 4e-3
+
+
+def test_index_scores_rows_do_not_depend_on_the_batch():
+    g = torch.Generator(device="cuda").manual_seed(3)
+    q = torch.randn(50, 32, 128, device="cuda", generator=g).bfloat16()
+    keys = torch.randn(1000, 128, device="cuda", generator=g).bfloat16()
+    w = torch.rand(50, 32, device="cuda", generator=g).bfloat16()
+    full = kernels.index_scores(q, keys, w)
+    assert torch.equal(kernels.index_scores(q[10:11], keys, w[10:11]), full[10:11])
