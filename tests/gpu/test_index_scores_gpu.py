@@ -12,8 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import invariance, reference
+from deepinfer_adapters.kernels import reference, triton_index
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
 
@@ -26,10 +25,8 @@ def test_index_scores_matches_reference(n, m, shared):
     q = torch.randn(n, H, D, device="cuda", generator=g).bfloat16()
     keys = torch.randn(*(() if shared else (n,)), m, D, device="cuda", generator=g).bfloat16()
     w = (torch.randn(n, H, device="cuda", generator=g) * H**-0.5 * D**-0.5).bfloat16()
-    assert kernels.chosen("index_scores", q, keys, w) == "triton"
-    with invariance.batch_invariant(True):
-        assert kernels.chosen("index_scores", q, keys, w) == "triton"
-    out = kernels.index_scores(q, keys, w)
+    assert triton_index.supports(q, keys, w)
+    out = triton_index.index_scores(q, keys, w)
     ref = reference.index_scores(q, keys, w)
     assert out.dtype == torch.bfloat16 and out.shape == (n, m)
     rel = float((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
@@ -44,5 +41,5 @@ def test_index_scores_rows_do_not_depend_on_the_batch():
     q = torch.randn(50, 32, 128, device="cuda", generator=g).bfloat16()
     keys = torch.randn(1000, 128, device="cuda", generator=g).bfloat16()
     w = torch.rand(50, 32, device="cuda", generator=g).bfloat16()
-    full = kernels.index_scores(q, keys, w)
-    assert torch.equal(kernels.index_scores(q[10:11], keys, w[10:11]), full[10:11])
+    full = triton_index.index_scores(q, keys, w)
+    assert torch.equal(triton_index.index_scores(q[10:11], keys, w[10:11]), full[10:11])
