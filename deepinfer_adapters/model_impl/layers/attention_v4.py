@@ -57,7 +57,7 @@ class AttentionV4(AttentionBase):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         """x [T, D] (attn_norm output of every new token) -> [T, D]."""
-        freqs = self.rope(batch.positions)
+        freqs = self.rope.lookup(batch.positions, max(batch.end_pos(i) for i in range(batch.num_seqs)))
         q, qr = self.project_q(x, freqs, numerics)
         kv = self.project_kv(x, freqs, numerics)
         iq = self.indexer.query(qr, freqs, numerics) if self.indexer is not None else None

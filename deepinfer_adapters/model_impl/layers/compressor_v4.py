@@ -164,7 +164,8 @@ class CompressorV4(nn.Module):
     def finish(self, pooled: torch.Tensor, first_entry: int, numerics: Numerics) -> torch.Tensor:
         """norm -> RoPE at entry j's first position j*r -> cache round trip."""
         entries = torch.arange(first_entry, first_entry + pooled.shape[0], device=pooled.device)
-        return self.cache_form(pooled, self.rope(entries * self.ratio), numerics)
+        end = (first_entry + pooled.shape[0]) * self.ratio  # past the last entry's position
+        return self.cache_form(pooled, self.rope.lookup(entries * self.ratio, end), numerics)
 
     def cache_form(self, pooled: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         out = kernels.apply_rope(self.norm(pooled), freqs)
