@@ -74,7 +74,8 @@ def _generate(args: argparse.Namespace) -> int:
         gpu_memory_utilization=args.gpu_memory_utilization, async_scheduling=args.async_scheduling,
         numerics=args.numerics, device=args.device, seed=args.engine_seed, replay=args.replay,
         replay_keep=args.replay_keep, decode=args.decode, weights=args.weights,
-        batch_invariant=args.batch_invariant).items() if v is not None}
+        batch_invariant=args.batch_invariant, speculative_tokens=args.speculative_tokens,
+        speculative_min_confidence=args.speculative_min_confidence).items() if v is not None}
     llm = LLM(args.model or DEFAULT_MODEL, config=args.config, progress=not args.no_progress, **engine_args)
     try:
         if args.chat:
@@ -142,6 +143,10 @@ def _add_generate_parser(sub) -> None:
                    help="decode steps: CUDA graphs of the batched decode (auto on CUDA), eager, or forward")
     g.add_argument("--weights", choices=("auto", "dense", "fp8"),
                    help="weight storage: fp8 as stored (auto on CUDA) or dense float64 (auto on the CPU)")
+    g.add_argument("--speculative-tokens", type=int,
+                   help="draft tokens verified per step with the model's DSpark stages (0 = off, up to 5)")
+    g.add_argument("--speculative-min-confidence", type=float,
+                   help="verify only leading drafts with predicted acceptance >= this (default 0: all)")
     g.add_argument("--no-batch-invariant", dest="batch_invariant", action="store_false", default=None,
                    help="let kernels depend on the batch (faster on the GPU; seeded sampling then may too)")
     p.set_defaults(func=_generate)

@@ -41,6 +41,12 @@ class EngineConfig:
     # kernels whose results do not depend on the batch (seeded sampling is then reproducible
     # whatever else runs); off lets the GPU use its fastest kernels
     batch_invariant: bool = True
+    # speculative decoding with the model's draft stages (standalone/speculative.py): draft tokens
+    # verified per step (0 = off; DSpark proposes up to 5); such steps run synchronously
+    speculative_tokens: int = 0
+    # confidence-scheduled verification: verify the leading drafts whose predicted cumulative
+    # acceptance probability is at least this (0 = all of them)
+    speculative_min_confidence: float = 0.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -72,6 +78,13 @@ class EngineConfig:
         if not isinstance(self.batch_invariant, bool):
             raise ConfigError(f"batch_invariant must be true or false, got {self.batch_invariant!r}",
                               "batch_invariant")
+        if not isinstance(self.speculative_tokens, int) or isinstance(self.speculative_tokens, bool) \
+                or self.speculative_tokens < 0:
+            raise ConfigError(f"speculative_tokens must be a non-negative integer, got {self.speculative_tokens!r}",
+                              "speculative_tokens")
+        if not 0.0 <= float(self.speculative_min_confidence) < 1.0:
+            raise ConfigError(f"speculative_min_confidence is {self.speculative_min_confidence}; must be in [0, 1)",
+                              "speculative_min_confidence")
         if self.decode not in DECODE_MODES:
             raise ConfigError(f"decode is {self.decode!r}; valid: {list(DECODE_MODES)}", "decode")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:

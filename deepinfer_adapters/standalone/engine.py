@@ -43,6 +43,7 @@ from deepinfer_adapters.standalone.outputs import RequestOutput
 from deepinfer_adapters.standalone.request import Request, RequestError
 from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs, decode_mode
 from deepinfer_adapters.standalone.runner import ModelRunner, StepInput, StepResult, load_model
+from deepinfer_adapters.standalone.speculative import Drafter
 from deepinfer_adapters.standalone.scheduler import Scheduler
 
 DEFAULT_MAX_MODEL_LEN = 4096
@@ -61,6 +62,8 @@ class EngineStats:
     postprocess_time: float = 0.0
     wait_time: float = 0.0  # blocked on the model
     forward_time: float = 0.0  # the model thread: forward + sampling
+    draft_tokens: int = 0  # speculative: draft tokens verified
+    accepted_tokens: int = 0  # ... and accepted
 
 
 class LLMEngine:
@@ -73,14 +76,19 @@ class LLMEngine:
         self.model_config = load_config(model_dir)
         self.tokenizer = load_tokenizer(model_dir, pad_id=self.model_config.pad_token_id)
         device = config.resolved_device()
+        speculative = config.speculative_tokens
         self.model = model if model is not None else load_model(model_dir, config.make_numerics(), device,
-                                                                progress=progress, weights=config.resolved_weights())
+                                                                progress=progress, weights=config.resolved_weights(),
+                                                                with_draft=speculative > 0)
+        drafter = Drafter(self.model, speculative, config.speculative_min_confidence) if speculative else None
         self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings,
                                                          DEFAULT_MAX_MODEL_LEN)
         budget = state_budget_bytes(device, config.state_memory_bytes, config.gpu_memory_utilization)
         decode = decode_mode(config.decode, self.model, device)
         # batched decode pads steps to a bucket with rows of a reserved slot: one slot more
-        self.cache = CacheManager.from_budget(self.model.state_spec(),
+        # speculative steps write drafts that may be rejected: the state rewinds over them
+        spec = self.model.state_spec(rewind=speculative) if speculative else self.model.state_spec()
+        self.cache = CacheManager.from_budget(spec,
                                               num_slots=config.max_num_seqs + (decode != "forward"),
                                               max_model_len=self.max_model_len, block_size=config.block_size,
                                               budget_bytes=budget, device=device)
@@ -92,13 +100,15 @@ class LLMEngine:
         self.scheduler = Scheduler(self.cache, max_num_seqs=config.max_num_seqs,
                                    max_num_batched_tokens=config.max_num_batched_tokens,
                                    max_model_len=self.max_model_len)
-        self.runner = ModelRunner(self.model, self.cache, graphs)
+        self.runner = ModelRunner(self.model, self.cache, graphs, drafter)
         self._replay_option = self._make_replay()
         self.stats = EngineStats()
         self._requests: dict[str, Request] = {}
         self._aborts: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._inflight: deque[tuple[StepInput, Future[StepResult]]] = deque()
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="deepinfer-model") if config.async_scheduling else None
+        # a speculative step's accepted length decides where the next one starts: no overlap
+        overlap = config.async_scheduling and not speculative
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="deepinfer-model") if overlap else None
         self._step_ids = itertools.count()
         self._seed_counter = itertools.count()
 
@@ -232,25 +242,39 @@ class LLMEngine:
         for s in inp.schedule.seqs:
             self.stats.prompt_tokens += max(0, min(s.start + s.num_tokens, s.request.num_prompt_tokens) - s.start)
         for j, i in enumerate(inp.sampling):
-            req = inp.schedule.seqs[i].request
+            s = inp.schedule.seqs[i]
+            req = s.request
             if req.finished:  # stopped (or aborted) while this step was planned: discard
                 continue
             req.num_pending -= 1
-            token = result.tokens[j]
-            req.output_token_ids.append(token)
-            self.stats.generation_tokens += 1
-            if req.params.logprobs is not None:
-                entry = {token: result.logprobs[j]}
-                for tid, lp in (result.top[j] if result.top else [])[: req.params.logprobs]:
-                    entry.setdefault(tid, lp)
-                req.output_logprobs.append(entry)
-            if req.metrics.first_token_time is None:
-                req.metrics.first_token_time = time.time()
-            reason = self._stop_reason(req, token)
-            if reason is not None:
-                finished.append(self._finish(req, reason))
+            tokens = result.tokens[j]
+            if s.drafts:  # the state holds the last token and the accepted drafts; the rest rewinds
+                req.num_computed_tokens = s.start + s.num_tokens + len(tokens) - 1
+                self.stats.draft_tokens += len(s.drafts)
+                self.stats.accepted_tokens += len(tokens) - 1
+            for n, token in enumerate(tokens):
+                reason = self._keep(req, token, result.logprobs[j][n], result.top[j][n] if result.top else [])
+                if reason is not None:
+                    finished.append(self._finish(req, reason))
+                    break
+            else:
+                if result.drafts is not None:
+                    req.draft_tokens = result.drafts[j]
         self.stats.postprocess_time += time.perf_counter() - t0
         return finished
+
+    def _keep(self, req: Request, token: int, logprob: float, top: list[tuple[int, float]]) -> str | None:
+        """Append one sampled token to ``req``; the stop reason it causes, if any."""
+        req.output_token_ids.append(token)
+        self.stats.generation_tokens += 1
+        if req.params.logprobs is not None:
+            entry = {token: logprob}
+            for tid, lp in top[: req.params.logprobs]:
+                entry.setdefault(tid, lp)
+            req.output_logprobs.append(entry)
+        if req.metrics.first_token_time is None:
+            req.metrics.first_token_time = time.time()
+        return self._stop_reason(req, token)
 
     def _stop_reason(self, req: Request, token: int) -> str | None:
         p = req.params

@@ -46,6 +46,7 @@ class Request:
     slot: int | None = None
     num_computed_tokens: int = 0  # tokens whose state was written by scheduled steps
     num_pending: int = 0  # tokens being sampled by scheduled steps, not known yet
+    draft_tokens: list[int] = field(default_factory=list)  # speculative proposals for the next step
     metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(arrival_time=time.time()))
 
     @property

@@ -24,6 +24,7 @@ from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.standalone.cache_manager import CacheManager, PagedStateCache
 from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
+from deepinfer_adapters.standalone.speculative import Drafter, accepted
 from deepinfer_adapters.standalone.scheduler import SchedulerOutput
 
 PLACEHOLDER = -1
@@ -40,15 +41,15 @@ def model_class(arch: str) -> type:
 
 
 def load_model(model_dir: str | Path, numerics: Numerics, device: str = "cpu", progress: bool = True,
-               weights: str = "dense"):
+               weights: str = "dense", with_draft: bool = False):
     """The model class for the checkpoint's arch (v4, v4-0731 -> V4; v41 -> V4.1), weights loaded
     (``weights``: "dense" float64 reference storage or "fp8" as stored, model_impl/native_format.py).
-    Draft heads are left out: the engine does not speculate (yet), and they would cost a
-    ring update per layer and step."""
+    Draft stages only ``with_draft`` (speculative decoding): they cost a ring update per layer
+    and step."""
     cls = model_class(load_config(model_dir).arch)
     kwargs: dict[str, Any] = {}
     if "with_draft" in inspect.signature(cls.__init__).parameters:
-        kwargs["with_draft"] = False
+        kwargs["with_draft"] = with_draft
     model = cls.from_pretrained(model_dir, numerics, device=device, progress=progress, weights=weights, **kwargs)
     return model.eval()
 
@@ -66,7 +67,11 @@ class StepInput:
     table_tensors: dict[int, torch.Tensor]
     resets: list[int]  # slots given to a new sequence this step
     sampling: list[int]  # indices of the sequences that sample
-    temperature: torch.Tensor  # [S] per sampling sequence ...
+    # per sampling sequence: the drafts it verifies (its rows: one per draft + 1) and the
+    # position of its last known token
+    drafts: list[list[int]]
+    last_positions: list[int]
+    temperature: torch.Tensor  # [R] per sampled row (a row per sampling sequence, more with drafts) ...
     top_p: torch.Tensor
     top_k: torch.Tensor
     seeds: torch.Tensor  # int64 bits of the uint64 seeds
@@ -80,14 +85,16 @@ class StepInput:
 @dataclass
 class StepResult:
     step: int
-    tokens: list[int]  # per sampling sequence
-    logprobs: list[float]
-    top: list[list[tuple[int, float]]] | None  # per sampling sequence, most likely first
+    tokens: list[list[int]]  # per sampling sequence: one token, or the accepted drafts + one
+    logprobs: list[list[float]]
+    top: list[list[list[tuple[int, float]]]] | None  # per sampling sequence and token, most likely first
+    drafts: list[list[int]] | None = None  # per sampling sequence: proposals for its next step
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, cache: CacheManager, decode_graphs: DecodeGraphs | None = None) -> None:
-        self.model, self.cache_manager, self.decode_graphs = model, cache, decode_graphs
+    def __init__(self, model: torch.nn.Module, cache: CacheManager, decode_graphs: DecodeGraphs | None = None,
+                 drafter: Drafter | None = None) -> None:
+        self.model, self.cache_manager, self.decode_graphs, self.drafter = model, cache, decode_graphs, drafter
         self.state: PagedStateCache = cache.cache
         self.device = self.state.device
         self._last_sampled: dict[int, int] = {}  # key -> token, from the previous executed step
@@ -97,6 +104,7 @@ class ModelRunner:
         """Engine thread: the ForwardBatch, block-table snapshots and sampling tensors."""
         seqs, keys, fill_rows, fill_keys, tables, resets, sampling = [], [], [], [], {}, [], []
         temperature, top_p, top_k, seeds, positions, num_logprobs = [], [], [], [], [], 0
+        drafts, last_positions, logits_rows = [], [], []
         row = 0
         for i, s in enumerate(sched.seqs):
             req = s.request
@@ -105,7 +113,7 @@ class ModelRunner:
                 if t is None:
                     fill_rows.append(row + j)
                     fill_keys.append(req.arrival)
-            seqs.append((req.slot, s.start, [PLACEHOLDER if t is None else t for t in ids]))
+            seqs.append((req.slot, s.start, [PLACEHOLDER if t is None else t for t in ids] + s.drafts))
             keys.append(req.arrival)
             tables[req.slot] = self.cache_manager.table(req.slot)
             if s.fresh_slot:
@@ -113,17 +121,21 @@ class ModelRunner:
             if s.samples:
                 p = req.params
                 sampling.append(i)
-                temperature.append(float(p.temperature))
-                top_p.append(float(p.top_p))
-                top_k.append(int(p.top_k))
-                seeds.append(seed_to_int64(req.seed))
-                positions.append(s.start + s.num_tokens)
+                drafts.append(s.drafts)
+                last = s.start + s.num_tokens - 1
+                last_positions.append(last)
+                for j in range(len(s.drafts) + 1):  # a token after the last one and after every draft
+                    temperature.append(float(p.temperature))
+                    top_p.append(float(p.top_p))
+                    top_k.append(int(p.top_k))
+                    seeds.append(seed_to_int64(req.seed))
+                    positions.append(last + 1 + j)
+                    logits_rows.append(row + s.num_tokens - 1 + j)
                 num_logprobs = max(num_logprobs, p.logprobs or 0)
-            row += s.num_tokens
+            row += s.num_tokens + len(s.drafts)
         dev = self.device
         batch = ForwardBatch.build(seqs, device=dev)
-        batch.logits_rows = torch.tensor([batch.cu_seqlens[i + 1] - 1 for i in sampling], dtype=torch.long,
-                                         device=dev)
+        batch.logits_rows = torch.tensor(logits_rows, dtype=torch.long, device=dev)
         if replay is not None:  # bounded replay narrows prompt prefills: the *original* prompt's length,
             # also when a preempted request recomputes prompt + outputs, so the recomputed state
             # equals the one it replaces
@@ -131,13 +143,14 @@ class ModelRunner:
                                 for s in sched.seqs]
         # a pure decode step (every sequence one token past its prompt) takes model.decode
         decode = self.decode_graphs is not None and all(
-            s.num_tokens == 1 and s.start >= s.request.num_prompt_tokens for s in sched.seqs)
+            s.num_tokens == 1 and not s.drafts and s.start >= s.request.num_prompt_tokens for s in sched.seqs)
         return StepInput(
             decode_slots=torch.tensor(batch.slots, dtype=torch.long, device=dev) if decode else None,
             step=step, batch=batch, keys=keys, fill_rows=torch.tensor(fill_rows, dtype=torch.long, device=dev),
             fill_keys=fill_keys, tables=tables,
             table_tensors={k: torch.tensor(v, dtype=torch.long, device=dev) for k, v in tables.items()},
-            resets=resets, sampling=sampling, temperature=torch.tensor(temperature, device=dev),
+            resets=resets, sampling=sampling, drafts=drafts, last_positions=last_positions,
+            temperature=torch.tensor(temperature, device=dev),
             top_p=torch.tensor(top_p, device=dev), top_k=torch.tensor(top_k, dtype=torch.long, device=dev),
             seeds=torch.tensor(seeds, dtype=torch.long, device=dev),
             positions=torch.tensor(positions, dtype=torch.long, device=dev), num_logprobs=num_logprobs,
@@ -166,8 +179,22 @@ class ModelRunner:
         if inp.sampling:
             res = sample(logits, inp.temperature, inp.top_p, inp.top_k, inp.seeds, inp.positions,
                          num_logprobs=inp.num_logprobs)
-            result.tokens, result.logprobs = res.tokens.tolist(), res.logprobs.tolist()
-            if res.top_token_ids is not None:
-                result.top = [list(zip(i, v)) for i, v in zip(res.top_token_ids.tolist(), res.top_logprobs.tolist())]
-        self._last_sampled = {inp.keys[i]: t for i, t in zip(inp.sampling, result.tokens)}
+            tokens, logprobs = res.tokens.tolist(), res.logprobs.tolist()
+            top = None if res.top_token_ids is None else \
+                [list(zip(i, v)) for i, v in zip(res.top_token_ids.tolist(), res.top_logprobs.tolist())]
+            result.top = None if top is None else []
+            row = 0
+            for drafts in inp.drafts:  # keep the accepted drafts and the token after them
+                keep = accepted(drafts, tokens[row : row + len(drafts) + 1]) + 1
+                result.tokens.append(tokens[row : row + keep])
+                result.logprobs.append(logprobs[row : row + keep])
+                if top is not None:
+                    result.top.append(top[row : row + keep])
+                row += len(drafts) + 1
+            if self.drafter is not None:
+                result.drafts = self.drafter(
+                    [inp.keys[i] for i in inp.sampling], [t[-1] for t in result.tokens],
+                    [p + len(t) - 1 for p, t in zip(inp.last_positions, result.tokens)],
+                    [batch.slots[i] for i in inp.sampling], self.state)
+        self._last_sampled = {inp.keys[i]: t[-1] for i, t in zip(inp.sampling, result.tokens)}
         return result

@@ -12,6 +12,11 @@ with everything it generated so far, to be prefilled again from scratch later
 (recompute). The sampler is seeded per (seed, position), so the recomputed
 request continues exactly as it would have.
 
+Speculative decoding: a running request that carries draft tokens (proposed after
+its last step) decodes its last token plus the drafts in one chunk; the step then
+keeps the accepted prefix (the engine sets ``num_computed_tokens`` back to it, the
+state is sized to rewind over the rest). Such steps run synchronously.
+
 Async scheduling: a step is planned before the previous step's tokens are
 known. ``Request.num_pending`` counts tokens that scheduled steps will sample;
 a decode whose input is such a token is scheduled with a placeholder the runner
@@ -37,6 +42,7 @@ class ScheduledSeq:
     num_tokens: int  # new tokens this step
     samples: bool  # the chunk ends at the sequence's last token: a new token is sampled
     fresh_slot: bool  # the slot was just assigned: reset its fixed state first
+    drafts: list[int] = field(default_factory=list)  # speculative tokens after the last one (to verify)
 
 
 @dataclass
@@ -74,10 +80,11 @@ class Scheduler:
             if n == 0:
                 i += 1
                 continue
-            if not self._make_room(req, n, out.preempted):
+            drafts = self._drafts(req, n, budget)
+            if not self._make_room(req, n + len(drafts), out.preempted):
                 break  # req itself was the newest and got preempted
-            out.seqs.append(self._commit(req, n, fresh=False))
-            budget -= n
+            out.seqs.append(self._commit(req, n, fresh=False, drafts=drafts))
+            budget -= n + len(drafts)
             i += 1
         while not out.preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
@@ -107,6 +114,15 @@ class Scheduler:
             left -= 1  # the request finishes once its pending tokens arrive
         return max(0, min(left, budget))
 
+    def _drafts(self, req: Request, n: int, budget: int) -> list[int]:
+        """The draft tokens ``req`` verifies this step: only on a decode (its one known token
+        left), within the token budget, and never past max_tokens or max_model_len."""
+        if not req.draft_tokens or n != 1 or req.num_computed_tokens + 1 != req.num_tokens:
+            return []
+        room = min(budget - 1, req.params.max_tokens - req.num_outputs - 1,
+                   self.max_model_len - req.num_tokens - 1)
+        return req.draft_tokens[: max(0, room)]
+
     def _make_room(self, req: Request, n: int, preempted: list[Request]) -> bool:
         """Blocks for ``n`` more tokens of ``req``, preempting the newest running requests.
         False when ``req`` itself had to go."""
@@ -118,18 +134,22 @@ class Scheduler:
                 return False
         return True
 
-    def _commit(self, req: Request, n: int, fresh: bool) -> ScheduledSeq:
+    def _commit(self, req: Request, n: int, fresh: bool, drafts: list[int] | None = None) -> ScheduledSeq:
+        """``drafts``: the chunk also writes them (positions after the last token); the engine
+        moves ``num_computed_tokens`` back to what was accepted."""
         start = req.num_computed_tokens
         req.num_computed_tokens += n
         samples = req.num_computed_tokens == req.num_tokens
         if samples:
             req.num_pending += 1
-        return ScheduledSeq(req, start, n, samples, fresh)
+        req.num_computed_tokens += len(drafts or ())
+        return ScheduledSeq(req, start, n, samples, fresh, list(drafts or ()))
 
     def preempt(self, req: Request) -> None:
         self.running.remove(req)
         self.cache.free(req.slot)
         req.slot, req.status, req.num_computed_tokens = None, Status.WAITING, 0
+        req.draft_tokens = []  # proposed from state that is gone
         req.metrics.num_preemptions += 1
         _insert(self.waiting, req)
 
