@@ -25,8 +25,9 @@ takes 128 x 128), and split-K (fp32 partials, summed in a fixed order) when too 
 tiles would run to cover the SMs. Both depend on M, so a row's last bits can depend
 on the batch it shares a call with. In batch-invariant mode (``kernels.invariance``)
 neither does: one fixed tile (``invariant_config``), split-K chosen from N and K only,
-and no cuBLAS path (cuBLAS picks its kernel by M). A row's products and their
-summation order then depend on that row and the weight alone.
+its partials added in a fixed order (not torch's shape-dependent reduction), and no
+cuBLAS path (cuBLAS picks its kernel by M). A row's products and their summation order
+then depend on that row and the weight alone.
 
 From ``LARGE_M`` rows on (prefill) the default is a second path (``LARGE_M_PATH``):
 dequantize the weight to bf16 and round-trip the activation (both exact), then one
@@ -182,7 +183,14 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         A_SB=act_block if a_scale is not None else 0, W_BN=weight_block[0], W_BK=weight_block[1],
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    return out if split == 1 else out.sum(0).to(out_dtype)
+    if split == 1:
+        return out
+    if invariant:  # partials added one by one: torch's reduction picks its order by shape
+        total = out[0].clone()
+        for part in out[1:]:
+            total += part
+        return total.to(out_dtype)
+    return out.sum(0).to(out_dtype)
 
 
 def dequant_bf16(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
