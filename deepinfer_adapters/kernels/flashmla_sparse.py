@@ -1,0 +1,67 @@
+"""FlashMLA's SM90 sparse-attention prefill kernel as a ``sparse_attn`` backend ("flashmla").
+
+DeepSeek's FlashMLA dropped its SM90 kernels upstream; the ``sgl-flash-mla`` wheel (1.0.0,
+stable torch ABI) keeps them in ``torch.ops.flash_mla_legacy`` and loads on the H200's
+torch 2.11 (../shared/reference/gpu.md: 524 TFLOP/s on q [4096, 64, 512] with 640 indices
+and a sink, rel. error 2e-3 against an fp32 reference). ``flash_mla_sparse_fwd`` has our
+op's meaning: q [S, H, 512] bf16 (H 64 or 128), one latent kv row per index (K = V), indices
+per query (-1 = none), a per-head sink added to the softmax denominator. Our layouts fit
+with a head dim on kv and indices ([N, 1, d], [S, 1, K] int32); K is padded with -1 to a
+multiple of 128 (trailing invalid indices change nothing).
+
+Numerics: bf16 probabilities like the reference, rounded against the kernel's own running
+max and blocks, so outputs agree at the bf16 level (about one bf16 ulp, rel ~2e-3), not
+bit for bit. Each query is computed alone (no split over keys in this prefill kernel).
+
+Status: written from the wheel's interface (flash_mla_interface.py) and not yet run through
+this wrapper on a GPU (the session's device time ran out). Until tests/gpu/test_flashmla_gpu.py
+has passed it is opt-in: registered below the reference, chosen only by
+``kernels.use_backend("sparse_attn", "flashmla")``. Unknown until then: what the kernel
+returns for a query with no valid index (ours: 0; the model never issues one).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from deepinfer_adapters.kernels import register
+
+HEAD_DIM = 512
+INDEX_MULTIPLE = 128
+
+
+@functools.cache
+def _flash_mla():
+    """The flash_mla module when its legacy (SM90) kernels load here, else None."""
+    try:
+        import flash_mla
+    except Exception:  # not installed, or its extension does not load with this torch
+        return None
+    return flash_mla if flash_mla.has_legacy() else None
+
+
+def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor, scale: float,
+                probs_bf16: bool = True) -> torch.Tensor:
+    """See ``reference.sparse_attn``."""
+    pad = -idx.shape[1] % INDEX_MULTIPLE
+    indices = idx.to(torch.int32)
+    if pad:
+        indices = F.pad(indices, (0, pad), value=-1)
+    out, _, _ = _flash_mla().flash_mla_sparse_fwd(
+        q.contiguous(), kv.unsqueeze(1).contiguous(), indices.unsqueeze(1).contiguous(), scale, d_v=HEAD_DIM,
+        attn_sink=sink.float().contiguous(), use_legacy=True, return_log2_lse=False)
+    return out
+
+
+def supports(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor, scale: float,
+             probs_bf16: bool = True, **_) -> bool:
+    return (q.is_cuda and q.dtype == torch.bfloat16 and kv.dtype == torch.bfloat16 and probs_bf16
+            and q.shape[-1] == HEAD_DIM and kv.shape[-1] == HEAD_DIM and q.shape[1] in (64, 128)
+            and torch.cuda.get_device_capability(q.device) == (9, 0) and _flash_mla() is not None)
+
+
+# opt-in until validated on a GPU (module doc): below the reference's priority
+register("sparse_attn", "flashmla", sparse_attn, supports=supports, priority=-200)

@@ -1,0 +1,39 @@
+"""FlashMLA's SM90 sparse kernel (``kernels/flashmla_sparse.py``) against the torch reference
+(skipped without CUDA or without the sgl-flash-mla wheel; carry it as ../shared/reference/gpu.md says).
+
+Tolerance as for the Triton kernel (tests/gpu/test_sparse_attn_gpu.py): bf16 probabilities
+rounded against the kernel's own running max move outputs by about one bf16 ulp, rel <= 4e-3
+over a tensor; a window layer's prefill layout (fewer than 128 indices, padded by the wrapper)
+and a decode-sized call are included.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepinfer_adapters.kernels import flashmla_sparse, reference
+
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)"),
+    pytest.mark.skipif(torch.cuda.is_available() and flashmla_sparse._flash_mla() is None,
+                       reason="sgl-flash-mla (legacy SM90 kernels) not installed"),
+]
+
+
+@pytest.mark.parametrize("S,N,K", [(4096, 8192, 640), (33, 200, 100), (1, 700, 640)])
+def test_flashmla_sparse_matches_reference(S, N, K):
+    g = torch.Generator(device="cuda").manual_seed(S + K)
+    H, d = 64, 512
+    q = torch.randn(S, H, d, device="cuda", generator=g).bfloat16()
+    kv = torch.randn(N, d, device="cuda", generator=g).bfloat16()
+    sink = torch.randn(H, device="cuda", generator=g)
+    idx = torch.randint(0, N, (S, K), device="cuda", generator=g)
+    idx[:, 1::7] = -1  # invalid entries inside the list
+    assert flashmla_sparse.supports(q, kv, sink, idx, d**-0.5)
+    out = flashmla_sparse.sparse_attn(q, kv, sink, idx, d**-0.5)
+    ref = reference.sparse_attn(q, kv, sink, idx, d**-0.5)
+    rel = float((out.float() - ref.float()).norm() / ref.float().norm())
+    print(f"REPORT flashmla S={S} K={K}: rel={rel:.2e}")
+    assert out.shape == ref.shape and out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    assert rel <= 4e-3
