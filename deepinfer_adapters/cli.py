@@ -50,6 +50,21 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _structured(args: argparse.Namespace):
+    """--regex / --json-schema / --grammar (a value, or @FILE) as a StructuredOutput, or None."""
+    from deepinfer_adapters.decoding.structured import StructuredOutput
+
+    def text(value: str | None) -> str | None:
+        if value is None or not value.startswith("@"):
+            return value
+        with open(value[1:], encoding="utf-8") as f:
+            return f.read()
+
+    given = {k: text(v) for k, v in (("regex", args.regex), ("json_schema", args.json_schema),
+                                     ("grammar", args.grammar)) if v is not None}
+    return StructuredOutput(**given) if given else None
+
+
 def _generate(args: argparse.Namespace) -> int:
     import json
 
@@ -66,7 +81,8 @@ def _generate(args: argparse.Namespace) -> int:
     sampling = {k: v for k, v in dict(
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
         stop=args.stop or None, stop_token_ids=args.stop_token_id or None, seed=args.seed,
-        logprobs=args.logprobs, ignore_eos=args.ignore_eos or None).items() if v is not None}
+        logprobs=args.logprobs, ignore_eos=args.ignore_eos or None,
+        structured=_structured(args)).items() if v is not None}
     params = SamplingParams(**sampling)
     engine_args = {k: v for k, v in dict(
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
@@ -123,6 +139,9 @@ def _add_generate_parser(sub) -> None:
     g.add_argument("--stop-token-id", action="append", type=int, help="stop token id (repeatable)")
     g.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS")
     g.add_argument("--logprobs", type=int, help="top logprobs per token to report (0-20)")
+    g.add_argument("--regex", help="structured output: the text must match this regular expression (or @FILE)")
+    g.add_argument("--json-schema", help="structured output: compact JSON following this JSON Schema (or @FILE)")
+    g.add_argument("--grammar", help="structured output: an EBNF (xgrammar GBNF, rule root) grammar (or @FILE)")
     g = p.add_argument_group("engine (EngineConfig)")
     g.add_argument("--max-num-seqs", type=int)
     g.add_argument("--max-num-batched-tokens", type=int)

@@ -61,12 +61,24 @@ def test_generate_with_model_prompts_file_config_and_json(tiny_checkpoint, tmp_p
     assert "RANDOM" not in out  # a real directory: no preset notice
 
 
+def test_generate_with_a_json_schema_file(tiny_checkpoint, tmp_path, capsys):
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}},
+                                  "required": ["ok"], "additionalProperties": False}))
+    rc = main(["generate", "--model", str(tiny_checkpoint("v41")), "Hello", "--json-schema", f"@{schema}",
+               "--numerics", "float32", "--max-tokens", "12", "--json", "--no-progress"])
+    assert rc == 0
+    (line,) = [json.loads(l) for l in capsys.readouterr().out.splitlines() if l.startswith("{")]
+    assert json.loads(line["text"]) in ({"ok": True}, {"ok": False})
+
+
 @pytest.mark.parametrize("argv,word", [
     (["generate", "Hello", "--temperature", "-1"], "temperature"),
     (["generate", "Hello", "--top-p", "0"], "top_p"),
     (["generate", "Hello", "--max-tokens", "0"], "max_tokens"),
     (["generate"], "prompt"),
     (["generate", "Hello", "--model", "no-such-model-dir"], "model"),
+    (["generate", "Hello", "--regex", "a", "--grammar", 'root ::= "a"'], "structured"),
 ])
 def test_generate_rejects_bad_input(argv, word, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # nothing may be built for these

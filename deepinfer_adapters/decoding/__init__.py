@@ -1,2 +1,2 @@
-"""Host-agnostic token choice: sampling parameters and the seeded, batch-invariant
-sampler (later: speculative verification, the confidence scheduler, grammar masks)."""
+"""Host-agnostic token choice: sampling parameters, the seeded, batch-invariant sampler,
+and structured-output grammars (xgrammar)."""

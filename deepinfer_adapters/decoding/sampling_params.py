@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from deepinfer_adapters.decoding.structured import StructuredOutput
 from deepinfer_adapters.errors import DeepInferAdaptersError
 
 MAX_LOGPROBS = 20
@@ -49,6 +50,8 @@ class SamplingParams:
     seed: uint64 in [0, 2**64). None: the engine derives one per request from its
         own seed and a request counter (``sampler.derive_seed``), so a run is still
         reproducible given the engine seed.
+    structured: a ``StructuredOutput`` (regex, JSON schema or EBNF grammar) the output
+        must follow (decoding/structured.py); None = free text.
     """
 
     temperature: float = 1.0
@@ -60,6 +63,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     seed: int | None = None
+    structured: StructuredOutput | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -107,6 +111,10 @@ class SamplingParams:
         if s is not None and (not _is_int(s) or not 0 <= s < UINT64_LIMIT):
             raise SamplingParamsError(
                 f"seed must be None or an int in [0, 2**64), got {s!r}", "seed"
+            )
+        if self.structured is not None and not isinstance(self.structured, StructuredOutput):
+            raise SamplingParamsError(
+                f"structured must be None or a StructuredOutput, got {type(self.structured).__name__}", "structured"
             )
 
     def _validate_stop(self) -> None:

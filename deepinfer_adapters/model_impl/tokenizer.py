@@ -233,6 +233,10 @@ class DeepSeekTokenizer:
             raise TokenizerError(f"cannot decode ids {bad[:8]}: outside the vocabulary [0, {self.vocab_size})")
         return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def vocab(self) -> dict[str, int]:
+        """Every token's (byte-level encoded) string -> id, added tokens included."""
+        return self._tok.get_vocab(with_added_tokens=True)
+
     def id_to_token(self, token_id: int) -> str | None:
         return self._tok.id_to_token(token_id)
 

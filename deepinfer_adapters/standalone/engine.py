@@ -44,6 +44,7 @@ from deepinfer_adapters.standalone.request import Request, RequestError
 from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs, decode_mode
 from deepinfer_adapters.standalone.runner import ModelRunner, StepInput, StepResult, load_model
 from deepinfer_adapters.standalone.speculative import Drafter
+from deepinfer_adapters.decoding.structured import GrammarBackend, StructuredOutputError
 from deepinfer_adapters.standalone.scheduler import Scheduler
 
 DEFAULT_MAX_MODEL_LEN = 4096
@@ -102,6 +103,7 @@ class LLMEngine:
                                    max_model_len=self.max_model_len)
         self.runner = ModelRunner(self.model, self.cache, graphs, drafter)
         self._replay_option = self._make_replay()
+        self._grammars: GrammarBackend | None = None
         self.stats = EngineStats()
         self._requests: dict[str, Request] = {}
         self._aborts: queue.SimpleQueue[str] = queue.SimpleQueue()
@@ -126,8 +128,26 @@ class LLMEngine:
         if request_id in self._requests:
             raise RequestError(f"request_id {request_id!r} is already running", "request_id")
         ids = self.encode_prompt(prompt)
+        grammar = self._compile_structured(params) if params.structured is not None else None
         text = prompt if isinstance(prompt, str) else prompt_text
-        return Request(request_id, text, ids, params, params.seed, eos_token_id=self.model_config.eos_token_id)
+        return Request(request_id, text, ids, params, params.seed, eos_token_id=self.model_config.eos_token_id,
+                       grammar=grammar)
+
+    def _compile_structured(self, params: SamplingParams):
+        if self.config.speculative_tokens:
+            raise RequestError("structured output with speculative decoding is not supported yet (the drafts "
+                               "would need the grammar too): use speculative_tokens=0", "structured")
+        if params.ignore_eos:
+            raise RequestError("structured output ends at EOS once the grammar is complete: ignore_eos must be "
+                               "false", "ignore_eos")
+        if self._grammars is None:  # built on first use: it reads the whole vocabulary
+            self._grammars = GrammarBackend(self.tokenizer, self.model_config.vocab_size,
+                                            [self.model_config.eos_token_id])
+            self.runner.grammars = self._grammars
+        try:
+            return self._grammars.compile(params.structured)
+        except StructuredOutputError as exc:
+            raise RequestError(str(exc), exc.param) from exc
 
     def encode_prompt(self, prompt: str | Sequence[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -295,6 +315,8 @@ class LLMEngine:
         cut = _find_stop(text, req.params.stop_strings)
         req.text = text if cut < 0 else text[:cut]
         self.scheduler.finish(req, reason)
+        if req.grammar is not None:
+            self.runner.forget(req.arrival)
         req.metrics.finish_time = time.time()
         del self._requests[req.request_id]
         return self.output(req)

@@ -6,6 +6,7 @@ import enum
 import itertools
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from deepinfer_adapters.decoding.sampling_params import SamplingParams
 from deepinfer_adapters.errors import DeepInferAdaptersError
@@ -47,6 +48,7 @@ class Request:
     num_computed_tokens: int = 0  # tokens whose state was written by scheduled steps
     num_pending: int = 0  # tokens being sampled by scheduled steps, not known yet
     draft_tokens: list[int] = field(default_factory=list)  # speculative proposals for the next step
+    grammar: Any = None  # compiled structured-output grammar (decoding/structured.py), None = free text
     metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(arrival_time=time.time()))
 
     @property

@@ -12,6 +12,7 @@ step sampled, which is the only state carried from one step to the next.
 from __future__ import annotations
 
 import inspect
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import torch
 
 from deepinfer_adapters.config import ARCH_V41, load_config
 from deepinfer_adapters.decoding.sampler import sample, seed_to_int64
+from deepinfer_adapters.decoding.structured import GrammarBackend
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.standalone.cache_manager import CacheManager, PagedStateCache
@@ -71,6 +73,7 @@ class StepInput:
     # position of its last known token
     drafts: list[list[int]]
     last_positions: list[int]
+    grammars: list[Any]  # per sampling sequence: its compiled grammar, None = free text
     temperature: torch.Tensor  # [R] per sampled row (a row per sampling sequence, more with drafts) ...
     top_p: torch.Tensor
     top_k: torch.Tensor
@@ -99,12 +102,17 @@ class ModelRunner:
         self.device = self.state.device
         self._last_sampled: dict[int, int] = {}  # key -> token, from the previous executed step
         self.decode_steps = 0  # steps that took model.decode (the batched / graphed path)
+        # structured output: the engine sets ``grammars`` with the first constrained request;
+        # matchers live on the model thread, keyed by request, dropped after ``forget``
+        self.grammars: GrammarBackend | None = None
+        self._matchers: dict[int, Any] = {}
+        self._forget: deque[int] = deque()
 
     def prepare(self, sched: SchedulerOutput, step: int, replay: Any = None) -> StepInput:
         """Engine thread: the ForwardBatch, block-table snapshots and sampling tensors."""
         seqs, keys, fill_rows, fill_keys, tables, resets, sampling = [], [], [], [], {}, [], []
         temperature, top_p, top_k, seeds, positions, num_logprobs = [], [], [], [], [], 0
-        drafts, last_positions, logits_rows = [], [], []
+        drafts, last_positions, logits_rows, grammars = [], [], [], []
         row = 0
         for i, s in enumerate(sched.seqs):
             req = s.request
@@ -122,6 +130,7 @@ class ModelRunner:
                 p = req.params
                 sampling.append(i)
                 drafts.append(s.drafts)
+                grammars.append(req.grammar)
                 last = s.start + s.num_tokens - 1
                 last_positions.append(last)
                 for j in range(len(s.drafts) + 1):  # a token after the last one and after every draft
@@ -149,7 +158,7 @@ class ModelRunner:
             step=step, batch=batch, keys=keys, fill_rows=torch.tensor(fill_rows, dtype=torch.long, device=dev),
             fill_keys=fill_keys, tables=tables,
             table_tensors={k: torch.tensor(v, dtype=torch.long, device=dev) for k, v in tables.items()},
-            resets=resets, sampling=sampling, drafts=drafts, last_positions=last_positions,
+            resets=resets, sampling=sampling, drafts=drafts, last_positions=last_positions, grammars=grammars,
             temperature=torch.tensor(temperature, device=dev),
             top_p=torch.tensor(top_p, device=dev), top_k=torch.tensor(top_k, dtype=torch.long, device=dev),
             seeds=torch.tensor(seeds, dtype=torch.long, device=dev),
@@ -177,9 +186,13 @@ class ModelRunner:
             logits = self.model(batch, self.state, **kwargs).logits
         result = StepResult(inp.step, [], [], None)
         if inp.sampling:
+            constrained = self._constrain(inp, logits)
             res = sample(logits, inp.temperature, inp.top_p, inp.top_k, inp.seeds, inp.positions,
                          num_logprobs=inp.num_logprobs)
             tokens, logprobs = res.tokens.tolist(), res.logprobs.tolist()
+            for j, matcher in constrained:  # no drafts with grammars: sequence j is row j
+                if not matcher.accept_token(tokens[j]):
+                    raise RuntimeError(f"grammar rejected the token it allowed ({tokens[j]}): engine bug")
             top = None if res.top_token_ids is None else \
                 [list(zip(i, v)) for i, v in zip(res.top_token_ids.tolist(), res.top_logprobs.tolist())]
             result.top = None if top is None else []
@@ -197,4 +210,26 @@ class ModelRunner:
                     [p + len(t) - 1 for p, t in zip(inp.last_positions, result.tokens)],
                     [batch.slots[i] for i in inp.sampling], self.state)
         self._last_sampled = {inp.keys[i]: t[-1] for i, t in zip(inp.sampling, result.tokens)}
+        while self._forget:  # after this step's use: a step planned before the finish may still run
+            self._matchers.pop(self._forget.popleft(), None)
         return result
+
+    def forget(self, key: int) -> None:
+        """Engine thread: request ``key`` finished; its grammar matcher can go."""
+        self._forget.append(key)
+
+    def _constrain(self, inp: StepInput, logits: torch.Tensor) -> list[tuple[int, Any]]:
+        """Mask the logits rows of grammar-constrained sequences; their (row, matcher)."""
+        constrained = []
+        for j, (i, grammar) in enumerate(zip(inp.sampling, inp.grammars)):
+            if grammar is None:
+                continue
+            key = inp.keys[i]
+            matcher = self._matchers.get(key)
+            if matcher is None:
+                matcher = self._matchers[key] = self.grammars.matcher(grammar)
+            if not matcher.is_terminated():  # terminated: the request stopped, this row is discarded
+                constrained.append((j, matcher))
+        if constrained:
+            self.grammars.mask(logits, [j for j, _ in constrained], [m for _, m in constrained])
+        return constrained
