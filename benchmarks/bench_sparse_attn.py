@@ -25,19 +25,18 @@ import datetime
 import json
 import math
 import os
-import statistics
 import sys
 import time
 
 import torch
 
+from benchmarks.timing import L2_BYTES, ceilings, rel, time_eager, time_graph
 from deepinfer_adapters.kernels import reference
 from deepinfer_adapters.kernels import triton_sparse_attn as tsa
 
 H, D, WINDOW, SELECTED, COMPRESSED = 64, 512, 128, 512, 2048
 K = WINDOW + SELECTED
 SCALE = D**-0.5
-L2_BYTES = 60e6
 
 CONFIGS = {  # name: Config(block_h, num_warps, num_stages, split_blocks=...) of the bf16 kernel
     "h16_w4": tsa.Config(16, 4, 2),
@@ -52,52 +51,6 @@ CONFIGS = {  # name: Config(block_h, num_warps, num_stages, split_blocks=...) of
 
 def log(*a):
     print(*a, flush=True)
-
-
-def ev():
-    return torch.cuda.Event(enable_timing=True)
-
-
-def time_graph(fns, reps=25):
-    """Median µs per call of ``fns`` (one call per input set), captured in one CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fns:
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in fns:
-            f()
-    for _ in range(3):
-        g.replay()
-    times = []
-    for _ in range(reps):
-        a, b = ev(), ev()
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / len(fns))
-    del g
-    return statistics.median(times), times
-
-
-def time_eager(fn, reps=25, warm=3):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = ev(), ev()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times), times
 
 
 def torch_eager_bf16(q, kv, sink, idx, scale):
@@ -118,26 +71,6 @@ def safe(fn):
     except Exception as e:
         log(f"default config failed: {type(e).__name__}: {str(e)[:200]}")
         return None
-
-
-def rel(a, b):
-    return float((a.double() - b.double()).norm() / b.double().norm())
-
-
-def measure_ceilings():
-    n = 1 << 29  # 1 GiB of bf16
-    x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    y = torch.empty_like(x)
-    t, _ = time_eager(lambda: y.copy_(x), reps=10)
-    copy_bw = 2 * x.numel() * 2 / (t * 1e-6)
-    del x, y
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    t, _ = time_eager(lambda: a @ b, reps=10)
-    mm = 2 * 8192**3 / (t * 1e-6)
-    del a, b
-    torch.cuda.empty_cache()
-    return copy_bw, mm
 
 
 def decode_set(S, g):
@@ -169,7 +102,8 @@ def main():
     import triton
 
     info["triton"] = triton.__version__
-    bw, rate = measure_ceilings()
+    c = ceilings()
+    bw, rate = c["copy_bw"], c["bf16_flops"]
     info.update(copy_bw_TBs=bw / 1e12, bf16_mm_TFLOPs=rate / 1e12)
     log(f"INFO {info}")
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -193,14 +127,14 @@ def main():
         for name, cfg in {"default": dflt, **configs}.items():
             try:
                 out = tsa.sparse_attn(q0, kv0, sink0, idx0, SCALE, config=cfg)
-                t, _ = time_graph([lambda s=s, c=cfg: tsa.sparse_attn(*s, SCALE, config=c) for s in sets])
+                t = time_graph([lambda s=s, c=cfg: tsa.sparse_attn(*s, SCALE, config=c) for s in sets], reps=25)
                 row["configs"][name] = {"us": t, "rel": rel(out, ref), "bitwise_eq_default": out_d is not None and bool(torch.equal(out, out_d))}
             except Exception as e:  # a config that does not compile or fit: record, go on
                 row["configs"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
             log(f"decode S={S} {name}: {row['configs'][name]}")
-        row["triton_eager_us"] = float("nan") if out_d is None else time_eager(lambda: tsa.sparse_attn(q0, kv0, sink0, idx0, SCALE, config=dflt))[0]
-        row["torch_ref_us"], _ = time_eager(lambda: reference.sparse_attn(q0, kv0, sink0, idx0, SCALE), reps=5, warm=1)
-        row["torch_bf16_us"], _ = time_graph([lambda s=s: torch_eager_bf16(*s, SCALE) for s in sets[: max(1, R // 4)]])
+        row["triton_eager_us"] = float("nan") if out_d is None else time_eager(lambda: tsa.sparse_attn(q0, kv0, sink0, idx0, SCALE, config=dflt), reps=25)
+        row["torch_ref_us"] = time_eager(lambda: reference.sparse_attn(q0, kv0, sink0, idx0, SCALE), reps=5, warm=1)
+        row["torch_bf16_us"] = time_graph([lambda s=s: torch_eager_bf16(*s, SCALE) for s in sets[: max(1, R // 4)]], reps=25)
         row["torch_bf16_rel"] = rel(torch_eager_bf16(q0, kv0, sink0, idx0, SCALE), ref)
         log(f"ROW {json.dumps(row)}")
         rows.append(row)
@@ -229,7 +163,7 @@ def main():
     for name, cfg in {"default": dflt, **configs}.items():
         try:
             out = tsa.sparse_attn(q, kv, sink, idx, SCALE, config=cfg)
-            t, _ = time_eager(lambda c=cfg: tsa.sparse_attn(q, kv, sink, idx, SCALE, config=c), reps=10, warm=2)
+            t = time_eager(lambda c=cfg: tsa.sparse_attn(q, kv, sink, idx, SCALE, config=c), reps=10, warm=2)
             row["configs"][name] = {"us": t, "rel": rel(out, ref), "bitwise_eq_default": out_d is not None and bool(torch.equal(out, out_d))}
         except Exception as e:
             row["configs"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
@@ -237,7 +171,7 @@ def main():
     del ref
     torch.cuda.empty_cache()
     try:
-        row["torch_bf16_us"], _ = time_eager(lambda: torch_eager_bf16(q, kv, sink, idx, SCALE), reps=5, warm=1)
+        row["torch_bf16_us"] = time_eager(lambda: torch_eager_bf16(q, kv, sink, idx, SCALE), reps=5, warm=1)
     except torch.OutOfMemoryError:
         row["torch_bf16_us"] = float("nan")
     log(f"ROW {json.dumps(row)}")
