@@ -71,48 +71,43 @@ def test_act_quant_matches_reference_bitwise(block):
 SHAPES = [(1280, 5120), (512, 5120), (4096, 1280), (5120, 2304), (96, 160)]
 
 
+def _compare_linear(M, N, K, block, act_block, seeds, what, *, f32_scale=False, fn=None):
+    """``fn`` (default: the dispatched fp8_linear) against the torch reference on a random
+    weight (seed ``seeds[0]``) and activation (seed ``seeds[1]``)."""
+    w8, scale = _weight(N, K, block, seed=seeds[0], f32_scale=f32_scale)
+    x = _x(M, K, seeds[1])
+    ref = reference_fp8.fp8_linear(x, w8, scale, block, act_block)
+    _check((fn or kernels.fp8_linear)(x, w8, scale, block, act_block), ref, what)
+
+
 @pytest.mark.parametrize("M", [1, 7, 33, 130, 1100])
 @pytest.mark.parametrize("N,K", SHAPES)
 def test_fp8_linear_v41_blocks(M, N, K):
-    w8, scale = _weight(N, K, (32, 32), seed=N + K)
-    x = _x(M, K, M)
-    ref = reference_fp8.fp8_linear(x, w8, scale, (32, 32), 32)
-    _check(kernels.fp8_linear(x, w8, scale, (32, 32), 32), ref, f"fp8_linear M={M} N={N} K={K} (32,32)")
+    _compare_linear(M, N, K, (32, 32), 32, (N + K, M), f"fp8_linear M={M} N={N} K={K} (32,32)")
 
 
 @pytest.mark.parametrize("path", ["triton", "bf16_cublas"])
 @pytest.mark.parametrize("M", [3, 2048])
 def test_fp8_linear_paths(M, path):
-    w8, scale = _weight(1280, 5120, (32, 32), seed=1)
-    x = _x(M, 5120, 2)
-    ref = reference_fp8.fp8_linear(x, w8, scale, (32, 32), 32)
-    _check(_tri().fp8_linear(x, w8, scale, (32, 32), 32, path=path), ref, f"fp8_linear path={path} M={M}")
+    _compare_linear(M, 1280, 5120, (32, 32), 32, (1, 2), f"fp8_linear path={path} M={M}",
+                    fn=lambda *a: _tri().fp8_linear(*a, path=path))
 
 
 @pytest.mark.parametrize("M", [2, 300])
 def test_fp8_linear_v4_blocks_and_f32_scales(M):
-    w8, scale = _weight(1024, 4096, (128, 128), seed=3, f32_scale=True)
-    x = _x(M, 4096, 4)
-    ref = reference_fp8.fp8_linear(x, w8, scale, (128, 128), 128)
-    _check(kernels.fp8_linear(x, w8, scale, (128, 128), 128), ref, f"fp8_linear M={M} (128,128) f32 scales")
+    _compare_linear(M, 1024, 4096, (128, 128), 128, (3, 4), f"fp8_linear M={M} (128,128) f32 scales", f32_scale=True)
 
 
 @pytest.mark.parametrize("M", [1, 64, 700])
 def test_fp8_linear_expert_blocks(M):
     """(1, 32) weight scales (FP4 experts converted to FP8)."""
-    w8, scale = _weight(2304, 5120, (1, 32), seed=5)
-    x = _x(M, 5120, 6)
-    ref = reference_fp8.fp8_linear(x, w8, scale, (1, 32), 32)
-    _check(kernels.fp8_linear(x, w8, scale, (1, 32), 32), ref, f"fp8_linear M={M} (1,32)")
+    _compare_linear(M, 2304, 5120, (1, 32), 32, (5, 6), f"fp8_linear M={M} (1,32)")
 
 
 @pytest.mark.parametrize("M", [1, 40, 1500])
 def test_weight_only_fp8_linear(M):
     """act_block 0: bf16 activations against the dequantized weight (bf16 products)."""
-    w8, scale = _weight(1024, 4096, (32, 32), seed=7)
-    x = _x(M, 4096, 8)
-    ref = reference_fp8.fp8_linear(x, w8, scale, (32, 32), 0)
-    _check(kernels.fp8_linear(x, w8, scale, (32, 32), 0), ref, f"fp8_linear act_block=0 M={M}")
+    _compare_linear(M, 1024, 4096, (32, 32), 0, (7, 8), f"fp8_linear act_block=0 M={M}")
 
 
 @pytest.mark.parametrize("T", [1, 9, 600])
