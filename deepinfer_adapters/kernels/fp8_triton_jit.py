@@ -36,6 +36,18 @@ def quantize_rows(x):
 
 
 @triton.jit
+def quantize_store(x, Q_ROW, S_ROW, offs, group, mask, n, BLOCK: tl.constexpr, DEQUANT_OUT: tl.constexpr):
+    """Quantize x [G, BLOCK] (``quantize_rows``); store the codes at Q_ROW + offs and the scales
+    at S_ROW + group, or (DEQUANT_OUT) the round-tripped values in Q's dtype. ``n``: row length."""
+    q, scale = quantize_rows(x)
+    if DEQUANT_OUT:
+        tl.store(Q_ROW + offs, (q.to(tl.float32) * scale[:, None]).to(Q_ROW.dtype.element_ty), mask=mask)
+    else:
+        tl.store(Q_ROW + offs, q, mask=mask)
+        tl.store(S_ROW + group, scale, mask=group * BLOCK < n)
+
+
+@triton.jit
 def act_quant_kernel(X, Q, S, K, stride_xm, stride_qm, stride_sm,
                      BLOCK: tl.constexpr, GROUPS: tl.constexpr, DEQUANT_OUT: tl.constexpr):
     """One row x GROUPS blocks of BLOCK values: E4M3 codes + fp32 scales, or (DEQUANT_OUT)
@@ -45,12 +57,7 @@ def act_quant_kernel(X, Q, S, K, stride_xm, stride_qm, stride_sm,
     offs = group[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     mask = offs < K
     x = tl.load(X + row * stride_xm + offs, mask=mask, other=0.0).to(tl.float32)
-    q, scale = quantize_rows(x)
-    if DEQUANT_OUT:
-        tl.store(Q + row * stride_qm + offs, (q.to(tl.float32) * scale[:, None]).to(Q.dtype.element_ty), mask=mask)
-    else:
-        tl.store(Q + row * stride_qm + offs, q, mask=mask)
-        tl.store(S + row * stride_sm + group, scale, mask=group * BLOCK < K)
+    quantize_store(x, Q + row * stride_qm, S + row * stride_sm, offs, group, mask, K, BLOCK, DEQUANT_OUT)
 
 
 @triton.jit(do_not_specialize=["M"])  # one compile for every batch size
@@ -135,9 +142,4 @@ def swiglu_quant_kernel(H, RW, Q, S, I, stride_h, stride_q, stride_s, limit,
         gate = tl.minimum(gate, limit)
     h = gate / (1.0 + tl.exp(-gate)) * up
     h = (tl.load(RW + row) * h).to(tl.bfloat16).to(tl.float32)
-    q, scale = quantize_rows(h)
-    if DEQUANT_OUT:
-        tl.store(Q + row * stride_q + offs, (q.to(tl.float32) * scale[:, None]).to(Q.dtype.element_ty), mask=mask)
-    else:
-        tl.store(Q + row * stride_q + offs, q, mask=mask)
-        tl.store(S + row * stride_s + group, scale, mask=group * BLOCK < I)
+    quantize_store(h, Q + row * stride_q, S + row * stride_s, offs, group, mask, I, BLOCK, DEQUANT_OUT)
