@@ -84,21 +84,25 @@ class DecodeGraphs:
         """Logits [B, vocab] fp32 of one decode step (B = len(input_ids))."""
         n = input_ids.shape[0]
         b, length = self.bucket(n), len_bucket(max_len, self.max_len)
-        if self.capture and (b, length) not in self._graphs:
-            self._graphs[(b, length)] = self._capture(b, length)
-        self._fill(input_ids, positions, slots, b)
         if not self.capture:
+            self._fill(input_ids, positions, slots, b)
             return self.model.decode(self._batch(b, length), self.state)[:n]
-        graph, logits = self._graphs[(b, length)]
+        graph, logits = self._graph(b, length)  # before the fill: a capture runs on padding inputs
+        self._fill(input_ids, positions, slots, b)
         graph.replay()
         return logits[:n]
 
     def capture_all(self, max_len: int | None = None) -> None:
         """Capture every batch bucket ahead of time (benchmarks: no capture inside timings)."""
-        length = len_bucket(max_len or self.max_len, self.max_len)
-        for b in self.buckets:
-            if self.capture and (b, length) not in self._graphs:
-                self._graphs[(b, length)] = self._capture(b, length)
+        if self.capture:
+            length = len_bucket(max_len or self.max_len, self.max_len)
+            for b in self.buckets:
+                self._graph(b, length)
+
+    def _graph(self, b: int, length: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        if (b, length) not in self._graphs:
+            self._graphs[(b, length)] = self._capture(b, length)
+        return self._graphs[(b, length)]
 
     def _fill(self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, b: int) -> None:
         n = input_ids.shape[0]
