@@ -87,10 +87,8 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         self._require_hasher()
         recent = state.fixed(ENGRAM_KEY, "recent")  # compressed id of position p at slot p % size
         size, device = recent.shape[1], recent.device
-        back = torch.arange(-(self.cfg.engram.max_ngram_size - 1), 0, device=device)
-        slots = torch.tensor(batch.slots, dtype=torch.long, device=device)
-        hist_pos = torch.tensor(batch.start_pos, dtype=torch.long, device=device).unsqueeze(1) + back
-        history = torch.where(hist_pos >= 0, recent[slots.unsqueeze(1), hist_pos % size], BLOCKED)
+        history = self._engram_history(recent, torch.tensor(batch.slots, dtype=torch.long, device=device),
+                                       torch.tensor(batch.start_pos, dtype=torch.long, device=device))
         ids, _ = engram_hash_chunk(self.hasher, batch.input_ids, history, batch.cu_seqlens, batch.image_mask)
         compressed = compressed_ids(self.hasher, batch.input_ids, batch.image_mask)
         for i, slot in enumerate(batch.slots):  # each sequence's newest `size` positions
@@ -104,13 +102,17 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         if self.cfg.engram is None:
             return None
         recent = state.fixed(ENGRAM_KEY, "recent")
-        size, slots = recent.shape[1], batch.slots
-        hist_pos = batch.positions.unsqueeze(1) + torch.arange(1 - self.cfg.engram.max_ngram_size, 0,
-                                                                device=slots.device)
-        history = torch.where(hist_pos >= 0, recent[slots.unsqueeze(1), hist_pos % size], BLOCKED)
+        history = self._engram_history(recent, batch.slots, batch.positions)
         ids, _ = engram_hash_chunk(self.hasher, batch.input_ids, history, batch.cu_seqlens())
-        recent[slots, batch.positions % size] = compressed_ids(self.hasher, batch.input_ids, None)
+        recent[batch.slots, batch.positions % recent.shape[1]] = compressed_ids(self.hasher, batch.input_ids, None)
         return ids
+
+    def _engram_history(self, recent: torch.Tensor, slots: torch.Tensor, first_pos: torch.Tensor) -> torch.Tensor:
+        """[B, max_ngram_size - 1] compressed ids of the positions before each sequence's first
+        new one, oldest first, BLOCKED before the sequence start (``recent``: the position ring)."""
+        back = torch.arange(1 - self.cfg.engram.max_ngram_size, 0, device=recent.device)
+        hist_pos = first_pos.unsqueeze(1) + back
+        return torch.where(hist_pos >= 0, recent[slots.unsqueeze(1), hist_pos % recent.shape[1]], BLOCKED)
 
     @in_numerics_scope
     def decode(self, batch: DecodeBatch, state: StateCache) -> torch.Tensor:

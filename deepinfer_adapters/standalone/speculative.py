@@ -55,9 +55,8 @@ class Drafter:
         if not keys:
             return []
         out = self.model.draft(last_tokens, positions, slots, state)
-        tokens = out.tokens[:, : self.num_tokens]
-        keep = tokens.shape[1]
+        tokens = out.tokens[:, : self.num_tokens].tolist()
         if self.min_confidence > 0:
             sure = torch.sigmoid(out.confidence[:, : self.num_tokens].float()).cumprod(-1) >= self.min_confidence
-            return [row[: int(n)] for row, n in zip(tokens.tolist(), sure.sum(-1).tolist())]
-        return [row[:keep] for row in tokens.tolist()]
+            return [row[: int(n)] for row, n in zip(tokens, sure.sum(-1).tolist())]
+        return tokens
