@@ -46,7 +46,8 @@ class ContextModel(torch.nn.Module):
         super().__init__()
         self.seen_batches: list[list[tuple[int, int, int]]] = []
 
-    def state_spec(self) -> StateSpec:
+    def state_spec(self, rewind: int = 0) -> StateSpec:
+        assert rewind == 0, "this test model's fixed fields are not position rings: it cannot rewind"
         spec = StateSpec()
         spec.add("ctx", StateField("tok", (1,), torch.int64, "rows", ratio=1),
                  StateField("pair", (2,), torch.int64, "rows", ratio=2),

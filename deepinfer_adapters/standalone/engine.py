@@ -88,8 +88,7 @@ class LLMEngine:
         decode = decode_mode(config.decode, self.model, device)
         # batched decode pads steps to a bucket with rows of a reserved slot: one slot more
         # speculative steps write drafts that may be rejected: the state rewinds over them
-        spec = self.model.state_spec(rewind=speculative) if speculative else self.model.state_spec()
-        self.cache = CacheManager.from_budget(spec,
+        self.cache = CacheManager.from_budget(self.model.state_spec(rewind=speculative),
                                               num_slots=config.max_num_seqs + (decode != "forward"),
                                               max_model_len=self.max_model_len, block_size=config.block_size,
                                               budget_bytes=budget, device=device)
