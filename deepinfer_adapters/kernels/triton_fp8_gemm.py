@@ -20,8 +20,8 @@ Arithmetic (``act_block`` > 0, the reference's FP8 GEMM):
 - ``act_block`` == 0 (wo_a; bf16 weights' rule): the bf16 activation meets the
   weight tile dequantized to bf16 in registers (exact), bf16 tensor-core products.
 
-Shape choices: tiles by the number of rows M (decode rows fit one tile; prefill
-takes 128 x 128), and split-K (fp32 partials, summed in a fixed order) when too few
+Shape choices: tiles by the number of rows M (decode rows fit one tile; from 65 rows
+64 x 128, ``default_config``), and split-K (fp32 partials, summed in a fixed order) when too few
 tiles would run to cover the SMs. Both depend on M, so a row's last bits can depend
 on the batch it shares a call with. In batch-invariant mode (``kernels.invariance``)
 neither does: one fixed tile (``invariant_config``), split-K chosen from N and K only,
@@ -32,8 +32,11 @@ then depend on that row and the weight alone.
 From ``LARGE_M`` rows on (prefill) the default is a second path (``LARGE_M_PATH``):
 dequantize the weight to bf16 and round-trip the activation (both exact), then one
 cuBLAS bf16 GEMM -- the same arithmetic as the reference, and on the H200 about 2x
-faster than this kernel there: the fp32 rescale after every 32-wide FP8 product
-keeps the tensor cores waiting (benchmarks/bench_fp8_gemm.py times both).
+faster than this kernel there (benchmarks/bench_fp8_gemm.py times both). The MoE's
+prefill measurements suggest why: its 32-deep product loop, not the per-32 rescale,
+held it back; bf16 products 128 deep (``gemm(..., kstep=128)`` on a bf16 activation)
+gained 15% on the whole prefill there (kernels/triton_moe.py). That path is not yet
+measured against cuBLAS for these linears.
 
 Triton is imported lazily (importing ``deepinfer_adapters`` needs no GPU stack).
 """
