@@ -104,11 +104,8 @@ class AttentionV41(AttentionBase):
         r = self.ratio
         latent, complete = self.compressor.decode(x, numerics, state, batch)
         row = batch.positions // r  # the group the token belongs to (= the row it completes)
-        freqs = self.rope.lookup(row * r, batch.max_len)
-        kv = kernels.apply_rope(latent, freqs)
-        if numerics.kv_quant:
-            kv = fp4_roundtrip_e4m3(kv, COMPRESSED_FP4_GROUP)
-        for name, value in (("index_k", self.indexer.index_keys(latent, freqs, numerics)), ("compressed_kv", kv)):
+        rows = self._cache_rows(latent, self.rope.lookup(row * r, batch.max_len), numerics)
+        for name, value in rows.items():
             pool = state.row_pool(self.key, name)
             addr = state.row_address(self.key, name, batch.slots, row.unsqueeze(1)).squeeze(1)
             pool[addr] = torch.where(complete.unsqueeze(1), value.to(pool.dtype), pool[addr])
@@ -142,9 +139,13 @@ class AttentionV41(AttentionBase):
             return
         first_row = start // r
         group_pos = (first_row + torch.arange(latent.shape[0], device=latent.device)) * r  # a row sits at its group's first token
-        freqs = self.rope.lookup(group_pos, start + x.shape[0])
-        state.write_rows(self.key, "index_k", slot, first_row, self.indexer.index_keys(latent, freqs, numerics))
+        for name, value in self._cache_rows(latent, self.rope.lookup(group_pos, start + x.shape[0]), numerics).items():
+            state.write_rows(self.key, name, slot, first_row, value)
+
+    def _cache_rows(self, latent: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> dict[str, torch.Tensor]:
+        """Latents of completed groups (RoPE at each group's first position) -> the rows fields
+        they are stored as: index keys and compressed KV (RoPE'd, FP4 round trip)."""
         kv = kernels.apply_rope(latent, freqs)
         if numerics.kv_quant:
             kv = fp4_roundtrip_e4m3(kv, COMPRESSED_FP4_GROUP)
-        state.write_rows(self.key, "compressed_kv", slot, first_row, kv)
+        return {"index_k": self.indexer.index_keys(latent, freqs, numerics), "compressed_kv": kv}
