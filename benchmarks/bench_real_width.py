@@ -348,6 +348,21 @@ def run(args):
             t, _ = timed(lambda: model(batch(), state), device, reps=args.prefill_reps)
             row[f"fast_ms_{path}_moe_{moe}"] = t * 1e3
     triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH = default_path, default_moe
+    base_logits = model(batch(), state).logits.float()
+    for spec in args.prefill_backends:  # opt-in backends, e.g. "sparse_attn=flashmla,index_scores=triton"
+        pins = dict(p.split("=", 1) for p in spec.split(","))
+        try:
+            for op, name in pins.items():
+                kernels.use_backend(op, name)
+            t, _ = timed(lambda: model(batch(), state), device, reps=args.prefill_reps)
+            logits = model(batch(), state).logits.float()
+            row[f"fast_ms_{spec}"] = t * 1e3
+            row[f"logits_rel_{spec}"] = float((logits - base_logits).norm() / base_logits.norm())
+        except Exception as e:  # a backend under trial must not cost the rest of the run
+            log(f"prefill with {spec} failed: {type(e).__name__}: {e}")
+        finally:
+            for op in pins:
+                kernels.use_backend(op, None)
     fast = min(v for k, v in row.items() if k.startswith("fast_ms_")) / 1e3
     row["fast_ms"] = fast * 1e3
     row["fast_tok_s"] = S / fast
@@ -383,6 +398,8 @@ def main():
     ap.add_argument("--no-prefill-ref", dest="prefill_ref", action="store_false")
     ap.add_argument("--large-m-paths", nargs="+", default=["triton", "bf16_cublas"])
     ap.add_argument("--moe-paths", nargs="+", default=["fp8", "bf16"])
+    ap.add_argument("--prefill-backends", nargs="*", default=[],
+                    help="extra prefill runs with backends pinned, each 'op=name[,op=name]'")
     ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
     ap.add_argument("--profile", action="store_true", help="torch.profiler over one decode step at B=1")
     args = ap.parse_args()

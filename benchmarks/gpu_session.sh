@@ -13,9 +13,10 @@ export PYTHONPATH=$PWD:/tmp/site
 # 1. GPU parity and invariance tests (all of tests/gpu: ~2.5 min)
 timeout 240 python -m pytest -q tests/gpu -p no:cacheprovider -s > "$OUT/gpu_tests.log" 2>&1
 echo "tests/gpu: $(tail -1 "$OUT/gpu_tests.log")"
-grep -h "REPORT index_scores" "$OUT/gpu_tests.log" | head -8
+grep -hE "REPORT (flashmla|index_scores|model)|FAILED|Error|passed|failed" "$OUT/gpu_tests.log" | head -40
 # 2. reduced V4.1-Flash at real widths: decode (graphs) and prefill, next to the floors (~2.5 min)
 timeout 200 python benchmarks/bench_real_width.py --out "$OUT" --batches 1 8 32 128 --ref-batches 1 \
-  --no-prefill-ref --large-m-paths bf16_cublas --moe-paths fp8 bf16 --reps 3 --prefill-reps 2 \
+  --no-prefill-ref --large-m-paths bf16_cublas --moe-paths bf16 --reps 3 --prefill-reps 2 \
+  --prefill-backends sparse_attn=flashmla index_scores=triton sparse_attn=flashmla,index_scores=triton \
   > "$OUT/real_width.log" 2>&1
 sed -n '/^SUMMARY/,$p' "$OUT/real_width.log"
