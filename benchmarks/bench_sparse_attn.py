@@ -32,6 +32,7 @@ import torch
 
 from benchmarks.timing import L2_BYTES, ceilings, rel, time_eager, time_graph
 from deepinfer_adapters.kernels import reference
+from deepinfer_adapters.kernels import flashmla_sparse
 from deepinfer_adapters.kernels import triton_sparse_attn as tsa
 
 H, D, WINDOW, SELECTED, COMPRESSED = 64, 512, 128, 512, 2048
@@ -71,6 +72,22 @@ def safe(fn):
     except Exception as e:
         log(f"default config failed: {type(e).__name__}: {str(e)[:200]}")
         return None
+
+
+def flashmla_row(sets, ref, eager):
+    """FlashMLA's SM90 sparse kernel (kernels/flashmla_sparse.py) on the same inputs, when it loads."""
+    if flashmla_sparse._flash_mla() is None:
+        return {"flashmla_us": float("nan")}
+    fn = lambda s: flashmla_sparse.sparse_attn(*s, SCALE)  # noqa: E731
+    try:
+        out = fn(sets[0])
+        t = (time_eager(lambda: fn(sets[0]), reps=10, warm=2) if eager
+             else time_graph([lambda s=s: fn(s) for s in sets], reps=25))
+    except Exception as e:
+        log(f"flashmla failed: {type(e).__name__}: {str(e)[:200]}")
+        return {"flashmla_us": float("nan")}
+    log(f"flashmla S={sets[0][0].shape[0]}: {t:.1f} us, rel {rel(out, ref):.2e}")
+    return {"flashmla_us": t, "flashmla_rel": rel(out, ref)}
 
 
 def decode_set(S, g):
@@ -132,6 +149,7 @@ def main():
             except Exception as e:  # a config that does not compile or fit: record, go on
                 row["configs"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
             log(f"decode S={S} {name}: {row['configs'][name]}")
+        row.update(flashmla_row(sets, ref, eager=False))
         row["triton_eager_us"] = float("nan") if out_d is None else time_eager(lambda: tsa.sparse_attn(q0, kv0, sink0, idx0, SCALE, config=dflt), reps=25)
         row["torch_ref_us"] = time_eager(lambda: reference.sparse_attn(q0, kv0, sink0, idx0, SCALE), reps=5, warm=1)
         row["torch_bf16_us"] = time_graph([lambda s=s: torch_eager_bf16(*s, SCALE) for s in sets[: max(1, R // 4)]], reps=25)
@@ -168,6 +186,7 @@ def main():
         except Exception as e:
             row["configs"][name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
         log(f"prefill {name}: {row['configs'][name]}")
+    row.update(flashmla_row([(q, kv, sink, idx)], ref, eager=True))
     del ref
     torch.cuda.empty_cache()
     try:
@@ -184,8 +203,8 @@ def main():
     log("\n## sparse_attn, H=64 d=512 K=640 bf16  " + f"({info['device']}, {info['date']}, torch {info['torch']}, "
         f"triton {info['triton']}; measured copy {bw / 1e12:.2f} TB/s, bf16 mm {rate / 1e12:.0f} TFLOP/s)")
     log("| case | floor us (bytes / flops) | triton default us | % of floor | GB/s | TFLOP/s | best config (us) "
-        "| triton eager us | torch bf16 us | torch ref (fp64) us | rel err |")
-    log("|---|---|---|---|---|---|---|---|---|---|---|")
+        "| triton eager us | torch bf16 us | torch ref (fp64) us | rel err | flashmla us |")
+    log("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ok = {k: v for k, v in r["configs"].items() if "us" in v}
         td = ok.get("default", {}).get("us", float("nan"))
@@ -193,7 +212,7 @@ def main():
         log(f"| {r['case']} | {r['floor_us']:.1f} ({r['floor_bytes_us']:.1f} / {r['floor_flops_us']:.1f}) | {td:.1f} "
             f"| {100 * r['floor_us'] / td:.0f}% | {r['bytes'] / td / 1e3:.0f} | {r['flops'] / td / 1e6:.0f} "
             f"| {best[0]} ({best[1]['us']:.1f}) | {r.get('triton_eager_us', float('nan')):.1f} "
-            f"| {r['torch_bf16_us']:.1f} | {r['torch_ref_us']:.0f} | {r['default_rel']:.1e} |")
+            f"| {r['torch_bf16_us']:.1f} | {r['torch_ref_us']:.0f} | {r['default_rel']:.1e} | {r['flashmla_us']:.1f} |")
     log("\nconfig sweep (us; * = not bitwise equal to default):")
     names = ["default", *configs]
     log("| case | " + " | ".join(names) + " |")

@@ -66,7 +66,8 @@ class GemmConfig:
     sub: int  # scale-block steps of K per loop iteration (loads issued together)
     num_warps: int
     num_stages: int
-    split_k: bool = True  # allow split-K when the tiles do not cover the SMs
+    programs: int = TARGET_PROGRAMS  # split K while fewer tiles than this run (0: never split)
+    swap: bool = False  # bf16 activations only: products computed as W A^T (fp8_gemm_kernel's SWAP)
 
 
 def default_config(m: int, kstep: int) -> GemmConfig:
@@ -87,6 +88,17 @@ def default_config(m: int, kstep: int) -> GemmConfig:
 def invariant_config(kstep: int) -> GemmConfig:
     """The one tile of batch-invariant mode (any M)."""
     return GemmConfig(64, 64, max(1, 128 // kstep), 4, 3)
+
+
+BF16_KSTEP = 128  # K per bf16 tensor-core product where K allows (weight scales applied in the tile)
+# prefill-sized bf16 paths (``LARGE_M_PATH`` "bf16_swap", the MoE's "bf16_swap"): 128 weight rows
+# (two warp groups of 64) x 128 activation rows per tile, 128-deep products
+SWAP_CONFIG = GemmConfig(128, 128, 1, 8, 3, swap=True)
+
+
+def bf16_kstep(K: int, block: tuple[int, int]) -> int:
+    """``BF16_KSTEP`` where it divides K, else the weight's own K block (tiny models: K = 64)."""
+    return BF16_KSTEP if K % BF16_KSTEP == 0 and BF16_KSTEP % block[1] == 0 else block[1]
 
 
 @functools.cache
@@ -135,6 +147,7 @@ class Groups:
     row0: torch.Tensor
     row1: torch.Tensor
     row_idx: torch.Tensor | None = None  # A row of each output row (None: the same row)
+    scatter_out: bool = False  # the output row is row_idx's too (else the tile's row)
 
 
 def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: torch.Tensor,
@@ -156,6 +169,8 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     invariant = invariance.enabled()
     cfg = config or (invariant_config(kstep) if invariant else
                      default_config(M if groups is None else max(1, M // max(1, weight.shape[0])), kstep))
+    if cfg.swap and a_scale is not None:
+        raise ValueError("fp8 gemm: the swapped product takes a bf16 activation (a_scale None)")
     ws, e8m0 = _scale_arg(w_scale)
     sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
     step = kstep * sub
@@ -163,8 +178,8 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     n_tiles = triton.cdiv(N, cfg.block_n)
     split = 1
     split_tiles = n_tiles if invariant else m_tiles * n_tiles  # invariant: never from M
-    if cfg.split_k and groups is None and split_tiles < TARGET_PROGRAMS:
-        split = min(triton.cdiv(TARGET_PROGRAMS, split_tiles), triton.cdiv(K, step))
+    if groups is None and split_tiles < cfg.programs:
+        split = min(triton.cdiv(cfg.programs, split_tiles), triton.cdiv(K, step))
     k_per_split = triton.cdiv(triton.cdiv(K, split), step) * step
     split = triton.cdiv(K, k_per_split)
     out = torch.empty((split, M, N) if split > 1 else (M, N), device=a.device,
@@ -185,6 +200,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, KSTEP=kstep, SUB=sub,
         A_SB=act_block if a_scale is not None else 0, W_BN=weight_block[0], W_BK=weight_block[1],
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
+        SCATTER_OUT=grouped and groups.scatter_out, SWAP=cfg.swap,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split == 1:
         return out
@@ -217,6 +233,10 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block
     if path == "bf16_cublas":
         xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
         out = torch.nn.functional.linear(xa, dequant_bf16(weight, scale, block))
+    elif path == "bf16_swap":  # the same arithmetic without the bf16 weight copy
+        xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
+        out = gemm(xa, None, 0, weight, scale, block, x.dtype, config=config or SWAP_CONFIG,
+                   kstep=bf16_kstep(K, block))
     elif act_block:
         q, s = act_quant(x2, act_block)
         out = gemm(q, s, act_block, weight, scale, block, x.dtype, config=config)
@@ -227,15 +247,45 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block
 
 def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
                        block: tuple[int, int]) -> torch.Tensor:
-    """See ``reference_fp8.fp8_grouped_linear``: [T, G, Din] -> [T, G, R], one GEMM per group."""
-    T, G, _ = x.shape
+    """See ``reference_fp8.fp8_grouped_linear``: [T, G, Din] -> [T, G, R], one GEMM per group,
+    all in one launch: group g is expert g of a grouped GEMM whose rows are x's (t, g) rows."""
+    T, G, Din = x.shape
     R = weight.shape[0] // G
-    out = torch.empty(T, G, R, device=x.device, dtype=x.dtype)
-    for g in range(G):
-        rows = slice(g * R, (g + 1) * R)
-        srows = slice(g * R // block[0], (g + 1) * R // block[0])
-        out[:, g] = gemm(x[:, g], None, 0, weight[rows], scale[srows], block, x.dtype)
-    return out
+    kstep = bf16_kstep(Din, block)
+    if invariance.enabled():
+        cfg = invariant_config(kstep)
+    else:
+        cfg = SWAP_CONFIG if T >= LARGE_M else default_config(T, kstep)
+    a = x.reshape(T * G, Din)
+    w = weight.view(G, R, Din)
+    ws = scale.view(G, R // block[0], scale.shape[-1])
+    return gemm(a, None, 0, w, ws, block, x.dtype, rows=T * G, groups=_group_tiles(T, G, cfg.block_m, x.device),
+                config=cfg, kstep=kstep).view(T, G, R)
+
+
+_GROUP_TILES: dict[tuple, Groups] = {}
+
+
+def _group_tiles(T: int, G: int, block_m: int, device: torch.device) -> Groups:
+    """Tiles of ``fp8_grouped_linear``: group g owns sorted rows [g T, (g + 1) T), sorted row
+    g T + t reads and writes x's row t G + g. A function of the shapes only, so kept (not
+    while a CUDA graph is being captured: tensors made then hold their values only once
+    that graph has replayed)."""
+    key = (T, G, block_m, device)
+    tiles = _GROUP_TILES.get(key)
+    if tiles is None:
+        per_group = -(-T // block_m)
+        t = torch.arange(G * per_group, device=device)
+        group = t // per_group
+        r = torch.arange(G * T, device=device)
+        tiles = Groups(expert=group.to(torch.int32), row0=(group * T + (t % per_group) * block_m).to(torch.int32),
+                       row1=((group + 1) * T).to(torch.int32), row_idx=((r % T) * G + r // T).to(torch.int32),
+                       scatter_out=True)
+        if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            if len(_GROUP_TILES) >= 256:
+                _GROUP_TILES.clear()
+            _GROUP_TILES[key] = tiles
+    return tiles
 
 
 def _fp8_weight_ok(x: torch.Tensor, weight: torch.Tensor, block: tuple[int, int], act_block: int) -> bool:

@@ -41,8 +41,9 @@ from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
 
 LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)
 LARGE_PATH = "bf16"
-BF16_KSTEP = 128  # K per bf16 tensor-core product (the weight's 32-wide scales applied in the tile)
-BF16_CONFIG = fp8.GemmConfig(128, 128, 1, 8, 3)
+# tiles of the bf16 paths ("bf16_swap": products as W A^T, see fp8_triton_jit.fp8_gemm_kernel)
+BF16_CONFIGS = {"bf16": fp8.GemmConfig(128, 128, 1, 8, 3), "bf16_swap": fp8.SWAP_CONFIG,
+                "bf16_swap_m64": fp8.GemmConfig(64, 128, 1, 4, 3, swap=True)}
 
 
 @functools.cache
@@ -111,20 +112,20 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     if path is None:
         path = LARGE_PATH if T * k >= LARGE_PAIRS or invariance.enabled() else "fp8"
     kstep = fp8.kstep_for(block, act_block)
-    if path == "bf16":
-        cfg = config or BF16_CONFIG
+    if path in BF16_CONFIGS:
+        cfg = config or BF16_CONFIGS[path]
     else:
         cfg = config or fp8.default_config(max(1, T * k // E), kstep)
     order, tiles, positions = route(expert_ids, E, cfg.block_m)
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
     rw = route_w.float().flatten()[order].contiguous()
-    if path == "bf16":
+    if path in BF16_CONFIGS:
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
         h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
-                       kstep=BF16_KSTEP)
+                       kstep=fp8.bf16_kstep(w13.shape[-1], block))
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
         out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
-                       kstep=BF16_KSTEP)
+                       kstep=fp8.bf16_kstep(w2.shape[-1], block))
     else:
         q, s = fp8.act_quant(x, act_block)
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deepinfer_adapters.kernels import flashmla_sparse, reference
+from deepinfer_adapters.kernels import flashmla_sparse, invariance, reference
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)"),
@@ -30,7 +30,10 @@ def test_flashmla_sparse_matches_reference(S, N, K):
     sink = torch.randn(H, device="cuda", generator=g)
     idx = torch.randint(0, N, (S, K), device="cuda", generator=g)
     idx[:, 1::7] = -1  # invalid entries inside the list
-    assert flashmla_sparse.supports(q, kv, sink, idx, d**-0.5)
+    # chosen for prefill-sized calls only, and never in batch-invariant mode (module doc)
+    assert flashmla_sparse.supports(q, kv, sink, idx, d**-0.5) == (S >= flashmla_sparse.MIN_QUERIES)
+    with invariance.batch_invariant(True):
+        assert not flashmla_sparse.supports(q, kv, sink, idx, d**-0.5)
     out = flashmla_sparse.sparse_attn(q, kv, sink, idx, d**-0.5)
     ref = reference.sparse_attn(q, kv, sink, idx, d**-0.5)
     rel = float((out.float() - ref.float()).norm() / ref.float().norm())

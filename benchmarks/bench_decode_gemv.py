@@ -1,0 +1,146 @@
+"""Decode-sized FP8 linears of one V4.1-Flash layer: tile and split-K sweep, next to the floor.
+
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_decode_gemv.py [--out DIR]
+
+Why: at batch 1 the 123 FP8 GEMM launches of a decode step take 1.6 ms of the 6.2 ms step
+(benchmarks/PROFILE_real_width_decode_b1.txt) against ~0.5 ms for their bytes. Each call is
+act_quant + GEMM (+ the split-K sum and cast), so tiles, split-K and launch count all matter.
+
+Floor per call: bytes = N K (E4M3) + N K / 1024 (E8M0 scales) + M K 2 + M N 2 at the measured
+copy bandwidth (decode rows are far below the FLOP side). Timing: CUDA-graph replays over
+enough weight copies to exceed the L2 4x (timing.time_graph), median of 20.
+Shapes: the layer's FP8 linears (wq_a, wkv, wq_b, index wq_b, wo_b, shared w1/w3/w2, Engram
+wkv), the merged variants a model could use (wq_a + wkv, shared w1 + w3: one call on the
+same input), and wo_a (8 groups, bf16 activations) as one grouped launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import sys
+
+import torch
+
+from benchmarks.timing import L2_BYTES, ceilings, rel, time_graph
+from deepinfer_adapters.kernels import reference_fp8
+from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+
+BLOCK = (32, 32)
+LINEARS = {"wq_a": (1280, 5120), "wkv": (512, 5120), "wq_a+wkv": (1792, 5120), "wq_b": (32768, 1280),
+           "idx_wq_b": (4096, 1280), "wo_b": (5120, 8192), "shared_w1": (2304, 5120), "shared_w13": (4608, 5120),
+           "shared_w2": (5120, 2304), "engram_wkv": (25600, 6144)}
+PER_LAYER = ("wq_a", "wkv", "wq_b", "idx_wq_b", "wo_b", "shared_w1", "shared_w1", "shared_w2")  # the calls today
+ROWS = (1, 8, 32)
+
+
+def configs(M: int) -> dict[str, tg.GemmConfig | None]:
+    bm = 16 if M <= 16 else 32
+    c = {"default": None}
+    for n in (16, 32, 64, 128):
+        for programs in (0, 132, 264, 528):
+            c[f"n{n}_p{programs}"] = tg.GemmConfig(bm, n, 4, 4, 4, programs=programs)
+    c["n64_sub8_p264"] = tg.GemmConfig(bm, 64, 8, 4, 3)
+    c["n32_w2_p264"] = tg.GemmConfig(bm, 32, 4, 2, 4)
+    c["n64_st6_p264"] = tg.GemmConfig(bm, 64, 4, 4, 6)
+    c["n64_swap_bf16"] = tg.GemmConfig(bm, 64, 1, 4, 4, swap=True)  # bf16 activation path, 128-deep
+    return c
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def random_weight(N, K, g):
+    w = (torch.randn(N, K, device="cuda", generator=g) * 0.5).to(torch.float8_e4m3fn)
+    s = torch.randint(118, 124, (N // BLOCK[0], K // BLOCK[1]), device="cuda", generator=g, dtype=torch.uint8)
+    return w, s.view(torch.float8_e8m0fnu)
+
+
+def run_linear(name, N, K, M, c, g):
+    sets = max(1, min(32, math.ceil(4 * L2_BYTES / (N * K))))
+    ws = [random_weight(N, K, g) for _ in range(sets)]
+    xs = [torch.randn(M, K, device="cuda", generator=g).bfloat16() for _ in range(sets)]
+    floor = (N * K * (1 + 1 / 1024) + M * K * 2 + M * N * 2) / c["copy_bw"] * 1e6
+    ref = reference_fp8.fp8_linear(xs[0], *ws[0], BLOCK, 32)
+    row = {"op": name, "M": M, "N": N, "K": K, "floor_us": floor, "us": {}}
+    for cname, cfg in configs(M).items():
+        path = "bf16_swap" if cfg is not None and cfg.swap else "triton"
+        try:
+            out = tg.fp8_linear(xs[0], *ws[0], BLOCK, 32, config=cfg, path=path)
+            t = time_graph([lambda x=x, w=w: tg.fp8_linear(x, *w, BLOCK, 32, config=cfg, path=path)
+                            for x, w in zip(xs, ws)])
+            row["us"][cname] = t
+            row.setdefault("rel", {})[cname] = rel(out, ref)
+        except Exception as e:  # a config that does not compile or fit: record, go on
+            row["us"][cname] = float("nan")
+            log(f"{name} M={M} {cname}: {type(e).__name__}: {str(e)[:160]}")
+    best = min((v, k) for k, v in row["us"].items() if v == v)
+    row["best"] = best[1]
+    log(f"{name:11s} M={M:3d} floor {floor:6.1f} us | default {row['us']['default']:6.1f} | best {best[1]} "
+        f"{best[0]:6.1f} | max rel {max(row['rel'].values()):.1e}")
+    return row
+
+
+def run_wo_a(M, c, g):
+    G, R, Din = 8, 1024, 4096
+    sets = max(1, min(32, math.ceil(4 * L2_BYTES / (G * R * Din))))
+    ws = [random_weight(G * R, Din, g) for _ in range(sets)]
+    xs = [torch.randn(M, G, Din, device="cuda", generator=g).bfloat16() for _ in range(sets)]
+    floor = (G * R * Din * (1 + 1 / 1024) + M * G * (Din + R) * 2) / c["copy_bw"] * 1e6
+    ref = reference_fp8.fp8_grouped_linear(xs[0], *ws[0], BLOCK)
+
+    def per_group(x, w, s):  # the previous dispatch: one GEMM per group
+        out = torch.empty(M, G, R, device="cuda", dtype=x.dtype)
+        for gi in range(G):
+            out[:, gi] = tg.gemm(x[:, gi], None, 0, w[gi * R:(gi + 1) * R], s[gi * R // 32:(gi + 1) * R // 32],
+                                 BLOCK, x.dtype)
+        return out
+
+    row = {"op": "wo_a (8 groups)", "M": M, "floor_us": floor,
+           "one_launch_us": time_graph([lambda x=x, w=w: tg.fp8_grouped_linear(x, *w, BLOCK) for x, w in zip(xs, ws)]),
+           "per_group_us": time_graph([lambda x=x, w=w: per_group(x, *w) for x, w in zip(xs, ws)]),
+           "rel": rel(tg.fp8_grouped_linear(xs[0], *ws[0], BLOCK), ref)}
+    log(f"wo_a        M={M:3d} floor {floor:6.1f} us | one launch {row['one_launch_us']:6.1f} | "
+        f"per group {row['per_group_us']:6.1f} | rel {row['rel']:.1e}")
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
+    args = ap.parse_args()
+    props = torch.cuda.get_device_properties(0)
+    info = {"device": props.name, "torch": torch.__version__, "command": " ".join(sys.argv),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    c = ceilings()
+    info["copy_TBs"] = c["copy_bw"] / 1e12
+    log(f"INFO {json.dumps(info)}")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    rows = []
+    for M in args.rows:
+        for name, (N, K) in LINEARS.items():
+            rows.append(run_linear(name, N, K, M, c, g))
+        rows.append(run_wo_a(M, c, g))
+        torch.cuda.empty_cache()
+    with open(os.path.join(args.out, "bench_decode_gemv.json"), "w") as fh:
+        json.dump({"info": info, "rows": rows}, fh, indent=1)
+    log("\nSUMMARY decode GEMVs (us, CUDA-graph replays): per config, the layer's calls today "
+        f"({' + '.join(PER_LAYER)})")
+    for M in args.rows:
+        lin = {r["op"]: r for r in rows if r["M"] == M and "us" in r}
+        names = next(iter(lin.values()))["us"].keys()
+        totals = {n: sum(lin[op]["us"][n] for op in PER_LAYER) for n in names}
+        best_each = sum(min(v for v in lin[op]["us"].values() if v == v) for op in PER_LAYER)
+        floor = sum(lin[op]["floor_us"] for op in PER_LAYER)
+        top = sorted((v, k) for k, v in totals.items() if v == v)[:5]
+        log(f"M={M}: floor {floor:.1f} | default {totals['default']:.1f} | best single config "
+            + ", ".join(f"{k} {v:.1f}" for v, k in top) + f" | best per shape {best_each:.1f}")
+
+
+if __name__ == "__main__":
+    main()
