@@ -14,12 +14,12 @@ max and blocks, so outputs agree at the bf16 level (about one bf16 ulp, rel ~2e-
 bit for bit. Each query is computed alone (no split over keys in this prefill kernel).
 
 Measured (H200, 2026-11-30): tests/gpu/test_flashmla_gpu.py passes (rel 7e-4..9e-4 against
-the fp32 reference at S = 1, 33, 4096); on the real-width 8192-token prefill it takes the
-whole prefill from 286.1 to 276.8 ms (with the Triton index_scores; 390.9 -> 344.5 without).
-It is chosen from ``MIN_QUERIES`` queries (prefill-sized calls; decode keeps the Triton
-kernel, which splits a query's keys over programs) and not in batch-invariant mode: whether
-a call is prefill-sized depends on the other sequences of the batch, so the kernel a query
-meets would too.
+the fp32 reference at S = 1, 33, 4096). benchmarks/bench_sparse_attn.py (H 64, d 512, K 640,
+CUDA-graph replays): 20.0 / 20.4 / 21.7 / 33.4 us at S = 1 / 8 / 32 / 128 decode queries
+against 44.5 / 43.7 / 44.9 / 66.7 for our Triton kernel, and 1.27 ms against 3.35 ms for an
+8192-token prefill. So it is chosen wherever it applies. Not in batch-invariant mode (yet):
+one program per query and no split over keys suggest a query's result does not depend on
+the batch, but only tests/gpu/test_flashmla_gpu.py's row check says so.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import torch.nn.functional as F
 from deepinfer_adapters.kernels import invariance, register
 
 HEAD_DIM = 512
-MIN_QUERIES = 256  # from here FlashMLA's one-query-per-program prefill kernel fills the GPU
 INDEX_MULTIPLE = 128
 
 
@@ -63,7 +62,7 @@ def supports(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.T
              probs_bf16: bool = True, **_) -> bool:
     return (q.is_cuda and q.dtype == torch.bfloat16 and kv.dtype == torch.bfloat16 and probs_bf16
             and q.shape[-1] == HEAD_DIM and kv.shape[-1] == HEAD_DIM and q.shape[1] in (64, 128)
-            and q.shape[0] >= MIN_QUERIES and not invariance.enabled()
+            and not invariance.enabled()
             and torch.cuda.get_device_capability(q.device) == (9, 0) and _flash_mla() is not None)
 
 
