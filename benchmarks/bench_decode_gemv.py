@@ -46,7 +46,6 @@ def configs(M: int) -> dict[str, tg.GemmConfig | None]:
     c["n64_sub8_p264"] = tg.GemmConfig(bm, 64, 8, 4, 3)
     c["n32_w2_p264"] = tg.GemmConfig(bm, 32, 4, 2, 4)
     c["n64_st6_p264"] = tg.GemmConfig(bm, 64, 4, 4, 6)
-    c["n64_swap_bf16"] = tg.GemmConfig(bm, 64, 1, 4, 4, swap=True)  # bf16 activation path, 128-deep
     return c
 
 
@@ -68,10 +67,9 @@ def run_linear(name, N, K, M, c, g):
     ref = reference_fp8.fp8_linear(xs[0], *ws[0], BLOCK, 32)
     row = {"op": name, "M": M, "N": N, "K": K, "floor_us": floor, "us": {}}
     for cname, cfg in configs(M).items():
-        path = "bf16_swap" if cfg is not None and cfg.swap else "triton"
         try:
-            out = tg.fp8_linear(xs[0], *ws[0], BLOCK, 32, config=cfg, path=path)
-            t = time_graph([lambda x=x, w=w: tg.fp8_linear(x, *w, BLOCK, 32, config=cfg, path=path)
+            out = tg.fp8_linear(xs[0], *ws[0], BLOCK, 32, config=cfg, path="triton")
+            t = time_graph([lambda x=x, w=w: tg.fp8_linear(x, *w, BLOCK, 32, config=cfg, path="triton")
                             for x, w in zip(xs, ws)])
             row["us"][cname] = t
             row.setdefault("rel", {})[cname] = rel(out, ref)

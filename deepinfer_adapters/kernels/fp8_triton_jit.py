@@ -67,16 +67,12 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     stride_om, stride_os,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                     A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
-                    GROUPED: tl.constexpr, GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr,
-                    SWAP: tl.constexpr):
+                    GROUPED: tl.constexpr, GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr):
     """OUT[r, n] = sum_k A[r, k] W[e, n, k] with block scales. GROUPED: program row
     tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
     GATHER_A: A's row for output row r is ROW_IDX[r]; SCATTER_OUT: so is OUT's. A_SB == 0:
     A is bf16, unscaled, and KSTEP may span several weight scale blocks (each weight value
-    gets its own block's scale). SWAP (A_SB == 0 only): the products are computed transposed,
-    W A^T, so that the weight tile dequantized in registers is the left operand, which
-    Hopper's tensor cores read from registers; as the right operand it would first be
-    written to shared memory."""
+    gets its own block's scale)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -99,12 +95,9 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         mask_n = cols < N
         a_ptr = A + a_rows[:, None] * stride_am
         as_ptr = A_SCALE + a_rows * stride_asm
-        w_base = W + expert * stride_we + cols.to(tl.int64) * stride_wn
+        w_ptr = W + expert * stride_we + cols.to(tl.int64)[None, :] * stride_wn
         ws_ptr = W_SCALE + expert * stride_wse + (cols // W_BN).to(tl.int64) * stride_wsn
-        if SWAP:
-            acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-        else:
-            acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         k_lo = pid_k * k_per_split
         k_hi = tl.minimum(K, k_lo + k_per_split)
         # K has no masks: the wrapper makes K and k_per_split multiples of KSTEP * SUB, so
@@ -114,34 +107,23 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                 kb = k0 + j * KSTEP
                 ks = kb + tl.arange(0, KSTEP)
                 a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
-                if SWAP:  # [BLOCK_N, KSTEP] weight tile, each value with its own K block's scale
-                    w = tl.load(w_base[:, None] + ks[None, :], mask=mask_n[:, None], other=0.0)
-                    sw = tl.load(ws_ptr[:, None] + (ks // W_BK)[None, :], mask=mask_n[:, None], other=0)
-                    if W_E8M0:
-                        sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
-                    acc = tl.dot((w.to(tl.float32) * sw).to(tl.bfloat16), tl.trans(a), acc)
+                w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
+                if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
+                    sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
                 else:
-                    w = tl.load(w_base[None, :] + ks[:, None], mask=mask_n[None, :], other=0.0)
-                    if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
-                        sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
-                    else:
-                        sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
-                    if W_E8M0:  # E8M0 byte e -> 2^(e - 127) (byte 0 reads as 0, 255 as inf)
-                        sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
-                    if A_SB > 0:
-                        sa = tl.load(as_ptr + kb // A_SB, mask=mask_m, other=0.0)
-                        acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
-                    elif KSTEP > W_BK:
-                        acc = tl.dot(a, (w.to(tl.float32) * sw).to(tl.bfloat16), acc)
-                    else:
-                        acc = tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
+                    sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
+                if W_E8M0:  # E8M0 byte e -> 2^(e - 127) (byte 0 reads as 0, 255 as inf)
+                    sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+                if A_SB > 0:
+                    sa = tl.load(as_ptr + kb // A_SB, mask=mask_m, other=0.0)
+                    acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
+                elif KSTEP > W_BK:
+                    acc = tl.dot(a, (w.to(tl.float32) * sw).to(tl.bfloat16), acc)
+                else:
+                    acc = tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
         out_rows = a_rows if SCATTER_OUT else rows.to(tl.int64)
         out_ptr = OUT + pid_k * stride_os + out_rows[:, None] * stride_om + cols[None, :]
-        if SWAP:
-            result = tl.trans(acc)
-        else:
-            result = acc
-        tl.store(out_ptr, result.to(OUT.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+        tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
 @triton.jit

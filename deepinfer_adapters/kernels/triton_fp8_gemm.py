@@ -67,7 +67,6 @@ class GemmConfig:
     num_warps: int
     num_stages: int
     programs: int = TARGET_PROGRAMS  # split K while fewer tiles than this run (0: never split)
-    swap: bool = False  # bf16 activations only: products computed as W A^T (fp8_gemm_kernel's SWAP)
 
 
 def default_config(m: int, kstep: int) -> GemmConfig:
@@ -91,9 +90,7 @@ def invariant_config(kstep: int) -> GemmConfig:
 
 
 BF16_KSTEP = 128  # K per bf16 tensor-core product where K allows (weight scales applied in the tile)
-# prefill-sized bf16 paths (``LARGE_M_PATH`` "bf16_swap", the MoE's "bf16_swap"): 128 weight rows
-# (two warp groups of 64) x 128 activation rows per tile, 128-deep products
-SWAP_CONFIG = GemmConfig(128, 128, 1, 8, 3, swap=True)
+BF16_LARGE_CONFIG = GemmConfig(128, 128, 1, 8, 3)  # bf16 activations, prefill-sized (the MoE's measured best)
 
 
 def bf16_kstep(K: int, block: tuple[int, int]) -> int:
@@ -169,8 +166,6 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     invariant = invariance.enabled()
     cfg = config or (invariant_config(kstep) if invariant else
                      default_config(M if groups is None else max(1, M // max(1, weight.shape[0])), kstep))
-    if cfg.swap and a_scale is not None:
-        raise ValueError("fp8 gemm: the swapped product takes a bf16 activation (a_scale None)")
     ws, e8m0 = _scale_arg(w_scale)
     sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
     step = kstep * sub
@@ -200,7 +195,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, KSTEP=kstep, SUB=sub,
         A_SB=act_block if a_scale is not None else 0, W_BN=weight_block[0], W_BK=weight_block[1],
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
-        SCATTER_OUT=grouped and groups.scatter_out, SWAP=cfg.swap,
+        SCATTER_OUT=grouped and groups.scatter_out,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split == 1:
         return out
@@ -233,10 +228,6 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block
     if path == "bf16_cublas":
         xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
         out = torch.nn.functional.linear(xa, dequant_bf16(weight, scale, block))
-    elif path == "bf16_swap":  # the same arithmetic without the bf16 weight copy
-        xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
-        out = gemm(xa, None, 0, weight, scale, block, x.dtype, config=config or SWAP_CONFIG,
-                   kstep=bf16_kstep(K, block))
     elif act_block:
         q, s = act_quant(x2, act_block)
         out = gemm(q, s, act_block, weight, scale, block, x.dtype, config=config)
@@ -255,7 +246,7 @@ def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tenso
     if invariance.enabled():
         cfg = invariant_config(kstep)
     else:
-        cfg = SWAP_CONFIG if T >= LARGE_M else default_config(T, kstep)
+        cfg = BF16_LARGE_CONFIG if T >= LARGE_M else default_config(T, kstep)
     a = x.reshape(T * G, Din)
     w = weight.view(G, R, Din)
     ws = scale.view(G, R // block[0], scale.shape[-1])

@@ -41,9 +41,6 @@ from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
 
 LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)
 LARGE_PATH = "bf16"
-# tiles of the bf16 paths ("bf16_swap": products as W A^T, see fp8_triton_jit.fp8_gemm_kernel)
-BF16_CONFIGS = {"bf16": fp8.GemmConfig(128, 128, 1, 8, 3), "bf16_swap": fp8.SWAP_CONFIG,
-                "bf16_swap_m64": fp8.GemmConfig(64, 128, 1, 4, 3, swap=True)}
 
 
 @functools.cache
@@ -112,14 +109,14 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     if path is None:
         path = LARGE_PATH if T * k >= LARGE_PAIRS or invariance.enabled() else "fp8"
     kstep = fp8.kstep_for(block, act_block)
-    if path in BF16_CONFIGS:
-        cfg = config or BF16_CONFIGS[path]
+    if path == "bf16":
+        cfg = config or fp8.BF16_LARGE_CONFIG
     else:
         cfg = config or fp8.default_config(max(1, T * k // E), kstep)
     order, tiles, positions = route(expert_ids, E, cfg.block_m)
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
     rw = route_w.float().flatten()[order].contiguous()
-    if path in BF16_CONFIGS:
+    if path == "bf16":
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
         h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
                        kstep=fp8.bf16_kstep(w13.shape[-1], block))

@@ -53,7 +53,7 @@ def _routing(T, E, k, seed, skew=False):
     return w, ids
 
 
-@pytest.mark.parametrize("path", ["fp8", "bf16", "bf16_swap", "bf16_swap_m64"])
+@pytest.mark.parametrize("path", ["fp8", "bf16"])
 @pytest.mark.parametrize("T,skew", [(1, False), (8, False), (57, False), (600, False), (600, True)])
 def test_moe_experts_matches_reference(T, skew, path):
     from deepinfer_adapters.kernels import triton_moe
