@@ -145,3 +145,22 @@ def swiglu_quant_kernel(H, RW, Q, S, I, stride_h, stride_q, stride_s, limit,
     h = gate / (1.0 + tl.exp(-gate)) * up
     h = (tl.load(RW + row) * h).to(tl.bfloat16).to(tl.float32)
     quantize_store(h, Q + row * stride_q, S + row * stride_s, offs, group, mask, I, BLOCK, DEQUANT_OUT)
+
+
+@triton.jit
+def combine_kernel(OUT, ROWS, Y, D, stride_o, stride_y, K: tl.constexpr, GATHER: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    """Y[t] = sum over j < K of OUT[row j of t] in fp32, added one by one from j = 0 (the order
+    of the reference's expert loop when the rows are in ascending expert order). Row j of t:
+    ROWS[t K + j] (GATHER) or t K + j."""
+    t = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < D
+    acc = tl.zeros([BLOCK], tl.float32)
+    for j in tl.static_range(K):
+        if GATHER:
+            row = tl.load(ROWS + t * K + j).to(tl.int64)
+        else:
+            row = t * K + j
+        acc += tl.load(OUT + row * stride_o + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + t * stride_y + cols, acc, mask=mask)

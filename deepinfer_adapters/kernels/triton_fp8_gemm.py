@@ -254,29 +254,36 @@ def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tenso
                 config=cfg, kstep=kstep).view(T, G, R)
 
 
-_GROUP_TILES: dict[tuple, Groups] = {}
+_SHAPE_TENSORS: dict[tuple, object] = {}
+
+
+def shape_cached(key: tuple, build):
+    """``build()``'s tensors, kept per ``key`` (they must be a function of shapes only). Not
+    kept when built while a CUDA graph is being captured: those hold their values only
+    once that graph has replayed."""
+    value = _SHAPE_TENSORS.get(key)
+    if value is None:
+        value = build()
+        if not torch.cuda.is_current_stream_capturing():
+            if len(_SHAPE_TENSORS) >= 256:
+                _SHAPE_TENSORS.clear()
+            _SHAPE_TENSORS[key] = value
+    return value
 
 
 def _group_tiles(T: int, G: int, block_m: int, device: torch.device) -> Groups:
     """Tiles of ``fp8_grouped_linear``: group g owns sorted rows [g T, (g + 1) T), sorted row
-    g T + t reads and writes x's row t G + g. A function of the shapes only, so kept (not
-    while a CUDA graph is being captured: tensors made then hold their values only once
-    that graph has replayed)."""
-    key = (T, G, block_m, device)
-    tiles = _GROUP_TILES.get(key)
-    if tiles is None:
+    g T + t reads and writes x's row t G + g."""
+    def build() -> Groups:
         per_group = -(-T // block_m)
         t = torch.arange(G * per_group, device=device)
         group = t // per_group
         r = torch.arange(G * T, device=device)
-        tiles = Groups(expert=group.to(torch.int32), row0=(group * T + (t % per_group) * block_m).to(torch.int32),
-                       row1=((group + 1) * T).to(torch.int32), row_idx=((r % T) * G + r // T).to(torch.int32),
-                       scatter_out=True)
-        if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-            if len(_GROUP_TILES) >= 256:
-                _GROUP_TILES.clear()
-            _GROUP_TILES[key] = tiles
-    return tiles
+        return Groups(expert=group.to(torch.int32), row0=(group * T + (t % per_group) * block_m).to(torch.int32),
+                      row1=((group + 1) * T).to(torch.int32), row_idx=((r % T) * G + r // T).to(torch.int32),
+                      scatter_out=True)
+
+    return shape_cached(("grouped_linear", T, G, block_m, device), build)
 
 
 def _fp8_weight_ok(x: torch.Tensor, weight: torch.Tensor, block: tuple[int, int], act_block: int) -> bool:

@@ -41,6 +41,7 @@ from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
 
 LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)
 LARGE_PATH = "bf16"
+PAIR_ROUTING_PAIRS = 256  # token-expert pairs up to which the fp8 path routes by pair (decode)
 
 
 @functools.cache
@@ -49,7 +50,7 @@ def _kernels():
 
     from deepinfer_adapters.kernels import fp8_triton_jit as jit  # imports triton at its top
 
-    return triton, jit.swiglu_quant_kernel
+    return triton, jit.swiglu_quant_kernel, jit.combine_kernel
 
 
 def route(expert_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch.Tensor, fp8.Groups, torch.Tensor]:
@@ -84,7 +85,7 @@ def swiglu_quant(h13: torch.Tensor, route_w: torch.Tensor, limit: float, block: 
                  dequant_to: torch.dtype | None = None):
     """h13 [R, 2I] bf16 (gate | up), route_w [R] fp32 -> (E4M3 [R, I], fp32 scales [R, I / block]);
     with ``dequant_to`` the round-tripped values in that dtype instead (and None)."""
-    triton, kernel = _kernels()
+    triton, kernel, _ = _kernels()
     R, I = h13.shape[0], h13.shape[1] // 2
     q = torch.empty(R, I, device=h13.device, dtype=dequant_to or torch.float8_e4m3fn)
     s = None if dequant_to else torch.empty(R, triton.cdiv(I, block), device=h13.device, dtype=torch.float32)
@@ -97,25 +98,65 @@ def swiglu_quant(h13: torch.Tensor, route_w: torch.Tensor, limit: float, block: 
     return q, s
 
 
+def pair_route(expert_ids: torch.Tensor, route_w: torch.Tensor) -> tuple[fp8.Groups, torch.Tensor]:
+    """Decode batches: (tiles, route weights per row) with no sort across tokens. Row t k + j is
+    token t's j-th pair in ascending expert order (the order the combine adds them in) and
+    its own row tile. An expert picked by several tokens is read once per pair, mostly from
+    the L2 as those tiles run together; in exchange routing is one small sort, not ~25 ops."""
+    T, k = expert_ids.shape
+    ids, perm = expert_ids.sort(dim=1)
+    device = expert_ids.device
+
+    def build() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        rows = torch.arange(T * k, device=device, dtype=torch.int32)
+        return rows, rows + 1, rows // k
+
+    row0, row1, row_idx = fp8.shape_cached(("moe_pairs", T, k, device), build)
+    tiles = fp8.Groups(expert=ids.flatten().to(torch.int32), row0=row0, row1=row1, row_idx=row_idx)
+    return tiles, route_w.float().gather(1, perm).flatten()
+
+
+def combine(out: torch.Tensor, T: int, k: int, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 [T, D]: token t's k rows of ``out`` (``rows[t]``, or rows t k .. t k + k - 1) added
+    one by one in fp32, as the reference's expert loop adds them."""
+    triton, _, kernel = _kernels()
+    D = out.shape[1]
+    y = torch.empty(T, D, device=out.device, dtype=torch.float32)
+    if T:
+        block = 1024
+        kernel[(T, triton.cdiv(D, block))](out, out if rows is None else rows.contiguous(), y, D, out.stride(0),
+                                           y.stride(0), K=k, GATHER=rows is not None, BLOCK=block, num_warps=4)
+    return y
+
+
 def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
                 w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
                 block: tuple[int, int], act_block: int, limit: float, *,
-                config: fp8.GemmConfig | None = None, path: str | None = None) -> torch.Tensor:
+                config: fp8.GemmConfig | None = None, path: str | None = None,
+                routing: str | None = None) -> torch.Tensor:
     """See ``reference_fp8.moe_experts``: fp32 [T, D]. ``path``: "fp8" or "bf16" (see the
     module doc; default by the number of token-expert pairs; batch-invariant mode: always
-    "bf16" with its one tile, so a token's result never depends on the others)."""
+    "bf16" with its one tile, so a token's result never depends on the others).
+    ``routing``: "pairs" (``pair_route``; the fp8 path's default up to ``PAIR_ROUTING_PAIRS``
+    pairs) or "sorted" (``route``)."""
     T, k = expert_ids.shape
     E = w13.shape[0]
     if path is None:
         path = LARGE_PATH if T * k >= LARGE_PAIRS or invariance.enabled() else "fp8"
+    if routing is None:
+        routing = "pairs" if path == "fp8" and T * k <= PAIR_ROUTING_PAIRS else "sorted"
     kstep = fp8.kstep_for(block, act_block)
     if path == "bf16":
         cfg = config or fp8.BF16_LARGE_CONFIG
     else:
-        cfg = config or fp8.default_config(max(1, T * k // E), kstep)
-    order, tiles, positions = route(expert_ids, E, cfg.block_m)
+        cfg = config or fp8.default_config(1 if routing == "pairs" else max(1, T * k // E), kstep)
+    if routing == "pairs":
+        tiles, rw = pair_route(expert_ids, route_w)
+        positions = None
+    else:
+        order, tiles, positions = route(expert_ids, E, cfg.block_m)
+        rw = route_w.float().flatten()[order].contiguous()
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
-    rw = route_w.float().flatten()[order].contiguous()
     if path == "bf16":
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
         h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
@@ -128,10 +169,7 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
         h8, hs = swiglu_quant(h13, rw, limit, act_block)
         out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg)
-    y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    for j in range(k):
-        y += out[positions[:, j]].float()
-    return y
+    return combine(out, T, k, positions)
 
 
 def supports(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit, **_) -> bool:

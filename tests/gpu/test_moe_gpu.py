@@ -91,3 +91,25 @@ def test_routing_tiles_cover_every_pair():
     # positions list each token's rows in ascending expert order
     assert bool((order[positions] // k == torch.arange(T, device="cuda")[:, None]).all())
     assert bool((flat[order[positions]].diff(dim=1) > 0).all())
+
+
+@pytest.mark.parametrize("T", [1, 8, 40])
+def test_pair_routing_equals_sorted_routing_bitwise(T):
+    """Decode routing by pair (no sort across tokens) against the sorted tiles: each row's
+    products, tile shape and combine order are the same, so every bit is."""
+    from deepinfer_adapters.kernels import triton_moe
+
+    E, D, I, k = 32, 512, 256, 6
+    w13, s13, w2, s2 = _experts(E, D, I, seed=50 + T)
+    x = torch.randn(T, D, device="cuda", generator=torch.Generator(device="cuda").manual_seed(T)).bfloat16()
+    w, ids = _routing(T, E, k, seed=T + 1)
+    run = lambda routing: triton_moe.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 32), 32, 10.0,  # noqa: E731
+                                                 path="fp8", routing=routing)
+    pairs, sorted_ = run("pairs"), run("sorted")
+    ref = reference_fp8.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 32), 32, 10.0)
+    print(f"REPORT moe pairs vs sorted T={T}: equal={torch.equal(pairs, sorted_)} rel(ref)={_rel(pairs, ref):.2e}")
+    assert torch.equal(pairs, sorted_)
+    assert _rel(pairs, ref) <= NORM_RTOL
+    tiles, rw = triton_moe.pair_route(ids, w)  # row t k + j: token t's j-th expert, ascending
+    assert torch.equal(tiles.expert.view(T, k).long(), ids.sort(dim=1).values)
+    assert torch.equal(rw.view(T, k), w.gather(1, ids.argsort(dim=1)))
