@@ -67,12 +67,14 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     stride_om, stride_os,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                     A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
-                    GROUPED: tl.constexpr, GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr):
+                    GROUPED: tl.constexpr, GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr,
+                    QUANT_A: tl.constexpr):
     """OUT[r, n] = sum_k A[r, k] W[e, n, k] with block scales. GROUPED: program row
     tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
     GATHER_A: A's row for output row r is ROW_IDX[r]; SCATTER_OUT: so is OUT's. A_SB == 0:
     A is bf16, unscaled, and KSTEP may span several weight scale blocks (each weight value
-    gets its own block's scale)."""
+    gets its own block's scale). QUANT_A (A_SB == KSTEP): A is bf16 and each step's A tile is
+    quantized here, per row, exactly as act_quant_kernel would (decode rows: one launch less)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -115,7 +117,10 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                 if W_E8M0:  # E8M0 byte e -> 2^(e - 127) (byte 0 reads as 0, 255 as inf)
                     sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
                 if A_SB > 0:
-                    sa = tl.load(as_ptr + kb // A_SB, mask=mask_m, other=0.0)
+                    if QUANT_A:
+                        a, sa = quantize_rows(a.to(tl.float32))
+                    else:
+                        sa = tl.load(as_ptr + kb // A_SB, mask=mask_m, other=0.0)
                     acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
                 elif KSTEP > W_BK:
                     acc = tl.dot(a, (w.to(tl.float32) * sw).to(tl.bfloat16), acc)
@@ -164,3 +169,15 @@ def combine_kernel(OUT, ROWS, Y, D, stride_o, stride_y, K: tl.constexpr, GATHER:
             row = t * K + j
         acc += tl.load(OUT + row * stride_o + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(Y + t * stride_y + cols, acc, mask=mask)
+
+
+@triton.jit
+def split_sum_kernel(PARTS, OUT, size, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    """OUT = PARTS[0] + PARTS[1] + ... in fp32, added one by one in that order, rounded once
+    to OUT's dtype (split-K partials [SPLIT, size]: the order never depends on the shape)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < size
+    acc = tl.load(PARTS + offs, mask=mask, other=0.0)
+    for s in tl.static_range(1, SPLIT):
+        acc += tl.load(PARTS + s * size + offs, mask=mask, other=0.0)
+    tl.store(OUT + offs, acc.to(OUT.dtype.element_ty), mask=mask)

@@ -55,6 +55,9 @@ FP8_MAX = 448.0
 ACT_AMAX_FLOOR = 1e-4
 TARGET_PROGRAMS = 264  # two per SM on an H200 (132 SMs): split-K below this
 LARGE_M = 1024  # rows from which LARGE_M_PATH applies
+# up to this many rows the GEMM quantizes its activation tiles itself (each N tile again:
+# cheap for decode rows, and one launch less than act_quant + GEMM)
+QUANT_IN_GEMM_ROWS = 16
 # H200, 8192 rows (BENCHMARKS.md): the bf16 cuBLAS path 2.2x the FP8 floor, this kernel 4.4-4.8x
 LARGE_M_PATH = "bf16_cublas"
 
@@ -104,7 +107,7 @@ def _kernels():
 
     from deepinfer_adapters.kernels import fp8_triton_jit as jit  # imports triton at its top
 
-    return triton, jit.act_quant_kernel, jit.fp8_gemm_kernel
+    return triton, jit.act_quant_kernel, jit.fp8_gemm_kernel, jit.split_sum_kernel
 
 
 # ------------------------------------------------------------------------ wrappers ----
@@ -113,7 +116,7 @@ def _kernels():
 def act_quant(x: torch.Tensor, block: int, *, dequant_to: torch.dtype | None = None):
     """x [M, K] -> (E4M3 [M, K], fp32 scales [M, K / block]); with ``dequant_to`` the
     round-tripped values in that dtype instead (and None)."""
-    triton, kernel, _ = _kernels()
+    triton, kernel, _, _ = _kernels()
     M, K = x.shape
     x = x if x.stride(-1) == 1 else x.contiguous()
     q = torch.empty(M, K, device=x.device, dtype=dequant_to or torch.float8_e4m3fn)
@@ -150,17 +153,20 @@ class Groups:
 def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: torch.Tensor,
          w_scale: torch.Tensor, weight_block: tuple[int, int], out_dtype: torch.dtype, *,
          rows: int | None = None, groups: Groups | None = None, config: GemmConfig | None = None,
-         kstep: int | None = None) -> torch.Tensor:
+         kstep: int | None = None, quantize_a: bool = False) -> torch.Tensor:
     """out [rows, N] = A W^T with block scales (see the kernel). ``weight`` [N, K] or, with
     ``groups``, [E, N, K]. ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16.
     ``kstep``: K per tensor-core product; bf16 ``a`` only, a multiple of the weight's K block
-    (default: that block)."""
-    triton, _, kernel = _kernels()
+    (default: that block). ``quantize_a``: ``a`` is bf16 and quantized per ``act_block`` inside
+    the GEMM (the same codes and scales as ``act_quant``; ``act_block`` must be the K step)."""
+    triton, _, kernel, split_sum = _kernels()
     N, K = weight.shape[-2:]
     M = a.shape[0] if rows is None else rows
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
         raise ValueError(f"fp8 gemm: kstep {kstep} needs a bf16 activation and a multiple of {weight_block[1]}")
     kstep = kstep or kstep_for(weight_block, act_block)
+    if quantize_a and (a_scale is not None or act_block != kstep):
+        raise ValueError(f"fp8 gemm: quantize_a needs a bf16 activation and act_block == K step ({kstep})")
     if K % kstep:
         raise ValueError(f"fp8 gemm: K = {K} is not a multiple of the scale block {kstep}")
     invariant = invariance.enabled()
@@ -193,18 +199,17 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         a.stride(0), 0 if a_scale is None else a_scale.stride(0), *w_strides, *s_strides,
         out.stride(-2), out.stride(0) if split > 1 else 0,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, KSTEP=kstep, SUB=sub,
-        A_SB=act_block if a_scale is not None else 0, W_BN=weight_block[0], W_BK=weight_block[1],
+        A_SB=act_block if a_scale is not None or quantize_a else 0, W_BN=weight_block[0], W_BK=weight_block[1],
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
-        SCATTER_OUT=grouped and groups.scatter_out,
+        SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split == 1:
         return out
-    if invariant:  # partials added one by one: torch's reduction picks its order by shape
-        total = out[0].clone()
-        for part in out[1:]:
-            total += part
-        return total.to(out_dtype)
-    return out.sum(0).to(out_dtype)
+    # partials added one by one in split order (torch's sum picks its order by shape), one launch
+    total = torch.empty((M, N), device=a.device, dtype=out_dtype)
+    block = 1024
+    split_sum[(triton.cdiv(M * N, block),)](out, total, M * N, SPLIT=split, BLOCK=block, num_warps=4)
+    return total
 
 
 def dequant_bf16(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
@@ -228,6 +233,8 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block
     if path == "bf16_cublas":
         xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
         out = torch.nn.functional.linear(xa, dequant_bf16(weight, scale, block))
+    elif act_block and x2.shape[0] <= QUANT_IN_GEMM_ROWS and kstep_for(block, act_block) == act_block:
+        out = gemm(x2, None, act_block, weight, scale, block, x.dtype, config=config, quantize_a=True)
     elif act_block:
         q, s = act_quant(x2, act_block)
         out = gemm(q, s, act_block, weight, scale, block, x.dtype, config=config)

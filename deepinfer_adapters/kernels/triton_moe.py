@@ -165,8 +165,12 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
                        kstep=fp8.bf16_kstep(w2.shape[-1], block))
     else:
-        q, s = fp8.act_quant(x, act_block)
-        h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
+        if routing == "pairs" and kstep == act_block:  # one row per tile: the GEMM quantizes it
+            h13 = fp8.gemm(x, None, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles,
+                           config=cfg, quantize_a=True)
+        else:
+            q, s = fp8.act_quant(x, act_block)
+            h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
         h8, hs = swiglu_quant(h13, rw, limit, act_block)
         out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg)
     return combine(out, T, k, positions)

@@ -123,6 +123,20 @@ def test_fp8_grouped_linear(T, Din):
         _check(kernels.fp8_grouped_linear(x[1:2], w8, scale, (32, 32)), ref[1:2], f"fp8_grouped_linear row 1 T={T}")
 
 
+@pytest.mark.parametrize("M,N,K", [(1, 1280, 5120), (5, 512, 5120), (16, 5120, 2304)])
+def test_activation_quantized_in_the_gemm_is_bitwise_act_quant(M, N, K):
+    """Decode rows: the GEMM quantizes its activation tiles itself (one launch less); the
+    codes, scales and so every output bit are those of act_quant + GEMM."""
+    tri = _tri()
+    w8, scale = _weight(N, K, (32, 32), seed=M)
+    x = _x(M, K, M + 1)
+    q, s = tri.act_quant(x, 32)
+    separate = tri.gemm(q, s, 32, w8, scale, (32, 32), torch.bfloat16)
+    fused = tri.gemm(x, None, 32, w8, scale, (32, 32), torch.bfloat16, quantize_a=True)
+    print(f"REPORT quantize_a M={M} N={N} K={K}: equal={torch.equal(fused, separate)}")
+    assert torch.equal(fused, separate)
+
+
 def test_dispatch_picks_triton_on_cuda():
     w8, scale = _weight(64, 128, (32, 32), seed=11)
     x = _x(4, 128, 12)
