@@ -37,9 +37,11 @@ PER_LAYER = ("wq_a", "wkv", "wq_b", "idx_wq_b", "wo_b", "shared_w1", "shared_w1"
 ROWS = (1, 8, 32)
 
 
-def configs(M: int) -> dict[str, tg.GemmConfig | None]:
+def configs(M: int, quick: bool = False) -> dict[str, tg.GemmConfig | None]:
     bm = 16 if M <= 16 else 32
     c = {"default": None}
+    if quick:
+        return c
     for n in (16, 32, 64, 128):
         for programs in (0, 132, 264, 528):
             c[f"n{n}_p{programs}"] = tg.GemmConfig(bm, n, 4, 4, 4, programs=programs)
@@ -59,14 +61,14 @@ def random_weight(N, K, g):
     return w, s.view(torch.float8_e8m0fnu)
 
 
-def run_linear(name, N, K, M, c, g):
+def run_linear(name, N, K, M, c, g, quick):
     sets = max(1, min(32, math.ceil(4 * L2_BYTES / (N * K))))
     ws = [random_weight(N, K, g) for _ in range(sets)]
     xs = [torch.randn(M, K, device="cuda", generator=g).bfloat16() for _ in range(sets)]
     floor = (N * K * (1 + 1 / 1024) + M * K * 2 + M * N * 2) / c["copy_bw"] * 1e6
     ref = reference_fp8.fp8_linear(xs[0], *ws[0], BLOCK, 32)
     row = {"op": name, "M": M, "N": N, "K": K, "floor_us": floor, "us": {}}
-    for cname, cfg in configs(M).items():
+    for cname, cfg in configs(M, quick).items():
         try:
             out = tg.fp8_linear(xs[0], *ws[0], BLOCK, 32, config=cfg, path="triton")
             t = time_graph([lambda x=x, w=w: tg.fp8_linear(x, *w, BLOCK, 32, config=cfg, path="triton")
@@ -111,6 +113,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
+    ap.add_argument("--quick", action="store_true", help="the default config only (no sweep)")
     args = ap.parse_args()
     props = torch.cuda.get_device_properties(0)
     info = {"device": props.name, "torch": torch.__version__, "command": " ".join(sys.argv),
@@ -122,7 +125,7 @@ def main():
     rows = []
     for M in args.rows:
         for name, (N, K) in LINEARS.items():
-            rows.append(run_linear(name, N, K, M, c, g))
+            rows.append(run_linear(name, N, K, M, c, g, args.quick))
         rows.append(run_wo_a(M, c, g))
         torch.cuda.empty_cache()
     with open(os.path.join(args.out, "bench_decode_gemv.json"), "w") as fh:

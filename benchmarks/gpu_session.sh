@@ -15,11 +15,11 @@ has() { [[ " $PARTS " == *" $1 "* ]]; }
 if has tests; then  # GPU parity and invariance tests (all of tests/gpu: ~2.5 min)
   timeout 300 python -m pytest -q tests/gpu -p no:cacheprovider -s > "$OUT/gpu_tests.log" 2>&1
   echo "tests/gpu: $(tail -1 "$OUT/gpu_tests.log")"
-  grep -hE "REPORT (flashmla|index_scores|model|fp8_grouped)|FAILED|Error" \
+  grep -hE "REPORT (flashmla|index_scores|model|fp8_grouped|moe pairs|quantize_a)|FAILED|Error" \
     "$OUT/gpu_tests.log" | head -40
 fi
 if has kernels; then  # decode GEMV sweep, sparse attention with FlashMLA (~3 min)
-  timeout 200 python benchmarks/bench_decode_gemv.py --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
+  timeout 200 python benchmarks/bench_decode_gemv.py --quick --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/decode_gemv.log"; grep "^wo_a" "$OUT/decode_gemv.log"
   timeout 150 python benchmarks/bench_sparse_attn.py --out "$OUT" --configs h64_w8 > "$OUT/sparse_attn.log" 2>&1
   grep -E "^\| (decode|prefill)|^flashmla" "$OUT/sparse_attn.log"
@@ -27,8 +27,8 @@ fi
 if has model; then  # reduced V4.1-Flash at real widths: decode (graphs) and prefill paths (~4 min)
   timeout 280 python benchmarks/bench_real_width.py --out "$OUT" --batches 1 8 32 128 --ref-batches 1 \
     --no-prefill-ref --large-m-paths bf16_cublas --moe-paths bf16 \
-    --reps 3 --prefill-reps 2 --profile-prefill > "$OUT/real_width.log" 2>&1
+    --reps 3 --prefill-reps 2 --profile > "$OUT/real_width.log" 2>&1
   grep "^prefill {" "$OUT/real_width.log" | tr ',' '\n' | grep fast_ms
   sed -n '/^SUMMARY/,$p' "$OUT/real_width.log"
-  grep -A28 "^profile prefill" "$OUT/real_width.log"
+  grep -A28 "^profile " "$OUT/real_width.log"
 fi
