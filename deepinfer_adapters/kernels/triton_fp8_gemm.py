@@ -55,9 +55,12 @@ FP8_MAX = 448.0
 ACT_AMAX_FLOOR = 1e-4
 TARGET_PROGRAMS = 264  # two per SM on an H200 (132 SMs): split-K below this
 LARGE_M = 1024  # rows from which LARGE_M_PATH applies
-# up to this many rows the GEMM quantizes its activation tiles itself (each N tile again:
-# cheap for decode rows, and one launch less than act_quant + GEMM)
+# Up to this many rows the GEMM may quantize its activation tiles itself: one launch less
+# than act_quant + GEMM, but each program quantizes its tiles again, on the K loop's critical
+# path. H200, one row (bench_decode_gemv.py): 2-3 us saved where a program runs <= 5 K steps
+# (wq_a, wkv, index wq_b, shared w1/w2), 3-25 us lost from 10 steps on (wq_b, wo_b, Engram wkv).
 QUANT_IN_GEMM_ROWS = 16
+QUANT_IN_GEMM_STEPS = 8  # K-loop iterations per program up to which it does
 # H200, 8192 rows (BENCHMARKS.md): the bf16 cuBLAS path 2.2x the FP8 floor, this kernel 4.4-4.8x
 LARGE_M_PATH = "bf16_cublas"
 
@@ -157,8 +160,9 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     """out [rows, N] = A W^T with block scales (see the kernel). ``weight`` [N, K] or, with
     ``groups``, [E, N, K]. ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16.
     ``kstep``: K per tensor-core product; bf16 ``a`` only, a multiple of the weight's K block
-    (default: that block). ``quantize_a``: ``a`` is bf16 and quantized per ``act_block`` inside
-    the GEMM (the same codes and scales as ``act_quant``; ``act_block`` must be the K step)."""
+    (default: that block). ``quantize_a``: ``a`` is bf16 and quantized per ``act_block`` (the
+    same codes and scales as ``act_quant``; ``act_block`` must be the K step), inside the GEMM
+    when its K loop is short (``QUANT_IN_GEMM_STEPS``), else by ``act_quant`` first."""
     triton, _, kernel, split_sum = _kernels()
     N, K = weight.shape[-2:]
     M = a.shape[0] if rows is None else rows
@@ -183,6 +187,9 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         split = min(triton.cdiv(cfg.programs, split_tiles), triton.cdiv(K, step))
     k_per_split = triton.cdiv(triton.cdiv(K, split), step) * step
     split = triton.cdiv(K, k_per_split)
+    if quantize_a and k_per_split // step > QUANT_IN_GEMM_STEPS:
+        a, a_scale = act_quant(a, act_block)
+        quantize_a = False
     out = torch.empty((split, M, N) if split > 1 else (M, N), device=a.device,
                       dtype=torch.float32 if split > 1 else out_dtype)
     if M == 0:

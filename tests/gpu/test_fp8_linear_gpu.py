@@ -123,7 +123,7 @@ def test_fp8_grouped_linear(T, Din):
         _check(kernels.fp8_grouped_linear(x[1:2], w8, scale, (32, 32)), ref[1:2], f"fp8_grouped_linear row 1 T={T}")
 
 
-@pytest.mark.parametrize("M,N,K", [(1, 1280, 5120), (5, 512, 5120), (16, 5120, 2304)])
+@pytest.mark.parametrize("M,N,K", [(1, 1280, 5120), (5, 512, 5120), (16, 5120, 2304), (2, 5120, 8192)])
 def test_activation_quantized_in_the_gemm_is_bitwise_act_quant(M, N, K):
     """Decode rows: the GEMM quantizes its activation tiles itself (one launch less); the
     codes, scales and so every output bit are those of act_quant + GEMM."""
