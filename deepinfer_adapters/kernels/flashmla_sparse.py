@@ -17,9 +17,9 @@ Measured (H200, 2026-11-30): tests/gpu/test_flashmla_gpu.py passes (rel 7e-4..9e
 the fp32 reference at S = 1, 33, 4096). benchmarks/bench_sparse_attn.py (H 64, d 512, K 640,
 CUDA-graph replays): 20.0 / 20.4 / 21.7 / 33.4 us at S = 1 / 8 / 32 / 128 decode queries
 against 44.5 / 43.7 / 44.9 / 66.7 for our Triton kernel, and 1.27 ms against 3.35 ms for an
-8192-token prefill. So it is chosen wherever it applies. Not in batch-invariant mode (yet):
-one program per query and no split over keys suggest a query's result does not depend on
-the batch, but only tests/gpu/test_flashmla_gpu.py's row check says so.
+8192-token prefill. So it is chosen wherever it applies, batch-invariant mode included: one
+program per query and no split over keys, so a query's result does not depend on the other
+queries of the call (tests/gpu/test_flashmla_gpu.py checks rows alone against 300 together).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from deepinfer_adapters.kernels import invariance, register
+from deepinfer_adapters.kernels import register
 
 HEAD_DIM = 512
 INDEX_MULTIPLE = 128
@@ -62,7 +62,6 @@ def supports(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.T
              probs_bf16: bool = True, **_) -> bool:
     return (q.is_cuda and q.dtype == torch.bfloat16 and kv.dtype == torch.bfloat16 and probs_bf16
             and q.shape[-1] == HEAD_DIM and kv.shape[-1] == HEAD_DIM and q.shape[1] in (64, 128)
-            and not invariance.enabled()
             and torch.cuda.get_device_capability(q.device) == (9, 0) and _flash_mla() is not None)
 
 
