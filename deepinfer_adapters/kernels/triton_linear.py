@@ -1,0 +1,80 @@
+"""Batch-invariant Triton backend of ``linear`` for bf16 weights with fp32 activations
+(registered as "triton_invariant"; used only in batch-invariant mode).
+
+Where it matters: the LM head (129280 x 5120 bf16) and the MoE gate. Outside batch-invariant
+mode ``cublas_split`` runs them; in it, cuBLAS's kernel choice by row count is ruled out and
+the reference would evaluate the GEMM in fp64, converting the whole weight to fp64 on every
+call (the head: 1.3 GB read, 5.3 GB written and read again per decode step).
+
+Arithmetic (as ``cublas_split``): x = hi + lo with hi = bf16(x), lo = bf16(x - hi); the
+products hi w and lo w are exact in fp32 and accumulate in fp32 over K. When x's values are
+bf16 (the head and gate inputs: a bf16 activation cast up), lo is 0 and the result is the
+fp32 GEMM up to summation order. Invariance: one tile shape for every row count, K walked
+in the same order, each row of a tile computed by the same tensor-core instructions
+wherever it sits, so a row's result never depends on the other rows of the call
+(tests/gpu/test_linear_gpu.py).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from deepinfer_adapters.kernels import invariance, register
+from deepinfer_adapters.kernels.triton_support import triton_available
+
+BLOCK_M, BLOCK_N, BLOCK_K = 64, 128, 64
+
+
+@functools.cache
+def _kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def split_linear_kernel(X, W, OUT, M, N, K, stride_xm, stride_wn, stride_om,
+                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        rows = tl.program_id(0) * BM + tl.arange(0, BM)
+        cols = tl.program_id(1) * BN + tl.arange(0, BN)
+        mask_m = rows < M
+        mask_n = cols < N
+        acc = tl.zeros([BM, BN], tl.float32)
+        for k0 in range(0, K, BK):
+            ks = k0 + tl.arange(0, BK)
+            mask_k = ks < K
+            x = tl.load(X + rows.to(tl.int64)[:, None] * stride_xm + ks[None, :],
+                        mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+            w = tl.load(W + cols.to(tl.int64)[None, :] * stride_wn + ks[:, None],
+                        mask=mask_n[None, :] & mask_k[:, None], other=0.0)
+            hi = x.to(tl.bfloat16)
+            lo = (x - hi.to(tl.float32)).to(tl.bfloat16)
+            acc = tl.dot(hi, w, acc)
+            acc = tl.dot(lo, w, acc)
+        tl.store(OUT + rows.to(tl.int64)[:, None] * stride_om + cols[None, :], acc,
+                 mask=mask_m[:, None] & mask_n[None, :])
+
+    return triton, split_linear_kernel
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """See ``reference.linear``: x [.., K] fp32 @ weight [N, K] bf16 ^T -> fp32."""
+    triton, kernel = _kernel()
+    lead, K = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, K)
+    x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
+    M, N = x2.shape[0], weight.shape[0]
+    out = torch.empty(M, N, device=x.device, dtype=torch.float32)
+    if M and N:
+        kernel[(triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))](
+            x2, weight, out, M, N, K, x2.stride(0), weight.stride(0), out.stride(0),
+            BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K, num_warps=4, num_stages=3)
+    return out.view(*lead, N)
+
+
+def supports(x: torch.Tensor, weight: torch.Tensor, **_) -> bool:
+    return (x.is_cuda and weight.is_cuda and x.dtype == torch.float32 and weight.dtype == torch.bfloat16
+            and weight.stride(-1) == 1 and invariance.enabled() and triton_available())
+
+
+register("linear", "triton_invariant", linear, supports=supports, priority=10)

@@ -1,0 +1,42 @@
+"""bf16-weight ``linear`` with fp32 inputs (the head, the MoE gate) on CUDA: the batch-invariant
+Triton backend against the fp64 reference, and its rows alone against batched."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepinfer_adapters import kernels
+from deepinfer_adapters.kernels import invariance, reference
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
+
+
+def _inputs(M, N, K, seed, bf16_values):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(M, K, device="cuda", generator=g)
+    x = x.bfloat16().float() if bf16_values else x
+    w = (torch.randn(N, K, device="cuda", generator=g) / K**0.5).bfloat16()
+    return x, w
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 129280, 512), (7, 384, 5120), (300, 1000, 96)])
+@pytest.mark.parametrize("bf16_values", [True, False])
+def test_invariant_linear_matches_fp64_reference(M, N, K, bf16_values):
+    x, w = _inputs(M, N, K, M + N, bf16_values)
+    with invariance.batch_invariant(True):
+        assert kernels.chosen("linear", x, w) == "triton_invariant"
+        out = kernels.linear(x, w)
+        ref = reference.linear(x, w)  # fp64 accumulation, rounded once
+    err = float(((out - ref).abs() / ref.abs().clamp_min(1e-3)).max())
+    print(f"REPORT linear invariant M={M} N={N} K={K} bf16 x={bf16_values}: max rel {err:.2e}")
+    assert out.dtype == torch.float32 and out.shape == ref.shape
+    torch.testing.assert_close(out, ref, rtol=1e-5 if bf16_values else 1e-4, atol=1e-5)
+
+
+def test_invariant_linear_rows_do_not_depend_on_the_batch():
+    x, w = _inputs(300, 2000, 5120, 3, bf16_values=False)
+    with invariance.batch_invariant(True):
+        full = kernels.linear(x, w)
+        for rows in (slice(0, 1), slice(7, 8), slice(5, 70), slice(290, 300)):
+            assert torch.equal(kernels.linear(x[rows], w), full[rows]), rows
