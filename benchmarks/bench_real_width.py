@@ -245,7 +245,7 @@ def run(args):
     device = args.device
     raw = reduced_config(args.tiny)
     cfg = parse_config(raw)
-    num = Numerics.reference()
+    num = Numerics.reference().invariant() if args.batch_invariant else Numerics.reference()
     t0 = time.perf_counter()
     model = native_format.build(DeepseekV41ForCausalLM, cfg, num, device=device,
                                 hasher=random_hasher(cfg, device), with_draft=False)
@@ -331,6 +331,8 @@ def run(args):
         if device == "cuda":
             torch.cuda.empty_cache()
     S = args.prefill
+    if not S:
+        return cfg, c, pb, rows
     fp8_f, bf16_f = prefill_floor_flops(model, cfg, S)
     state = model.new_state(1, S + 8)
     ids = torch.randint(3, cfg.vocab_size, (S,), generator=torch.Generator().manual_seed(7)).tolist()
@@ -398,6 +400,8 @@ def main():
     ap.add_argument("--no-prefill-ref", dest="prefill_ref", action="store_false")
     ap.add_argument("--large-m-paths", nargs="+", default=["triton", "bf16_cublas"])
     ap.add_argument("--moe-paths", nargs="+", default=["fp8", "bf16"])
+    ap.add_argument("--batch-invariant", action="store_true",
+                    help="the engine's default numerics (Numerics.reference().invariant())")
     ap.add_argument("--prefill-backends", nargs="*", default=[],
                     help="extra prefill runs with backends pinned, each 'op=name[,op=name]'")
     ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
