@@ -104,6 +104,10 @@ def index_scores(*args: Any, **kwargs: Any) -> Any:
     return call("index_scores", *args, **kwargs)
 
 
+def topk_lowest_index(*args: Any, **kwargs: Any) -> Any:
+    return call("topk_lowest_index", *args, **kwargs)
+
+
 def fp8_linear(*args: Any, **kwargs: Any) -> Any:
     return call("fp8_linear", *args, **kwargs)
 
@@ -121,4 +125,4 @@ from deepinfer_adapters.kernels import triton_sparse_attn  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_hc, triton_norm_rope  # noqa: E402,F401
 from deepinfer_adapters.kernels import cublas_linear, flashmla_sparse, triton_index  # noqa: E402,F401
-from deepinfer_adapters.kernels import triton_linear  # noqa: E402,F401
+from deepinfer_adapters.kernels import triton_linear, triton_topk  # noqa: E402,F401

@@ -16,7 +16,7 @@ from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
-       "index_scores")
+       "index_scores", "topk_lowest_index")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -181,3 +181,11 @@ def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> 
     qk = torch.einsum(spec, invariance.narrow(q), invariance.narrow(keys, dt)).to(dt)
     per_head = (qk.float().relu() * weights.float().unsqueeze(-1)).to(dt)
     return per_head.float().sum(1).to(dt)
+
+
+def topk_lowest_index(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indices ascending [..., k] int64, their values) of the k largest entries of the last dim;
+    among equal values the lower index wins (-0.0 equals 0.0), layers/topk.py's rule."""
+    order = torch.sort(-scores.float(), dim=-1, stable=True).indices[..., :k]
+    picked = order.sort(dim=-1).values
+    return picked, scores.gather(-1, picked)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from deepinfer_adapters import kernels
+
 
 def topk_select(scores: torch.Tensor, k: int, ties: str, dtype: torch.dtype, *,
                 sorted_by_value: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -32,7 +34,6 @@ def topk_select(scores: torch.Tensor, k: int, ties: str, dtype: torch.dtype, *,
 
 
 def topk_lowest_index_ties(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(indices ascending [..., k], their values) of the k largest entries of the last dim."""
-    order = torch.sort(-scores.float(), dim=-1, stable=True).indices[..., :k]
-    picked = order.sort(dim=-1).values
-    return picked, scores.gather(-1, picked)
+    """(indices ascending [..., k], their values) of the k largest entries of the last dim
+    (``kernels.topk_lowest_index``: a sort on the CPU, one kernel per row set on the GPU)."""
+    return kernels.topk_lowest_index(scores, k)
