@@ -182,5 +182,7 @@ def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> 
     dt = q.dtype
     spec = "nhd,nmd->nhm" if keys.dim() == 3 else "nhd,md->nhm"
     qk = torch.einsum(spec, invariance.narrow(q), invariance.narrow(keys, dt)).to(dt)
-    per_head = (qk.float().relu() * weights.float().unsqueeze(-1)).to(dt)
+    # in q's dtype: the product of two bf16 values is exact in fp32, so the one rounding of
+    # torch's bf16 multiply is the reference's fp32 product cast down
+    per_head = qk.relu() * weights.to(dt).unsqueeze(-1)
     return per_head.float().sum(1).to(dt)
