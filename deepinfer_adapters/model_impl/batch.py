@@ -134,9 +134,6 @@ class DecodeBatch:
     def num_seqs(self) -> int:
         return self.input_ids.shape[0]
 
-    def cu_seqlens(self) -> torch.Tensor:
-        return torch.arange(self.num_seqs + 1, device=self.input_ids.device)
-
     def shared(self, key: Hashable, build: Callable[[], T]) -> T:
         """``build()`` once per step for every layer that asks with the same ``key``: index
         tensors that depend only on the batch (ring slots, RoPE rows, visible rows) then cost
