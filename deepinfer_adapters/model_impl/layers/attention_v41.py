@@ -123,12 +123,16 @@ class AttentionV41(AttentionBase):
         only those whose token completes the group store it (the others rewrite what is there)."""
         r = self.ratio
         latent, complete = self.compressor.decode(x, numerics, state, batch)
-        row = batch.positions // r  # the group the token belongs to (= the row it completes)
-        rows = self._cache_rows(latent, self.rope.lookup(row * r, batch.max_len), numerics)
-        for name, value in rows.items():
+        if r == 1:  # every token is a group of its own, completed at once
+            row, freqs = batch.positions, self.decode_freqs(batch)
+        else:
+            row = batch.positions // r  # the group the token belongs to (= the row it completes)
+            freqs = self.rope.lookup(row * r, batch.max_len)  # a row sits at its group's first position
+        for name, value in self._cache_rows(latent, freqs, numerics).items():
             pool = state.row_pool(self.key, name)
             addr = state.row_address(self.key, name, batch.slots, row.unsqueeze(1)).squeeze(1)
-            pool[addr] = torch.where(complete.unsqueeze(1), value.to(pool.dtype), pool[addr])
+            value = value.to(pool.dtype)
+            pool[addr] = value if complete is None else torch.where(complete.unsqueeze(1), value, pool[addr])
 
     def _compressed(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: ForwardBatch, i: int,
                     state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
