@@ -23,14 +23,14 @@ import torch
 from deepinfer_adapters.kernels import invariance, register
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     lead, k = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, k)
     hi = x2.to(torch.bfloat16)
     lo = (x2 - hi.float()).to(torch.bfloat16)
     out = torch.mm(torch.cat([hi, lo]), weight.t(), out_dtype=torch.float32)
     n = x2.shape[0]
-    return (out[:n] + out[n:]).view(*lead, weight.shape[0])
+    return (out[:n] + out[n:]).view(*lead, weight.shape[0]).to(out_dtype)
 
 
 def supports(x: torch.Tensor, weight: torch.Tensor, **_) -> bool:

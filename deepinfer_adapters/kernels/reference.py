@@ -21,8 +21,8 @@ OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x @ weight^T as fp32.
+def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """x @ weight^T as fp32, then cast to ``out_dtype``.
 
     Batch-invariant mode accumulates in fp64 (fp32 products are exact there) and
     rounds once: CPU BLAS picks different kernels and K splits for different row
@@ -31,8 +31,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     to bf16, as the reference's FP8 GEMMs do); every weight value is exact in it.
     """
     if invariance.enabled():
-        return torch.nn.functional.linear(x.double(), weight.double()).float()
-    return torch.nn.functional.linear(x, weight.to(x.dtype)).float()
+        return torch.nn.functional.linear(x.double(), weight.double()).float().to(out_dtype)
+    out = torch.nn.functional.linear(x, weight.to(x.dtype))
+    if out.dtype == out_dtype and out_dtype != torch.float64:  # through fp32 and back: a no-op, two kernels
+        return out
+    return out.float().to(out_dtype)
 
 
 def mean_square(x: torch.Tensor) -> torch.Tensor:
@@ -179,7 +182,9 @@ def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> 
     dt = q.dtype
     spec = "nhd,nmd->nhm" if keys.dim() == 3 else "nhd,md->nhm"
     qk = torch.einsum(spec, invariance.narrow(q), invariance.narrow(keys, dt)).to(dt)
-    per_head = (qk.float().relu() * weights.float().unsqueeze(-1)).to(dt)
+    # in q's dtype: the product of two bf16 values is exact in fp32, so the one rounding of
+    # torch's bf16 multiply is the reference's fp32 product cast down
+    per_head = qk.relu() * weights.to(dt).unsqueeze(-1)
     return per_head.float().sum(1).to(dt)
 
 

@@ -9,10 +9,13 @@ single-token decodes side by side. The model never sees requests or hosts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -112,7 +115,8 @@ class DecodeBatch:
     # upper bound of every sequence's context after this step (a host int, part of a
     # captured graph's shape): index scans cover max_len // ratio compressed rows
     max_len: int
-    # filled by the model during the forward: tensors shared between layers (selections)
+    # filled by the model during the forward: tensors shared between layers (selections,
+    # ``shared`` values); cleared at the start of every step
     scratch: dict = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -130,5 +134,10 @@ class DecodeBatch:
     def num_seqs(self) -> int:
         return self.input_ids.shape[0]
 
-    def cu_seqlens(self) -> torch.Tensor:
-        return torch.arange(self.num_seqs + 1, device=self.input_ids.device)
+    def shared(self, key: Hashable, build: Callable[[], T]) -> T:
+        """``build()`` once per step for every layer that asks with the same ``key``: index
+        tensors that depend only on the batch (ring slots, RoPE rows, visible rows) then cost
+        their few small kernels once per step, not once per layer."""
+        if key not in self.scratch:
+            self.scratch[key] = build()
+        return self.scratch[key]

@@ -16,7 +16,7 @@ from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.base import CausalLMBase, DraftOutput, ModelOutput, in_numerics_scope
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.engram_hash import (BLOCKED, EngramHasher, compressed_ids, engram_hash_chunk,
-                                                      make_engram_hasher)
+                                                      engram_hash_decode, make_engram_hasher)
 from deepinfer_adapters.model_impl.layers.block_v41 import BlockV41
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.dspark import DSparkStage
@@ -102,10 +102,12 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         if self.cfg.engram is None:
             return None
         recent = state.fixed(ENGRAM_KEY, "recent")
-        history = self._engram_history(recent, batch.slots, batch.positions)
-        ids, _ = engram_hash_chunk(self.hasher, batch.input_ids, history, batch.cu_seqlens())
-        recent[batch.slots, batch.positions % recent.shape[1]] = compressed_ids(self.hasher, batch.input_ids, None)
-        return ids
+        size = recent.shape[1]
+        back = batch.positions.unsqueeze(1) - torch.arange(1, self.cfg.engram.max_ngram_size, device=recent.device)
+        earlier = torch.where(back >= 0, recent[batch.slots.unsqueeze(1), back % size], BLOCKED)
+        compressed = compressed_ids(self.hasher, batch.input_ids, None)
+        recent[batch.slots, batch.positions % size] = compressed
+        return engram_hash_decode(self.hasher, compressed, earlier)
 
     def _engram_history(self, recent: torch.Tensor, slots: torch.Tensor, first_pos: torch.Tensor) -> torch.Tensor:
         """[B, max_ngram_size - 1] compressed ids of the positions before each sequence's first

@@ -473,11 +473,25 @@ def engram_hash_chunk(
         source = chunk.buffer[chunk.token_pos - shift]
         blocked = blocked | (source == BLOCKED)
         slots.append(torch.where(blocked, hasher.pad_id, source))
-    products = torch.stack(slots, dim=-1).unsqueeze(1) * hasher.multipliers  # [T, n_layers, max_ngram]
+    return _hash_slots(hasher, torch.stack(slots, dim=-1)), chunk.history_after(hist)
 
+
+def engram_hash_decode(hasher: EngramHasher, compressed: torch.Tensor, earlier: torch.Tensor) -> torch.Tensor:
+    """``engram_hash_chunk``'s hash ids for one new text token per sequence, without the
+    chunk layout: ``compressed`` [B] the new tokens' compressed ids, ``earlier``
+    [B, max_ngram_size - 1] those of the tokens 1, 2, ... back (newest first, BLOCKED
+    before the sequence start)."""
+    look_back = torch.cat([compressed.unsqueeze(1), earlier], dim=1)
+    blocked = (look_back == BLOCKED).cummax(dim=1).values  # sticky: blocks every older slot too
+    return _hash_slots(hasher, torch.where(blocked, hasher.pad_id, look_back))
+
+
+def _hash_slots(hasher: EngramHasher, slots: torch.Tensor) -> torch.Tensor:
+    """slots [T, max_ngram_size] (compressed id s tokens back, pad where blocked) -> hash ids
+    [T, n_engram_layers, n_hash_columns]."""
+    products = slots.unsqueeze(1) * hasher.multipliers  # [T, n_layers, max_ngram]
     rolling, columns = products[..., 0], []
-    for n in range(2, hist + 2):
+    for n in range(2, hasher.history_len + 2):
         rolling = rolling ^ products[..., n - 1]
         columns.append(rolling.unsqueeze(-1) % hasher.primes[:, n - 2])  # [T, n_layers, n_heads]
-    hash_ids = torch.cat(columns, dim=-1) + hasher.offsets
-    return hash_ids, chunk.history_after(hist)
+    return torch.cat(columns, dim=-1) + hasher.offsets

@@ -69,6 +69,9 @@ def e8m0_to_float(t: torch.Tensor) -> torch.Tensor:
     return t.float()
 
 
+_EXPONENT_AND_SIGN = -(1 << 23)  # int32 0xFF800000
+
+
 def ceil_pow2(x: torch.Tensor) -> torch.Tensor:
     """2^ceil(log2(|x|)) as float32, computed from the float32 bits like the kernels' fast_round_scale.
 
@@ -77,11 +80,11 @@ def ceil_pow2(x: torch.Tensor) -> torch.Tensor:
     (kernel-consistent, never reached by the round trips because of their amax floors): 0 -> 0.0,
     subnormals -> 2^-126, inf -> inf, NaN -> -0.0.
     """
-    bits = x.float().contiguous().view(torch.int32)
-    exponent = (bits >> 23) & 0xFF
-    has_mantissa = (bits & 0x7FFFFF) != 0
-    log2_ceil = exponent - 127 + has_mantissa.to(torch.int32)
-    return ((log2_ceil + 127) << 23).view(torch.float32)
+    magnitude = x.float().contiguous().view(torch.int32) & 0x7FFFFFFF
+    # Adding an all-ones mantissa carries into the exponent iff a mantissa bit is set; then the
+    # mantissa is cleared. Three elementwise ops (it runs on every cached key of a decode step).
+    # NaN's exponent overflows into the sign bit: -0.0, like the kernel.
+    return ((magnitude + 0x7FFFFF) & _EXPONENT_AND_SIGN).view(torch.float32)
 
 
 def float_to_e8m0_ceil(scale: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,8 @@ indices fall. Other chunks list the window ascending, padded at the end.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -25,6 +27,31 @@ from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.layers.rope import RotaryTable
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.state import StateCache, StateField
+
+
+@dataclass(frozen=True)
+class WindowSlots:
+    """Where a decode step's positions sit in the window rings: the same for every layer
+    (one ring size), so a step computes it once (``DecodeBatch.shared``)."""
+
+    write: torch.Tensor  # [B] ring slot of each new token
+    read: torch.Tensor  # [B, W] ring slots of positions p - W + 1 .. p, oldest first
+    valid: torch.Tensor  # [B, W] which of those positions exist (>= 0)
+    attend_index: torch.Tensor  # [B, W] ``gathered_index(valid)``: a window-only layer's attention
+
+    @classmethod
+    def of(cls, batch: DecodeBatch, size: int, window: int) -> "WindowSlots":
+        pos = batch.positions.unsqueeze(1) + torch.arange(1 - window, 1, device=batch.positions.device)
+        valid = pos >= 0
+        return cls(write=batch.positions % size, read=pos % size, valid=valid, attend_index=gathered_index(valid))
+
+
+def gathered_index(valid: torch.Tensor) -> torch.Tensor:
+    """Index rows [B, K] into per-sequence keys [B, K, d] flattened to [B * K, d]; -1 where
+    ``valid`` [B, K] is False."""
+    B, K = valid.shape
+    flat = torch.arange(B * K, device=valid.device).view(B, K)
+    return torch.where(valid, flat, -1)
 
 
 class AttentionBase(nn.Module):
@@ -132,24 +159,25 @@ class AttentionBase(nn.Module):
         idx = self.window_index(start, kv.shape[0], base, batch.lo(i))[clip:].to(kv.device)
         return keys, idx
 
-    def decode_window(self, state: StateCache, batch: DecodeBatch, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def decode_freqs(self, batch: DecodeBatch) -> torch.Tensor:
+        """RoPE rows of a decode step's positions, looked up once per step per table."""
+        return batch.shared(("rope", self.rope.kind), lambda: self.rope.lookup(batch.positions, batch.max_len))
+
+    def decode_window(self, state: StateCache, batch: DecodeBatch, kv: torch.Tensor) -> tuple[torch.Tensor, "WindowSlots"]:
         """Batched decode: store each sequence's new KV in its ring, then return its window
         keys [B, W, d] (positions p - W + 1 .. p, oldest first, as ``window_index``'s
-        decode layout) and which of them exist [B, W] (positions >= 0)."""
+        decode layout) and the step's ``WindowSlots`` (which of those keys exist)."""
         ring = state.fixed(self.key, "window_kv")
         size = ring.shape[1]
-        ring[batch.slots, batch.positions % size] = kv.to(ring.dtype)
-        pos = batch.positions.unsqueeze(1) + torch.arange(1 - self.window, 1, device=kv.device)
-        keys = ring[batch.slots.unsqueeze(1), pos % size].to(kv.dtype)
-        return keys, pos >= 0
+        slots = batch.shared(("window_slots", size, self.window), lambda: WindowSlots.of(batch, size, self.window))
+        ring[batch.slots, slots.write] = kv.to(ring.dtype)
+        return ring[batch.slots.unsqueeze(1), slots.read].to(kv.dtype), slots
 
-    def attend_gathered(self, q: torch.Tensor, keys: torch.Tensor, valid: torch.Tensor,
+    def attend_gathered(self, q: torch.Tensor, keys: torch.Tensor, index: torch.Tensor,
                         numerics: Numerics) -> torch.Tensor:
-        """q [B, H, d] over per-sequence keys [B, K, d] (valid [B, K]): the same index layout
-        as the per-sequence path, so the same blocks of 64 and the same result."""
-        B, K = valid.shape
-        flat = torch.arange(B * K, device=q.device).view(B, K)
-        return self.attend(q, keys.flatten(0, 1), torch.where(valid, flat, -1), numerics)
+        """q [B, H, d] over per-sequence keys [B, K, d] (``gathered_index`` of which exist): the
+        same index layout as the per-sequence path, so the same blocks of 64 and the same result."""
+        return self.attend(q, keys.flatten(0, 1), index, numerics)
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, idx: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         return kernels.sparse_attn(q, keys, self.attn_sink, idx, self.scale, probs_bf16=numerics.attn_probs_bf16)

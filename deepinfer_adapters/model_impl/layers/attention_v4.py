@@ -18,7 +18,7 @@ import torch
 
 from deepinfer_adapters.config import AttnRole, LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
-from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase
+from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, gathered_index
 from deepinfer_adapters.model_impl.layers.compressor_v4 import CompressorV4, quantize_kv_v4, store_completed
 from deepinfer_adapters.model_impl.layers.indexer_v4 import IndexerV4
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -71,9 +71,10 @@ class AttentionV4(AttentionBase):
     def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         """``forward`` for one new token per sequence, batched on the device (model.decode):
         the window (W keys, oldest first), then the compressed rows it picks."""
-        freqs = self.rope.lookup(batch.positions, batch.max_len)
+        freqs = self.decode_freqs(batch)
         q, qr = self.project_q(x, freqs, numerics)
-        keys, valid = self.decode_window(state, batch, self.project_kv(x, freqs, numerics))
+        keys, window = self.decode_window(state, batch, self.project_kv(x, freqs, numerics))
+        index = window.attend_index
         if self.compressor is not None:
             entries, complete = self.compressor.decode(x, numerics, state, batch)
             store_completed(state, self.key, "compressed_kv", batch, self.ratio, entries, complete)
@@ -83,8 +84,8 @@ class AttentionV4(AttentionBase):
                 picked = self._visible_rows(batch, state)
             pool = state.row_pool(self.key, "compressed_kv")
             rows = pool[state.row_address(self.key, "compressed_kv", batch.slots, picked)].to(keys.dtype)
-            keys, valid = torch.cat([keys, rows], 1), torch.cat([valid, picked >= 0], 1)
-        return self.output(self.attend_gathered(q, keys, valid, numerics), freqs, numerics)
+            keys, index = torch.cat([keys, rows], 1), gathered_index(torch.cat([window.valid, picked >= 0], 1))
+        return self.output(self.attend_gathered(q, keys, index, numerics), freqs, numerics)
 
     def _visible_rows(self, batch: DecodeBatch, state: StateCache) -> torch.Tensor:
         """HCA decode: rows 0 .. max_len // r - 1, -1 from the first one a sequence cannot see."""

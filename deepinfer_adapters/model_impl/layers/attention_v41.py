@@ -18,7 +18,7 @@ import torch
 
 from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
-from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase
+from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, WindowSlots, gathered_index
 from deepinfer_adapters.model_impl.layers.compressor_v41 import CompressorV41
 from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -69,19 +69,32 @@ class AttentionV41(AttentionBase):
 
     def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         """``forward`` for one new token per sequence, batched on the device (model.decode)."""
-        freqs = self.rope.lookup(batch.positions, batch.max_len)
+        freqs = self.decode_freqs(batch)
         q, qr = self.project_q(x, freqs, numerics)
-        keys, valid = self.decode_window(state, batch, self.project_kv(x, freqs, numerics))
+        keys, window = self.decode_window(state, batch, self.project_kv(x, freqs, numerics))
+        index = window.attend_index
         if self.ratio:
             if self.is_source:
                 self._publish_decode(x, batch, state, numerics)
             if self.runs_indexer:
                 batch.scratch["selections"] = self._select_decode(x, qr, freqs, batch, state, numerics)
-            sel = batch.scratch["selections"]
+            rows, index = self._selected_rows(batch, state, window, numerics)
+            keys = torch.cat([keys, rows], 1)
+        return self.output(self.attend_gathered(q, keys, index, numerics), freqs, numerics)
+
+    def _selected_rows(self, batch: DecodeBatch, state: StateCache, window: WindowSlots,
+                       numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+        """The compressed rows the step's selections pick [B, k, d] and the attention index over
+        the window keys followed by them. Gathered once per selections: the reuse layers after
+        an index layer read the same rows of the same source, which no layer in between writes."""
+        sel = batch.scratch["selections"]
+        cached = batch.scratch.get("selected_rows")
+        if cached is None or cached[0] is not sel or cached[1] != self.source_key:
             pool = state.row_pool(self.source_key, "compressed_kv")
             rows = pool[state.row_address(self.source_key, "compressed_kv", batch.slots, sel)].to(numerics.dtype)
-            keys, valid = torch.cat([keys, rows], 1), torch.cat([valid, sel >= 0], 1)
-        return self.output(self.attend_gathered(q, keys, valid, numerics), freqs, numerics)
+            cached = (sel, self.source_key, rows, gathered_index(torch.cat([window.valid, sel >= 0], 1)))
+            batch.scratch["selected_rows"] = cached
+        return cached[2], cached[3]
 
     def _select_decode(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: DecodeBatch,
                        state: StateCache, numerics: Numerics) -> torch.Tensor:
@@ -91,24 +104,35 @@ class AttentionV41(AttentionBase):
         B = batch.num_seqs
         if n_rows == 0:
             return torch.empty(B, 0, dtype=torch.long, device=x.device)
-        rows = torch.arange(n_rows, device=x.device).expand(B, n_rows)
-        pool = state.row_pool(self.source_key, "index_k")
-        keys = pool[state.row_address(self.source_key, "index_k", batch.slots, rows)].to(numerics.dtype)
+        # a reindex layer scans the keys its source just published: gathered once per step
+        keys = batch.shared(("index_keys", self.source_key, n_rows),
+                            lambda: self._index_keys_decode(batch, state, n_rows, numerics))
         scores = self.indexer.scores(x, qr, freqs, keys, numerics)
-        visible = (batch.positions + 1) // self.ratio
+        visible = batch.shared(("visible_rows", self.ratio), lambda: (batch.positions + 1) // self.ratio)
         return self.indexer.select(scores, visible, batch.scratch.setdefault("pool", {}), numerics)
+
+    def _index_keys_decode(self, batch: DecodeBatch, state: StateCache, n_rows: int,
+                           numerics: Numerics) -> torch.Tensor:
+        """Rows 0 .. n_rows - 1 of every sequence's index keys: [B, n_rows, index_head_dim]."""
+        rows = torch.arange(n_rows, device=batch.slots.device).expand(batch.num_seqs, n_rows)
+        pool = state.row_pool(self.source_key, "index_k")
+        return pool[state.row_address(self.source_key, "index_k", batch.slots, rows)].to(numerics.dtype)
 
     def _publish_decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> None:
         """``_publish`` for one token per sequence: every sequence computes its group's row;
         only those whose token completes the group store it (the others rewrite what is there)."""
         r = self.ratio
         latent, complete = self.compressor.decode(x, numerics, state, batch)
-        row = batch.positions // r  # the group the token belongs to (= the row it completes)
-        rows = self._cache_rows(latent, self.rope.lookup(row * r, batch.max_len), numerics)
-        for name, value in rows.items():
+        if r == 1:  # every token is a group of its own, completed at once
+            row, freqs = batch.positions, self.decode_freqs(batch)
+        else:
+            row = batch.positions // r  # the group the token belongs to (= the row it completes)
+            freqs = self.rope.lookup(row * r, batch.max_len)  # a row sits at its group's first position
+        for name, value in self._cache_rows(latent, freqs, numerics).items():
             pool = state.row_pool(self.key, name)
             addr = state.row_address(self.key, name, batch.slots, row.unsqueeze(1)).squeeze(1)
-            pool[addr] = torch.where(complete.unsqueeze(1), value.to(pool.dtype), pool[addr])
+            value = value.to(pool.dtype)
+            pool[addr] = value if complete is None else torch.where(complete.unsqueeze(1), value, pool[addr])
 
     def _compressed(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: ForwardBatch, i: int,
                     state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:

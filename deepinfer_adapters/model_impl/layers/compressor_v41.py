@@ -66,18 +66,19 @@ class CompressorV41(nn.Module):
         return self.norm(pooled.to(numerics.dtype))
 
     def decode(self, x: torch.Tensor, numerics: Numerics, state: StateCache,
-               batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+               batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One token per sequence (model.decode): (the latent of each token's group [B, d],
-        whether the token completes it [B]). A group not yet complete pools rows that are
-        still stale; its latent is never stored."""
+        whether the token completes it [B], None at ratio 1 where every token does). A group
+        not yet complete pools rows that are still stale; its latent is never stored."""
         r, pos = self.ratio, batch.positions
         if r == 1:
-            return self.norm(self.wkv(x, numerics)), torch.ones_like(pos, dtype=torch.bool)
+            return self.norm(self.wkv(x, numerics)), None
         xf = x.float()
         kv_state, score_state = state.fixed(self.key, "comp_kv"), state.fixed(self.key, "comp_score")
         size = kv_state.shape[1]
-        kv_state[batch.slots, pos % size] = self.wkv(xf, numerics)
-        score_state[batch.slots, pos % size] = self.wgate(xf, numerics)
+        at = pos % size
+        kv_state[batch.slots, at] = self.wkv(xf, numerics)
+        score_state[batch.slots, at] = self.wgate(xf, numerics)
         group = ((pos - pos % r).unsqueeze(1) + torch.arange(r, device=x.device)) % size
         kv, score = kv_state[batch.slots.unsqueeze(1), group], score_state[batch.slots.unsqueeze(1), group]
         pooled = (kv * wide(score).softmax(dim=1).float()).sum(dim=1)

@@ -68,7 +68,9 @@ class IndexerV41(nn.Module):
         """
         m = scores.shape[-1]
         t = torch.arange(m, device=scores.device)
-        scores = scores.float().masked_fill(t >= visible.unsqueeze(-1), -torch.inf)
+        # masks and top-k are exact in the scores' own dtype (the activation dtype, which
+        # ``topk_select`` ranks in anyway)
+        scores = scores.masked_fill(t >= visible.unsqueeze(-1), -torch.inf)
         if self.is_candidate_source:
             scratch["candidates"] = self._candidate_pool(scores, visible, numerics)
         elif self.uses_pool:

@@ -41,7 +41,7 @@ class Linear(nn.Module):
             return kernels.fp8_linear(x, self.weight, self.scale, self.block, act_block)
         if self.quantized and numerics.act_quant:
             x = fp8_roundtrip(x, self.act_block)
-        return kernels.linear(x, self.weight).to(x.dtype)
+        return kernels.linear(x, self.weight, out_dtype=x.dtype)
 
     def store_fp8(self, block: tuple[int, int], scale_dtype: torch.dtype) -> None:
         """Hold the weight as E4M3 [out, in] with one ``scale_dtype`` scale per ``block`` tile."""

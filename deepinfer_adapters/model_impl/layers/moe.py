@@ -39,7 +39,10 @@ class Gate(nn.Module):
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor, image_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """x [T, D] -> (weights [T, k] fp32, expert ids [T, k])."""
-        scores = F.softplus(wide(kernels.linear(x.float(), self.weight)) / self.temp).sqrt().float()
+        logits = wide(kernels.linear(x.float(), self.weight))
+        if self.temp != 1.0:  # the release's temperature is 1: x / 1 is x, and a kernel launch
+            logits = logits / self.temp
+        scores = F.softplus(logits).sqrt().float()
         if self.hash:
             idx = self.tid2eid[input_ids].long()
         else:

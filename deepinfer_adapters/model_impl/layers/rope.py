@@ -41,6 +41,7 @@ class RotaryTable:
                     r.beta_fast, r.beta_slow)
         else:
             args = (cfg.qk_rope_head_dim, r.theta, 0, r.factor, r.beta_fast, r.beta_slow)
+        self.kind = args  # equal for every layer with the same table
         self.inv_freqs = _inv_freqs(*args)
 
     def __call__(self, positions: torch.Tensor) -> torch.Tensor:
