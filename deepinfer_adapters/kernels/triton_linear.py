@@ -57,8 +57,8 @@ def _kernel():
     return triton, split_linear_kernel
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """See ``reference.linear``: x [.., K] fp32 @ weight [N, K] bf16 ^T -> fp32."""
+def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """See ``reference.linear``: x [.., K] fp32 @ weight [N, K] bf16 ^T, fp32 cast to ``out_dtype``."""
     triton, kernel = _kernel()
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
@@ -69,7 +69,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         kernel[(triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))](
             x2, weight, out, M, N, K, x2.stride(0), weight.stride(0), out.stride(0),
             BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K, num_warps=4, num_stages=3)
-    return out.view(*lead, N)
+    return out.view(*lead, N).to(out_dtype)
 
 
 def supports(x: torch.Tensor, weight: torch.Tensor, **_) -> bool:
