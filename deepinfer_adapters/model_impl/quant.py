@@ -261,6 +261,42 @@ def dequant_fp4_experts(
     return (values * s).to(dtype)
 
 
+def fp4_to_fp8_blocks(
+    packed: torch.Tensor, scale: torch.Tensor, block: int = 128, group: int = 32
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Routed-expert weight: packed E2M1 [..., N, K/2] with E8M0 scales per ``group`` inputs ->
+    (E4M3 [..., N, K], E8M0 scales [..., N, K/block]) holding the same values exactly, or None
+    when some value has no exact E4M3 code under one scale per ``block``.
+
+    A value is c * 2^s_i (c on the E2M1 grid, s_i its group's exponent). The block scale is
+    2^S with S = s_max - 6, s_max the largest s_i of the block's groups holding a nonzero value
+    (others are ignored: 0 * anything is 0), floored at 2^-126. The code q = c * 2^(s_i - S)
+    then has |q| <= 6 * 2^6 = 384 < 448. With d = s_max - s_i every |q| is one of 2^(5-d),
+    2^(6-d), 2^(7-d), 2^(8-d) or 3 * 2^(5-d), 3 * 2^(6-d), 3 * 2^(7-d) (from .5, 1, 2, 4 and
+    1.5, 3, 6); E4M3 holds 2^e down to 2^-9 and 3 * 2^e down to 3 * 2^-9 (subnormals m * 2^-9),
+    so every value of a group is exact when d <= 14, and at d = 15 only {1, 2, 4} x 2^s_i are.
+    The check below is that rule on the actual values (each code is exact and no nonzero value
+    vanished), not the bound, so a group at d >= 15 holding only such values still converts.
+    """
+    values = unpack_fp4(packed)
+    K = values.shape[-1]
+    if K % block or block % group or tuple(scale.shape) != (*values.shape[:-1], K // group):
+        return None
+    exps = scale.view(torch.uint8).to(torch.int32)  # E8M0 byte: 2^(byte - 127)
+    if bool((exps == 255).any()):  # NaN scale
+        return None
+    nonzero = (values.unflatten(-1, (K // group, group)) != 0).any(-1)
+    per_block = (*exps.shape[:-1], K // block, block // group)
+    s_max = torch.where(nonzero, exps, -1).view(per_block).amax(-1)
+    s_block = torch.where(s_max >= 0, (s_max - 6).clamp_min(1), 127)  # all-zero block: scale 1
+    shift = (exps.view(per_block) - s_block[..., None]).clamp(max=6).flatten(-2)
+    q = torch.ldexp(values.unflatten(-1, (K // group, group)), shift[..., None].float()).flatten(-2)
+    codes = q.to(torch.float8_e4m3fn)
+    if not bool(((codes.float() == q) & ((q != 0) | (values == 0))).all()):
+        return None
+    return codes, s_block.to(torch.uint8).view(torch.float8_e8m0fnu)
+
+
 def _groups(x: torch.Tensor, group: int) -> torch.Tensor:
     n = x.shape[-1]
     if group <= 0 or n % group:
