@@ -53,11 +53,28 @@ def test_spread_14_exact_15_not(small):
     assert fp4_to_fp8_blocks(*_block([(6.0, 140), (small, 125), (3.0, 139), (0.0, 200)])) is None
 
 
-def test_spread_15_converts_when_no_value_needs_the_last_bit():
-    # {1, 2, 4} x 2^(6 - 15) = 2^-9 .. 2^-7: still E4M3 codes (the check reads the values, not the bound)
-    values = torch.cat([torch.full((32,), 6.0), torch.tensor([1.0, -2.0, 4.0, 0.0] * 8), torch.ones(64)])
-    scale = torch.tensor([[140, 125, 140, 140]], dtype=torch.uint8).view(torch.float8_e8m0fnu)
-    assert _exact(pack_fp4(values[None]), scale)
+def test_the_spread_rule_for_every_e2m1_value():
+    # c * 2^(6 - d) is an E4M3 value iff it is >= 2^-9 with 3 * 2^k needing k >= -9: the largest d by c
+    limit = {0.5: 14, 1.0: 15, 1.5: 14, 2.0: 16, 3.0: 15, 4.0: 17, 6.0: 16}
+    for c, d_max in limit.items():
+        for d in range(0, 21):
+            values = torch.cat([torch.full((32,), 6.0), torch.full((32,), -c), torch.zeros(64)])
+            scale = torch.tensor([[140, 140 - d, 0, 254]], dtype=torch.uint8).view(torch.float8_e8m0fnu)
+            packed = pack_fp4(values[None])
+            assert (_exact(packed, scale) if d <= d_max else fp4_to_fp8_blocks(packed, scale) is None), (c, d)
+
+
+@pytest.mark.parametrize("d,ok,bad", [(15, [1.0, -2.0, 3.0, 4.0, -6.0], 0.5), (15, [1.0], -1.5),
+                                       (16, [2.0, -4.0, 6.0], 3.0), (17, [-4.0], 6.0)])
+def test_larger_spreads_convert_when_no_value_needs_the_lost_bits(d, ok, bad):
+    # the check reads the values, not the bound: at spread d the small group keeps these values
+    def block(small):
+        values = torch.cat([torch.full((32,), 6.0), torch.tensor(small + [0.0]).repeat(32)[:32], torch.ones(64)])
+        scale = torch.tensor([[140, 140 - d, 140, 140]], dtype=torch.uint8).view(torch.float8_e8m0fnu)
+        return pack_fp4(values[None]), scale
+
+    assert _exact(*block(ok))
+    assert fp4_to_fp8_blocks(*block(ok + [bad])) is None
 
 
 def test_zero_groups_and_blocks_with_any_scale():

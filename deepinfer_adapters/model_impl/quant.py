@@ -271,12 +271,14 @@ def fp4_to_fp8_blocks(
     A value is c * 2^s_i (c on the E2M1 grid, s_i its group's exponent). The block scale is
     2^S with S = s_max - 6, s_max the largest s_i of the block's groups holding a nonzero value
     (others are ignored: 0 * anything is 0), floored at 2^-126. The code q = c * 2^(s_i - S)
-    then has |q| <= 6 * 2^6 = 384 < 448. With d = s_max - s_i every |q| is one of 2^(5-d),
-    2^(6-d), 2^(7-d), 2^(8-d) or 3 * 2^(5-d), 3 * 2^(6-d), 3 * 2^(7-d) (from .5, 1, 2, 4 and
-    1.5, 3, 6); E4M3 holds 2^e down to 2^-9 and 3 * 2^e down to 3 * 2^-9 (subnormals m * 2^-9),
-    so every value of a group is exact when d <= 14, and at d = 15 only {1, 2, 4} x 2^s_i are.
-    The check below is that rule on the actual values (each code is exact and no nonzero value
-    vanished), not the bound, so a group at d >= 15 holding only such values still converts.
+    then has |q| <= 6 * 2^6 = 384 < 448 (and S = s_max - 6 is the smallest S with that
+    bound, so small groups keep the most bits). With d = s_max - s_i every |q| is one of
+    2^(5-d), 2^(6-d), 2^(7-d), 2^(8-d) (from .5, 1, 2, 4) or 3 * 2^(5-d), 3 * 2^(6-d),
+    3 * 2^(7-d) (from 1.5, 3, 6); E4M3 holds 2^e and 3 * 2^e (1.1b x 2^(e+1)) down to 2^-9
+    and 3 * 2^-9 (subnormals m * 2^-9, m = 1..7). So a group is exact whenever d <= 14; at
+    d = 15 its values .5 and 1.5 are not (2^-10, 3 * 2^-10), at 16 also 1 and 3, at 17 all
+    but 4. The check below is that rule on the actual values (every code exact, no nonzero
+    value vanished), not the bound, so a group at d >= 15 without such values still converts.
     """
     values = unpack_fp4(packed)
     K = values.shape[-1]
