@@ -51,6 +51,8 @@ _MIN_POW2_SCALE = 2.0**-126
 # E2M1 magnitude by 3-bit code; code bit 3 is the sign.
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 _FP4_TABLE = torch.tensor(E2M1_VALUES + tuple(-v for v in E2M1_VALUES), dtype=torch.float32)
+# packed byte -> (even element = low nibble, odd element = high nibble)
+_FP4_PAIRS = torch.stack((_FP4_TABLE.repeat(16), _FP4_TABLE.repeat_interleave(16)), dim=-1)
 
 
 # ----------------------------------------------------------------------------------- E8M0 ----
@@ -219,9 +221,8 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
 
     Low nibble = even element, high nibble = odd element; bit 3 of a nibble is the sign.
     """
-    b = _as_bytes(packed).long()
-    table = _FP4_TABLE.to(packed.device)
-    return torch.stack((table[b & 0xF], table[b >> 4]), dim=-1).flatten(-2)
+    pairs = _FP4_PAIRS.to(packed.device)
+    return torch.nn.functional.embedding(_as_bytes(packed).int(), pairs).flatten(-2)  # one lookup per byte
 
 
 def pack_fp4(codes_or_values: torch.Tensor) -> torch.Tensor:
@@ -280,21 +281,24 @@ def fp4_to_fp8_blocks(
     but 4. The check below is that rule on the actual values (every code exact, no nonzero
     value vanished), not the bound, so a group at d >= 15 without such values still converts.
     """
-    values = unpack_fp4(packed)
-    K = values.shape[-1]
-    if K % block or block % group or tuple(scale.shape) != (*values.shape[:-1], K // group):
+    packed = _as_bytes(packed)
+    K = packed.shape[-1] * 2
+    if K % block or block % group or tuple(scale.shape) != (*packed.shape[:-1], K // group):
         return None
     exps = scale.view(torch.uint8).to(torch.int32)  # E8M0 byte: 2^(byte - 127)
     if bool((exps == 255).any()):  # NaN scale
         return None
-    nonzero = (values.unflatten(-1, (K // group, group)) != 0).any(-1)
+    nonzero = ((packed & 0x77) != 0).unflatten(-1, (K // group, group // 2)).any(-1)  # per group, from the codes
     per_block = (*exps.shape[:-1], K // block, block // group)
     s_max = torch.where(nonzero, exps, -1).view(per_block).amax(-1)
     s_block = torch.where(s_max >= 0, (s_max - 6).clamp_min(1), 127)  # all-zero block: scale 1
     shift = (exps.view(per_block) - s_block[..., None]).clamp(max=6).flatten(-2)
-    q = torch.ldexp(values.unflatten(-1, (K // group, group)), shift[..., None].float()).flatten(-2)
+    if bool((nonzero & (shift < -126)).any()):  # 2^shift not a normal float32: far from exact anyway
+        return None
+    pow2 = ((shift.clamp(min=-126) + 127) << 23).view(torch.float32)  # exact 2^shift
+    q = (unpack_fp4(packed).unflatten(-1, (K // group, group)) * pow2[..., None]).flatten(-2)  # exact in fp32
     codes = q.to(torch.float8_e4m3fn)
-    if not bool(((codes.float() == q) & ((q != 0) | (values == 0))).all()):
+    if not torch.equal(codes.float(), q):  # some value is not an E4M3 code
         return None
     return codes, s_block.to(torch.uint8).view(torch.float8_e8m0fnu)
 
