@@ -11,8 +11,11 @@ hc 4) with 7 layers, one per layer role of the release:
   4 ratio-1 KV/index/candidate source | 5 ratio-1 reuse | 6 ratio-1 reindex (in the pool).
 No draft stages, no vision. Engram tables hold 24 x ~16k rows instead of 24 x ~16M
 (random ids hit the same 24 rows per token either way; 2 x 98 GB would not fit).
-Weights random in the native formats: E4M3 + E8M0 32x32 scales, experts E4M3 + E8M0
-1x32 scales (converted FP4), bf16 elsewhere -- ~98 GB, most of it experts (13.6 GB/layer).
+Weights random in the native formats: E4M3 + E8M0 32x32 scales, bf16 elsewhere; experts
+drawn as FP4 checkpoint tensors (N(0, 1/fan_in) quantized like the tiny checkpoints) and
+converted as a load converts them (native_format: E4M3 with one E8M0 scale per 128 inputs,
+``--expert-block 32``: the checkpoint's scales per 32) -- ~98 GB, most of it experts
+(13.6 GB/layer).
 
 Workloads: decode steps at batch 1, 8, 32, 128, every sequence at context 4096 (state
 filled with random rows: the cost of a step does not depend on the values);
@@ -59,8 +62,10 @@ from deepinfer_adapters.model_impl import native_format
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.engram_hash import EngramHasher
+from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.quant import fp4_to_fp8_blocks, quant_fp4_blocks, unpack_fp4
 from deepinfer_adapters.presets import engram_table_rows, release_config, tiny_config
 from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
 
@@ -104,7 +109,12 @@ def fill_random(model, cfg, seed=0):
         if hasattr(mod, "w13") and hasattr(mod, "w2"):  # Fp8Experts
             fp8_fan_in[name + ".w13"] = mod.w13.shape[-1]
             fp8_fan_in[name + ".w2"] = mod.w2.shape[-1]
+    for name, mod in model.named_modules():
+        if isinstance(mod, Fp8Experts):
+            fill_experts(mod, g)
     for name, p in model.named_parameters():
+        if ".routed." in name:
+            continue
         if p.dtype == torch.float8_e4m3fn:  # codes ~ N(0, 16^2): scale 2^-4 / sqrt(fan_in)
             for chunk in p.data.view(-1, p.shape[-1]).split(4096):
                 chunk.copy_((torch.randn(chunk.shape, device=p.device, generator=g, dtype=torch.bfloat16) * 16))
@@ -125,6 +135,26 @@ def fill_random(model, cfg, seed=0):
             if name == "head.weight":
                 std = 3 / math.sqrt(p.shape[-1])
             p.data.copy_((torch.randn(p.shape, device=p.device, generator=g, dtype=torch.float32) * std).to(p.dtype))
+
+
+def fill_experts(experts, g, chunk=8):
+    """FP4 checkpoint tensors ~ N(0, 1/fan_in), converted to the layer's storage as
+    native_format converts them (its block: (1, 32) as stored, or (1, 128) re-encoded)."""
+    for weight, scale in ((experts.w13, experts.w13_scale), (experts.w2, experts.w2_scale)):
+        E, N, K = weight.shape
+        for e0 in range(0, E, chunk):
+            e1 = min(E, e0 + chunk)
+            dense = torch.randn((e1 - e0) * N, K, device=weight.device, generator=g) / math.sqrt(K)
+            packed, fp4_scale = quant_fp4_blocks(dense)
+            if experts.block[1] == 32:
+                codes, s = unpack_fp4(packed).to(torch.float8_e4m3fn), fp4_scale
+            else:
+                converted = fp4_to_fp8_blocks(packed, fp4_scale, experts.block[1])
+                if converted is None:
+                    raise RuntimeError(f"random FP4 experts not convertible to {experts.block} blocks")
+                codes, s = converted
+            weight[e0:e1].copy_(codes.view(e1 - e0, N, K))
+            scale[e0:e1].copy_(s.view(e1 - e0, N, -1))
 
 
 def fill_state(state, cfg, generator):
@@ -247,11 +277,16 @@ def run(args):
     cfg = parse_config(raw)
     num = Numerics.reference().invariant() if args.batch_invariant else Numerics.reference()
     t0 = time.perf_counter()
+    block = args.expert_block
+    if cfg.hidden_size % block or cfg.moe_intermediate_size % block:
+        log(f"expert widths {cfg.hidden_size}, {cfg.moe_intermediate_size} not multiples of {block}: "
+            f"experts keep the checkpoint's scales per 32")
+        block = 32
     model = native_format.build(DeepseekV41ForCausalLM, cfg, num, device=device,
-                                hasher=random_hasher(cfg, device), with_draft=False)
+                                hasher=random_hasher(cfg, device), with_draft=False, expert_blocks=block)
     fill_random(model, cfg)
     sync(device)
-    log(f"built {len(model.layers)} layers in {time.perf_counter() - t0:.1f} s; "
+    log(f"built {len(model.layers)} layers in {time.perf_counter() - t0:.1f} s; experts in (1, {block}) blocks; "
         f"roles: {[(l.index, l.attn.value, l.compress_ratio, l.engram) for l in cfg.main_layers]}")
     pb = param_bytes(model)
     log(f"parameter GB: {json.dumps({k: round(v / 1e9, 2) for k, v in pb.items()})}")
@@ -395,6 +430,8 @@ def main():
     ap.add_argument("--ref-batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--context", type=int, default=CONTEXT)
     ap.add_argument("--prefill", type=int, default=PREFILL)
+    ap.add_argument("--expert-block", type=int, choices=[32, 128], default=native_format.EXPERT_BLOCK,
+                    help="inputs per scale of the routed experts (128: re-encoded as a load does; 32: as stored)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--prefill-reps", type=int, default=3)
     ap.add_argument("--no-prefill-ref", dest="prefill_ref", action="store_false")

@@ -10,7 +10,7 @@ vocab 129280, hc 4) cut to 4 layers, as the peer anchor in gpu.md:
   0 sliding | 1 sliding | 2 CSA (ratio 4, indexer) | 3 HCA (ratio 128);
 hash MoE on layers 0-2 (num_hash_layers 3, as released), score MoE on 3; no MTP.
 Ours: native format (model_impl/native_format.py): E4M3 linears with E8M0 128x128
-scales, routed experts E4M3 with 1x32 E8M0 scales (the FP4 layout converted), bf16
+scales, routed experts E4M3 with 1x128 E8M0 scales (FP4 converted as a load converts it), bf16
 elsewhere, ~27 GB, random (benchmarks/bench_real_width.py fill_random, plus random
 hash routes). transformers: the same weights dequantized exactly to bf16 (~51 GiB),
 copied from ours by model_impl/hf_v4.py ``hf_model_from_ours``; eager attention (V4
@@ -107,7 +107,8 @@ def fill_hash_routes(model, cfg, seed=3):
 
 def build_ours(raw: dict, device: str, numerics: Numerics):
     cfg = our_config(raw)
-    model = native_format.build(DeepseekV4ForCausalLM, cfg, numerics, device=device)
+    model = native_format.build(DeepseekV4ForCausalLM, cfg, numerics, device=device,
+                                expert_blocks=native_format.EXPERT_BLOCK)
     fill_random(model, cfg)
     fill_hash_routes(model, cfg)
     return model, cfg

@@ -105,27 +105,47 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         # K has no masks: the wrapper makes K and k_per_split multiples of KSTEP * SUB, so
         # every load is whole 16-byte vectors (a K mask made Triton fall back to byte loads)
         for k0 in range(k_lo, k_hi, KSTEP * SUB):
-            for j in tl.static_range(SUB):
-                kb = k0 + j * KSTEP
-                ks = kb + tl.arange(0, KSTEP)
-                a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
-                w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
-                if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
-                    sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
-                else:
-                    sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
-                if W_E8M0:  # E8M0 byte e -> 2^(e - 127) (byte 0 reads as 0, 255 as inf)
+            if A_SB > 0 and W_BK % (KSTEP * SUB) == 0:
+                # one weight scale over this iteration's K (k0 is a multiple of KSTEP * SUB): each
+                # product gets its activation scale, the weight scale comes once, after SUB of them
+                # (a power of two: the same bits as scaling each product)
+                sw = tl.load(ws_ptr + k0 // W_BK, mask=mask_n, other=0)
+                if W_E8M0:
                     sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
-                if A_SB > 0:
+                part = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+                for j in tl.static_range(SUB):
+                    kb = k0 + j * KSTEP
+                    ks = kb + tl.arange(0, KSTEP)
+                    a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
+                    w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
                     if QUANT_A:
                         a, sa = quantize_rows(a.to(tl.float32))
                     else:
                         sa = tl.load(as_ptr + kb // A_SB, mask=mask_m, other=0.0)
-                    acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
-                elif KSTEP > W_BK:
-                    acc = tl.dot(a, (w.to(tl.float32) * sw).to(tl.bfloat16), acc)
-                else:
-                    acc = tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
+                    part += tl.dot(a, w) * sa[:, None]
+                acc += part * sw[None, :]
+            else:
+                for j in tl.static_range(SUB):
+                    kb = k0 + j * KSTEP
+                    ks = kb + tl.arange(0, KSTEP)
+                    a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
+                    w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
+                    if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
+                        sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
+                    else:
+                        sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
+                    if W_E8M0:  # E8M0 byte e -> 2^(e - 127) (byte 0 reads as 0, 255 as inf)
+                        sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+                    if A_SB > 0:
+                        if QUANT_A:
+                            a, sa = quantize_rows(a.to(tl.float32))
+                        else:
+                            sa = tl.load(as_ptr + kb // A_SB, mask=mask_m, other=0.0)
+                        acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
+                    elif KSTEP > W_BK:
+                        acc = tl.dot(a, (w.to(tl.float32) * sw).to(tl.bfloat16), acc)
+                    else:
+                        acc = tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
         out_rows = a_rows if SCATTER_OUT else rows.to(tl.int64)
         out_ptr = OUT + pid_k * stride_os + out_rows[:, None] * stride_om + cols[None, :]
         tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])

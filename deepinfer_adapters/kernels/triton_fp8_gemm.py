@@ -14,7 +14,11 @@ Arithmetic (``act_block`` > 0, the reference's FP8 GEMM):
 - The GEMM walks K in steps of KSTEP = the smaller of the two scale blocks (32 for
   V4.1). Each step is one FP8 tensor-core product of exact E4M3 x E4M3 terms,
   multiplied by (activation scale x weight scale) -- a power of two, so exact -- and
-  added to an fp32 accumulator. The reference dequantizes both and sums the same
+  added to an fp32 accumulator. When one weight scale covers a whole loop iteration
+  (routed experts converted to (1, 128) blocks, model_impl/native_format.py), the
+  iteration's products take their activation scales, are summed, and the weight scale
+  multiplies the sum once (fewer scale loads and multiplies; V4.1's activation scales per
+  32 still keep each product 32 deep). The reference dequantizes both and sums the same
   exact products in fp32 in another order, then rounds to bf16: outputs agree to
   about one bf16 ulp (tests/gpu/test_fp8_linear_gpu.py).
 - ``act_block`` == 0 (wo_a; bf16 weights' rule): the bf16 activation meets the

@@ -27,6 +27,13 @@ Measured (H200, tests/gpu/test_moe_gpu.py, BENCHMARKS.md): 60x closer to the ref
 (rel 2.5e-5 against 1.6e-3 at 600 tokens). 8192-token prefill of the real-width model:
 FP8 path 406.5 ms; bf16 with 32-deep products and the FP8 path's 64 x 128 tiles 406.8;
 128-deep products 351.8; and 128 x 128 tiles, 8 warps 346.0 (this path).
+
+Experts re-encoded at load to one scale per 128 inputs (block (1, 128); native_format)
+take the same paths: "bf16" then reads one weight scale per column per 128-deep step
+instead of a [128, BLOCK_N] tile of them; "fp8" multiplies the weight scale once per
+128 (fp8_gemm_kernel). V4.1's activation scales per 32 keep the "fp8" path's products
+32 deep either way (V4's per 128 make them 128 deep). Which path wins at prefill with
+(1, 128) weights: benchmarks/bench_moe_blocks.py.
 """
 
 from __future__ import annotations

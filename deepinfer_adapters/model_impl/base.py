@@ -75,11 +75,8 @@ class CausalLMBase(nn.Module):
         cfg = load_config(model_dir)
         native_format.check_format(weights)
         if weights == "fp8":
-            model = native_format.build(cls, cfg, numerics or Numerics.reference(), device=device,
-                                        model_dir=Path(model_dir), **model_kwargs)
-            raw = load_checkpoint(model_dir, cfg, dequantize=None, progress=progress)
-            model.load_weights(native_format.native_tensors(raw, cfg))
-            return model
+            return native_format.load(cls, cfg, Path(model_dir), numerics or Numerics.reference(), device=device,
+                                      progress=progress, **model_kwargs)
         model = cls(cfg, numerics or Numerics.reference(), model_dir=Path(model_dir), **model_kwargs)
         model.load_weights(load_checkpoint(model_dir, cfg, dequantize=torch.float32, progress=progress))
         return model.to(device)

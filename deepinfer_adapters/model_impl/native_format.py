@@ -5,9 +5,13 @@ dequantized. ``weights="fp8"`` keeps what the kernels can read directly:
 
 - FP8 linears (model_spec.md 4: wq_a, wq_b, wkv, wo_a, wo_b, indexer.wq_b, shared
   experts, draft projections, engram.wkv): E4M3 + their block scales, as stored;
-- routed experts: FP4 E2M1 converted to E4M3 at load (exact: every E2M1 value is an
-  E4M3 value; the E8M0 scale per 32 inputs becomes a (1, 32) block scale) and stacked
-  per layer (layers/experts_fp8.py); V4-Flash-Base FP8 experts stay as stored;
+- routed experts: FP4 E2M1 converted to E4M3 at load and stacked per layer
+  (layers/experts_fp8.py), with one E8M0 scale per 128 inputs (``EXPERT_BLOCK``) where
+  that is exact for every value of the layer (quant.fp4_to_fp8_blocks; the GEMMs then
+  rescale once per 128-deep step instead of per 32), else the checkpoint's scale per 32
+  as a (1, 32) block scale (always exact: every E2M1 value is an E4M3 value). The choice
+  is per layer, made from the data in ``native_tensors``; the layer's storage follows the
+  tensors' shapes (``build(..., expert_blocks=...)``). V4-Flash-Base FP8 experts stay as stored;
 - bf16 tensors (embeddings, head, gate, compressor, ...) bf16; the Engram table bf16
   (E4M3 x E8M0 is exact in bf16);
 - everything else (norms, hyper-connections, sinks) as in the dense model.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -33,9 +38,11 @@ from deepinfer_adapters.model_impl.layers.engram import EngramEmbed
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.moe import Gate, MoE
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import dequant_fp8_blocks, unpack_fp4
+from deepinfer_adapters.model_impl.quant import dequant_fp8_blocks, fp4_to_fp8_blocks, unpack_fp4
+from deepinfer_adapters.model_impl.weights import load_checkpoint
 
 WEIGHT_FORMATS = ("dense", "fp8")
+EXPERT_BLOCK = 128  # FP4 experts: inputs per E8M0 scale after conversion, where exact (FP4_GROUP: as stored)
 _EXPERT = re.compile(r"^(?P<ffn>.+\.ffn)\.experts\.(?P<e>\d+)\.(?P<w>w[123])\.(?P<part>weight|scale)$")
 
 
@@ -48,9 +55,25 @@ def _torch_dtype(spec: TensorSpec) -> torch.dtype:
     return {BF16: torch.bfloat16, F32: torch.float32, "F8_E8M0": torch.float8_e8m0fnu}[spec.dtype]
 
 
+def load(cls: type, cfg: ModelConfig, model_dir: Path, numerics: Numerics, *, device: str | torch.device,
+         progress: bool = True, expert_block: int = EXPERT_BLOCK, **kwargs: Any) -> nn.Module:
+    """``cls`` in the native format on ``device`` with the checkpoint's weights: the tensors are
+    converted first, so each layer's storage is allocated once in the form its data took."""
+    raw = load_checkpoint(model_dir, cfg, dequantize=None, progress=progress)
+    tensors = native_tensors(raw, cfg, expert_block=expert_block)
+    del raw
+    model = build(cls, cfg, numerics, device=device, model_dir=model_dir, expert_blocks=expert_blocks(tensors),
+                  **kwargs)
+    model.load_weights(tensors)
+    return model
+
+
 def build(cls: type, cfg: ModelConfig, numerics: Numerics, *, device: str | torch.device,
-          model_dir: Path | None = None, **kwargs: Any) -> nn.Module:
-    """``cls`` in the native format on ``device``, uninitialised (load or fill next)."""
+          model_dir: Path | None = None, expert_blocks: int | Mapping[str, int] = FP4_GROUP,
+          **kwargs: Any) -> nn.Module:
+    """``cls`` in the native format on ``device``, uninitialised (load or fill next).
+    ``expert_blocks``: inputs per scale of the FP4-converted experts, for every layer or by
+    MoE module name (``expert_blocks(tensors)``)."""
     if cfg.engram is not None and model_dir is not None and "hasher" not in kwargs:
         from deepinfer_adapters.model_impl.engram_hash import make_engram_hasher
 
@@ -59,18 +82,20 @@ def build(cls: type, cfg: ModelConfig, numerics: Numerics, *, device: str | torc
         kwargs["model_dir"] = model_dir
     with torch.device("meta"):
         model = cls(cfg, numerics, **kwargs)
-    to_native_storage(model, cfg)
+    to_native_storage(model, cfg, expert_blocks)
     return model.to_empty(device=device)
 
 
-def to_native_storage(model: nn.Module, cfg: ModelConfig) -> None:
-    """Swap every checkpoint-backed weight's storage for its native one (shapes kept)."""
+def to_native_storage(model: nn.Module, cfg: ModelConfig, expert_blocks: int | Mapping[str, int] = FP4_GROUP) -> None:
+    """Swap every checkpoint-backed weight's storage for its native one (shapes kept);
+    ``expert_blocks`` as in ``build``."""
     specs = expected_tensors(cfg)
     for name, module in list(model.named_modules()):
         if isinstance(module, MoE) and len(module.experts):
             weight, scale = specs[f"{name}.experts.0.w1.weight"], specs[f"{name}.experts.0.w1.scale"]
             if weight.kind == "fp4_weight":
-                module.use_fp8_experts((1, FP4_GROUP), torch.float8_e8m0fnu)
+                k_block = expert_blocks if isinstance(expert_blocks, int) else expert_blocks.get(name, FP4_GROUP)
+                module.use_fp8_experts((1, k_block), torch.float8_e8m0fnu)
             else:
                 module.use_fp8_experts(cfg.quant.fp8_block, _torch_dtype(scale))
     for name, module in model.named_modules():
@@ -87,10 +112,12 @@ def to_native_storage(model: nn.Module, cfg: ModelConfig) -> None:
             module.weight = nn.Parameter(torch.empty_like(module.weight, dtype=dtype), requires_grad=False)
 
 
-def native_tensors(raw: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+def native_tensors(raw: dict[str, torch.Tensor], cfg: ModelConfig, *,
+                   expert_block: int = EXPERT_BLOCK) -> dict[str, torch.Tensor]:
     """Checkpoint tensors as stored (``load_checkpoint(dequantize=None)``) -> the native
-    model's tensors by name: experts converted and stacked, Engram tables dequantized,
-    the rest unchanged."""
+    model's tensors by name: experts converted and stacked (FP4: one scale per
+    ``expert_block`` inputs where exact for the whole layer, else per 32), Engram tables
+    dequantized, the rest unchanged."""
     specs = expected_tensors(cfg)
     out: dict[str, torch.Tensor] = {}
     experts: dict[str, dict[tuple[int, str, str], torch.Tensor]] = {}
@@ -104,14 +131,37 @@ def native_tensors(raw: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, 
         elif not (specs[name].kind == "fp8_scale" and specs[specs[name].scale_for].kind == "fp8_table"):
             out[name] = tensor
     for ffn, parts in experts.items():
-        n = 1 + max(e for e, _, _ in parts)
-        for part, suffix in (("weight", ""), ("scale", "_scale")):
-            def get(e: int, w: str) -> torch.Tensor:
-                t = parts[(e, w, part)]
-                if part == "weight" and t.dtype in (torch.int8, torch.uint8):  # packed FP4
-                    return unpack_fp4(t).to(torch.float8_e4m3fn)
-                return t
-
-            out[f"{ffn}.routed.w13{suffix}"] = torch.stack([torch.cat([get(e, "w1"), get(e, "w3")]) for e in range(n)])
-            out[f"{ffn}.routed.w2{suffix}"] = torch.stack([get(e, "w2") for e in range(n)])
+        out.update(_stacked_experts(ffn, parts, expert_block))
     return out
+
+
+def _stacked_experts(ffn: str, parts: dict[tuple[int, str, str], torch.Tensor],
+                     expert_block: int) -> dict[str, torch.Tensor]:
+    """One MoE layer's experts as ``{ffn}.routed.{w13, w13_scale, w2, w2_scale}``."""
+    n = 1 + max(e for e, _, _ in parts)
+    names = [(e, w) for e in range(n) for w in ("w1", "w2", "w3")]
+    fp4 = parts[(0, "w1", "weight")].dtype in (torch.int8, torch.uint8)
+    pairs: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+    if fp4 and expert_block != FP4_GROUP:
+        for e, w in names:
+            converted = fp4_to_fp8_blocks(parts[(e, w, "weight")], parts[(e, w, "scale")], expert_block, FP4_GROUP)
+            if converted is None:  # not exact for this layer: keep the checkpoint's scales
+                pairs = {}
+                break
+            pairs[(e, w)] = converted
+    if not pairs:
+        for e, w in names:
+            weight = parts[(e, w, "weight")]
+            pairs[(e, w)] = (unpack_fp4(weight).to(torch.float8_e4m3fn) if fp4 else weight, parts[(e, w, "scale")])
+    out: dict[str, torch.Tensor] = {}
+    for i, suffix in enumerate(("", "_scale")):
+        out[f"{ffn}.routed.w13{suffix}"] = torch.stack([torch.cat([pairs[(e, "w1")][i], pairs[(e, "w3")][i]])
+                                                        for e in range(n)])
+        out[f"{ffn}.routed.w2{suffix}"] = torch.stack([pairs[(e, "w2")][i] for e in range(n)])
+    return out
+
+
+def expert_blocks(tensors: Mapping[str, torch.Tensor]) -> dict[str, int]:
+    """Inputs per scale of each layer's stacked experts, by MoE module name (``build``)."""
+    return {name.removesuffix(".routed.w13_scale"): tensors[name.removesuffix("_scale")].shape[-1] // t.shape[-1]
+            for name, t in tensors.items() if name.endswith(".routed.w13_scale")}

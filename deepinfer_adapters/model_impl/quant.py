@@ -51,6 +51,8 @@ _MIN_POW2_SCALE = 2.0**-126
 # E2M1 magnitude by 3-bit code; code bit 3 is the sign.
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 _FP4_TABLE = torch.tensor(E2M1_VALUES + tuple(-v for v in E2M1_VALUES), dtype=torch.float32)
+# packed byte -> (even element = low nibble, odd element = high nibble)
+_FP4_PAIRS = torch.stack((_FP4_TABLE.repeat(16), _FP4_TABLE.repeat_interleave(16)), dim=-1)
 
 
 # ----------------------------------------------------------------------------------- E8M0 ----
@@ -222,9 +224,8 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
 
     Low nibble = even element, high nibble = odd element; bit 3 of a nibble is the sign.
     """
-    b = _as_bytes(packed).long()
-    table = _FP4_TABLE.to(packed.device)
-    return torch.stack((table[b & 0xF], table[b >> 4]), dim=-1).flatten(-2)
+    pairs = _FP4_PAIRS.to(packed.device)
+    return torch.nn.functional.embedding(_as_bytes(packed).int(), pairs).flatten(-2)  # one lookup per byte
 
 
 def pack_fp4(codes_or_values: torch.Tensor) -> torch.Tensor:
@@ -262,6 +263,47 @@ def dequant_fp4_experts(
         )
     s = _scale_to_float(scale).repeat_interleave(group, dim=-1)
     return (values * s).to(dtype)
+
+
+def fp4_to_fp8_blocks(
+    packed: torch.Tensor, scale: torch.Tensor, block: int = 128, group: int = 32
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Routed-expert weight: packed E2M1 [..., N, K/2] with E8M0 scales per ``group`` inputs ->
+    (E4M3 [..., N, K], E8M0 scales [..., N, K/block]) holding the same values exactly, or None
+    when some value has no exact E4M3 code under one scale per ``block``.
+
+    A value is c * 2^s_i (c on the E2M1 grid, s_i its group's exponent). The block scale is
+    2^S with S = s_max - 6, s_max the largest s_i of the block's groups holding a nonzero value
+    (others are ignored: 0 * anything is 0), floored at 2^-126. The code q = c * 2^(s_i - S)
+    then has |q| <= 6 * 2^6 = 384 < 448 (and S = s_max - 6 is the smallest S with that
+    bound, so small groups keep the most bits). With d = s_max - s_i every |q| is one of
+    2^(5-d), 2^(6-d), 2^(7-d), 2^(8-d) (from .5, 1, 2, 4) or 3 * 2^(5-d), 3 * 2^(6-d),
+    3 * 2^(7-d) (from 1.5, 3, 6); E4M3 holds 2^e and 3 * 2^e (1.1b x 2^(e+1)) down to 2^-9
+    and 3 * 2^-9 (subnormals m * 2^-9, m = 1..7). So a group is exact whenever d <= 14; at
+    d = 15 its values .5 and 1.5 are not (2^-10, 3 * 2^-10), at 16 also 1 and 3, at 17 all
+    but 4. The check below is that rule on the actual values (every code exact, no nonzero
+    value vanished), not the bound, so a group at d >= 15 without such values still converts.
+    """
+    packed = _as_bytes(packed)
+    K = packed.shape[-1] * 2
+    if K % block or block % group or tuple(scale.shape) != (*packed.shape[:-1], K // group):
+        return None
+    exps = scale.view(torch.uint8).to(torch.int32)  # E8M0 byte: 2^(byte - 127)
+    if bool((exps == 255).any()):  # NaN scale
+        return None
+    nonzero = ((packed & 0x77) != 0).unflatten(-1, (K // group, group // 2)).any(-1)  # per group, from the codes
+    per_block = (*exps.shape[:-1], K // block, block // group)
+    s_max = torch.where(nonzero, exps, -1).view(per_block).amax(-1)
+    s_block = torch.where(s_max >= 0, (s_max - 6).clamp_min(1), 127)  # all-zero block: scale 1
+    shift = (exps.view(per_block) - s_block[..., None]).clamp(max=6).flatten(-2)
+    if bool((nonzero & (shift < -126)).any()):  # 2^shift not a normal float32: far from exact anyway
+        return None
+    pow2 = ((shift.clamp(min=-126) + 127) << 23).view(torch.float32)  # exact 2^shift
+    q = (unpack_fp4(packed).unflatten(-1, (K // group, group)) * pow2[..., None]).flatten(-2)  # exact in fp32
+    codes = q.to(torch.float8_e4m3fn)
+    if not torch.equal(codes.float(), q):  # some value is not an E4M3 code
+        return None
+    return codes, s_block.to(torch.uint8).view(torch.float8_e8m0fnu)
 
 
 def _groups(x: torch.Tensor, group: int) -> torch.Tensor:

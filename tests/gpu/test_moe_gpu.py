@@ -113,3 +113,73 @@ def test_pair_routing_equals_sorted_routing_bitwise(T):
     tiles, rw = triton_moe.pair_route(ids, w)  # row t k + j: token t's j-th expert, ascending
     assert torch.equal(tiles.expert.view(T, k).long(), ids.sort(dim=1).values)
     assert torch.equal(rw.view(T, k), w.gather(1, ids.argsort(dim=1)))
+
+def _experts_128(E, D, I, seed):
+    """The same kind of experts in both storages of native_format: (1, 32) as the checkpoint's
+    FP4 scales, and re-encoded to (1, 128) blocks (quant.fp4_to_fp8_blocks); group scales spread
+    over 2^-3 .. 2^3 so the re-encoding really moves codes."""
+    from deepinfer_adapters.model_impl.quant import fp4_to_fp8_blocks
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def both(out_f, in_f):
+        spread = 2.0 ** torch.randint(-3, 4, (E * out_f, in_f // 32), device="cuda", generator=g)
+        w = torch.randn(E * out_f, in_f, device="cuda", generator=g) / in_f**0.5 * spread.repeat_interleave(32, 1)
+        packed, scale = quant_fp4_blocks(w)
+        codes, scale128 = fp4_to_fp8_blocks(packed, scale)
+        per32 = unpack_fp4(packed).to(torch.float8_e4m3fn).view(E, out_f, in_f), scale.view(E, out_f, -1)
+        return per32, (codes.view(E, out_f, in_f), scale128.view(E, out_f, -1))
+
+    (w13, s13), (w13b, s13b) = both(2 * I, D)
+    (w2, s2), (w2b, s2b) = both(D, I)
+    return (w13, s13, w2, s2), (w13b, s13b, w2b, s2b)
+
+
+@pytest.mark.parametrize("act_block", [32, 128], ids=["v41_act32", "v4_act128"])
+@pytest.mark.parametrize("path", ["fp8", "bf16"])
+@pytest.mark.parametrize("T", [1, 8, 57, 600, 1400])
+def test_moe_experts_128_blocks_match_reference(T, path, act_block):
+    """(1, 128) weights: the reference gives bit-identical results to the (1, 32) storage (same
+    values), and Triton matches it on both paths at decode and prefill sizes (T = 1400: 8400
+    token-expert pairs, LARGE_PAIRS' range)."""
+    from deepinfer_adapters.kernels import triton_moe
+
+    E, D, I, k = 32, 512, 256, 6
+    per32, per128 = _experts_128(E, D, I, seed=T)
+    g = torch.Generator(device="cuda").manual_seed(200 + T)
+    x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
+    w, ids = _routing(T, E, k, seed=T)
+    ref = reference_fp8.moe_experts(x, w, ids, *per128, (1, 128), act_block, 10.0)
+    assert torch.equal(ref, reference_fp8.moe_experts(x, w, ids, *per32, (1, 32), act_block, 10.0))
+    out = triton_moe.moe_experts(x, w, ids, *per128, (1, 128), act_block, 10.0, path=path)
+    out32 = triton_moe.moe_experts(x, w, ids, *per32, (1, 32), act_block, 10.0, path=path)
+    rel, rel32 = _rel(out, ref), _rel(out32, ref)
+    print(f"REPORT moe128 {path} act_block={act_block} T={T}: rel={rel:.2e} (1x32 storage: {rel32:.2e}) "
+          f"maxabs={float((out - ref).abs().max()):.2e} max|ref|={float(ref.abs().max()):.2e}")
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    assert rel <= NORM_RTOL
+
+
+def test_moe_experts_128_blocks_timing():
+    """Not a pass/fail check: prefill-sized MoE at a mid width, (1, 32) vs (1, 128) storage on
+    both paths (benchmarks/bench_moe_blocks.py times the real widths and tile configs)."""
+    from deepinfer_adapters.kernels import triton_moe
+
+    E, D, I, k, T = 64, 2048, 1024, 6, 4096
+    per32, per128 = _experts_128(E, D, I, seed=5)
+    x = torch.randn(T, D, device="cuda").bfloat16()
+    w, ids = _routing(T, E, k, seed=5)
+    for path in ("fp8", "bf16"):
+        for name, (block, weights) in {"1x32": ((1, 32), per32), "1x128": ((1, 128), per128)}.items():
+            call = lambda: triton_moe.moe_experts(x, w, ids, *weights, block, 32, 10.0, path=path)
+            call()
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(5):
+                call()
+            end.record()
+            torch.cuda.synchronize()
+            ms = start.elapsed_time(end) / 5
+            tflops = 2 * T * k * 3 * D * I / ms / 1e9
+            print(f"REPORT moe128 timing {path} {name} T={T} E={E} D={D} I={I}: {ms:.2f} ms ({tflops:.0f} TFLOP/s)")

@@ -2,10 +2,11 @@
 their block scales, run by ``kernels.moe_experts`` (the torch reference is the
 expert loop of layers/moe.py; the CUDA backend a grouped GEMM, kernels/triton_moe.py).
 
-FP4 checkpoint experts convert exactly: each E2M1 value (0, .5, .., 6) is an E4M3
-value, and its E8M0 scale per 32 inputs becomes a (1, 32) block scale
-(model_impl/native_format.py). w1 and w3 are stacked as w13 = [w1; w3] so one GEMM
-computes both.
+FP4 checkpoint experts convert exactly (model_impl/native_format.py): to E4M3 with
+one E8M0 scale per 128 inputs, a (1, 128) block, where every value of the layer has an
+exact code under it (quant.fp4_to_fp8_blocks); otherwise each E2M1 value (0, .5, .., 6)
+as its E4M3 value with the checkpoint's scale per 32 inputs, a (1, 32) block. w1 and w3
+are stacked as w13 = [w1; w3] so one GEMM computes both.
 """
 
 from __future__ import annotations
