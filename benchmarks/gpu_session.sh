@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
-#   bash benchmarks/gpu_session.sh [tests] [kernels] [model]   (default: all three)
+#   bash benchmarks/gpu_session.sh [tests] [kernels] [model] [engine]   (default: tests kernels model)
 # Results land in $OUT (the device tool brings them back). Summaries are printed last.
 set -u
 OUT=${OUT:-/tmp/out}
@@ -12,23 +12,28 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH=$PWD:/tmp/site
 has() { [[ " $PARTS " == *" $1 "* ]]; }
+RW="python benchmarks/bench_real_width.py --out $OUT --ref-batches 1 --no-prefill-ref --large-m-paths bf16_cublas --reps 3 --prefill-reps 2"
 if has tests; then  # GPU parity and invariance tests (all of tests/gpu: ~2.5 min)
   timeout 300 python -m pytest -q tests/gpu -p no:cacheprovider -s > "$OUT/gpu_tests.log" 2>&1
   echo "tests/gpu: $(tail -1 "$OUT/gpu_tests.log")"
-  grep -hE "REPORT (flashmla|index_scores|model|fp8_grouped|moe pairs|quantize_a)|FAILED|Error" \
+  grep -hE "REPORT (flashmla|index_scores|model|moe128|moe pairs|quantize_a|linear invariant)|FAILED|Error" \
     "$OUT/gpu_tests.log" | head -40
 fi
-if has kernels; then  # decode GEMV sweep, sparse attention with FlashMLA (~3 min)
+if has kernels; then  # decode GEMVs, sparse attention with FlashMLA (~3 min)
   timeout 200 python benchmarks/bench_decode_gemv.py --quick --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/decode_gemv.log"; grep "^wo_a" "$OUT/decode_gemv.log"
   timeout 150 python benchmarks/bench_sparse_attn.py --out "$OUT" --configs h64_w8 > "$OUT/sparse_attn.log" 2>&1
   grep -E "^\| (decode|prefill)|^flashmla" "$OUT/sparse_attn.log"
 fi
-if has model; then  # reduced V4.1-Flash at real widths: decode (graphs) and prefill paths (~4 min)
-  timeout 280 python benchmarks/bench_real_width.py --out "$OUT" --batches 1 8 32 128 --ref-batches 1 \
-    --no-prefill-ref --large-m-paths bf16_cublas --moe-paths bf16 \
-    --reps 3 --prefill-reps 2 --profile > "$OUT/real_width.log" 2>&1
+if has model; then  # reduced V4.1-Flash at real widths: decode (graphs), prefill by MoE path and expert block (~3 min)
+  timeout 200 $RW --batches 1 8 32 128 --moe-paths fp8 bf16 --profile > "$OUT/real_width.log" 2>&1
   grep "^prefill {" "$OUT/real_width.log" | tr ',' '\n' | grep fast_ms
   sed -n '/^SUMMARY/,$p' "$OUT/real_width.log"
-  grep -A28 "^profile " "$OUT/real_width.log"
+  timeout 120 $RW --batches 1 --moe-paths fp8 bf16 --expert-block 32 > "$OUT/real_width_e32.log" 2>&1
+  echo "expert block 32:"; grep "^prefill {" "$OUT/real_width_e32.log" | tr ',' '\n' | grep fast_ms
+  grep -A12 "^profile " "$OUT/real_width.log"
+fi
+if has engine; then  # the engine's default numerics (batch-invariant) at decode (~1 min)
+  timeout 120 $RW --batches 1 8 --prefill 0 --batch-invariant > "$OUT/real_width_invariant.log" 2>&1
+  echo "batch-invariant:"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_invariant.log" | grep decode
 fi
