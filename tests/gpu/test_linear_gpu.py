@@ -28,10 +28,14 @@ def test_invariant_linear_matches_fp64_reference(M, N, K, bf16_values):
         assert kernels.chosen("linear", x, w) == "triton_invariant"
         out = kernels.linear(x, w)
         ref = reference.linear(x, w)  # fp64 accumulation, rounded once
-    err = float(((out - ref).abs() / ref.abs().clamp_min(1e-3)).max())
-    print(f"REPORT linear invariant M={M} N={N} K={K} bf16 x={bf16_values}: max rel {err:.2e}")
+    # fp32 accumulation over K against fp64 (and, for non-bf16 x, the 2^-17 left out of hi + lo):
+    # bounded per element by a small multiple of 2^-24 K' sum_k |x_k w_k|; asserted at 2^-13 of it
+    magnitude = reference.linear(x.abs(), w.abs())
+    err = (out - ref).abs()
+    ratio = float((err / magnitude.clamp_min(1e-30)).max())
+    print(f"REPORT linear invariant M={M} N={N} K={K} bf16 x={bf16_values}: max |err| / sum|xw| = {ratio:.2e}")
     assert out.dtype == torch.float32 and out.shape == ref.shape
-    torch.testing.assert_close(out, ref, rtol=1e-5 if bf16_values else 1e-4, atol=1e-5)
+    assert bool((err <= 2.0**-13 * magnitude).all())
 
 
 def test_invariant_linear_rows_do_not_depend_on_the_batch():
