@@ -108,6 +108,18 @@ def topk_lowest_index(*args: Any, **kwargs: Any) -> Any:
     return call("topk_lowest_index", *args, **kwargs)
 
 
+def fp8_roundtrip(*args: Any, **kwargs: Any) -> Any:
+    return call("fp8_roundtrip", *args, **kwargs)
+
+
+def fp4_roundtrip_e8m0(*args: Any, **kwargs: Any) -> Any:
+    return call("fp4_roundtrip_e8m0", *args, **kwargs)
+
+
+def fp4_roundtrip_e4m3(*args: Any, **kwargs: Any) -> Any:
+    return call("fp4_roundtrip_e4m3", *args, **kwargs)
+
+
 def fp8_linear(*args: Any, **kwargs: Any) -> Any:
     return call("fp8_linear", *args, **kwargs)
 
@@ -125,4 +137,4 @@ from deepinfer_adapters.kernels import triton_sparse_attn  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_hc, triton_norm_rope  # noqa: E402,F401
 from deepinfer_adapters.kernels import cublas_linear, flashmla_sparse, triton_index  # noqa: E402,F401
-from deepinfer_adapters.kernels import triton_linear, triton_topk  # noqa: E402,F401
+from deepinfer_adapters.kernels import triton_linear, triton_quant, triton_topk  # noqa: E402,F401

@@ -201,3 +201,48 @@ def split_sum_kernel(PARTS, OUT, size, SPLIT: tl.constexpr, BLOCK: tl.constexpr)
     for s in tl.static_range(1, SPLIT):
         acc += tl.load(PARTS + s * size + offs, mask=mask, other=0.0)
     tl.store(OUT + offs, acc.to(OUT.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def e2m1_round(t):
+    """Nearest E2M1 value of fp32 t, ties to even, saturating at +-6, sign kept (quant.e2m1_round):
+    each binade's grid is evenly spaced, so t / step is rounded half-to-even by the 1.5 * 2^23 trick."""
+    mag = tl.minimum(tl.abs(t), 6.0)
+    step = tl.where(mag < 2.0, 0.5, tl.where(mag < 4.0, 1.0, 2.0))
+    units = mag * (1.0 / step)  # step is a power of two: exact
+    rounded = ((units + 12582912.0) - 12582912.0) * step
+    sign = t.to(tl.uint32, bitcast=True) & 0x80000000
+    return (rounded.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def e4m3_round_positive(v):
+    """A positive fp32 v rounded to E4M3, to nearest even, saturating at 448 (as cvt.rn.satfinite;
+    written out in fp32 so that Triton's CPU interpreter, whose fp8 cast rounds otherwise, agrees):
+    3 mantissa bits below v's leading one, never finer than the subnormal step 2^-9."""
+    exponent = ((v.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    quantum = tl.maximum(exponent - 3, -9)
+    units = v * ((127 - quantum) << 23).to(tl.float32, bitcast=True)  # v / 2^quantum: exact
+    rounded = ((units + 12582912.0) - 12582912.0) * ((127 + quantum) << 23).to(tl.float32, bitcast=True)
+    return tl.minimum(rounded, 448.0)
+
+
+@triton.jit
+def fp4_roundtrip_kernel(X, Y, n, stride_x, stride_y, GROUP: tl.constexpr, GROUPS: tl.constexpr,
+                         E4M3_SCALE: tl.constexpr):
+    """One row x GROUPS groups of GROUP values: quant.fp4_roundtrip_e8m0 (power-of-two scale) or,
+    with E4M3_SCALE, quant.fp4_roundtrip_e4m3 (scale amax / 6 rounded to E4M3, true divisions)."""
+    row = tl.program_id(0).to(tl.int64)
+    group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
+    offs = group[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
+    mask = offs < n
+    x = tl.load(X + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
+    amax = tl.max(tl.abs(x), 1)
+    if E4M3_SCALE:
+        amax = tl.maximum(amax, 6.0 * 0.001953125)  # 6 * 2^-9
+        scale = e4m3_round_positive(tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32)))
+        t = tl.math.div_rn(x, tl.broadcast_to(scale[:, None], x.shape))
+    else:
+        scale = ceil_pow2(tl.maximum(amax, 6.0 * 1.1754943508222875e-38) * (1.0 / 6.0))  # 6 * 2^-126
+        t = x * pow2_reciprocal(scale)[:, None]
+    tl.store(Y + row * stride_y + offs, (e2m1_round(t) * scale[:, None]).to(Y.dtype.element_ty), mask=mask)

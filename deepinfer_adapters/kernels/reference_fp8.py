@@ -19,9 +19,14 @@ import torch.nn.functional as F
 
 from deepinfer_adapters.kernels.invariance import narrow, wide
 from deepinfer_adapters.kernels.reference import linear
-from deepinfer_adapters.model_impl.quant import dequant_fp8_blocks, fp8_roundtrip
+from deepinfer_adapters.model_impl.quant import (  # noqa: F401  (the round trips are ops here as they are)
+    dequant_fp8_blocks,
+    fp4_roundtrip_e4m3,
+    fp4_roundtrip_e8m0,
+    fp8_roundtrip,
+)
 
-OPS = ("fp8_linear", "fp8_grouped_linear", "moe_experts")
+OPS = ("fp8_linear", "fp8_grouped_linear", "moe_experts", "fp8_roundtrip", "fp4_roundtrip_e8m0", "fp4_roundtrip_e4m3")
 
 
 def dequant(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:

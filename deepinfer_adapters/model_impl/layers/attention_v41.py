@@ -22,7 +22,6 @@ from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase,
 from deepinfer_adapters.model_impl.layers.compressor_v41 import CompressorV41
 from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import fp4_roundtrip_e4m3, fp8_roundtrip
 from deepinfer_adapters.model_impl.state import StateCache, StateField
 from deepinfer_adapters import kernels
 
@@ -50,7 +49,7 @@ class AttentionV41(AttentionBase):
         return fields
 
     def quantize_window_kv(self, kv: torch.Tensor, numerics: Numerics) -> torch.Tensor:
-        return fp8_roundtrip(kv, WINDOW_FP8_BLOCK)
+        return kernels.fp8_roundtrip(kv, WINDOW_FP8_BLOCK)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         freqs = self.rope.lookup(batch.positions, max(batch.end_pos(i) for i in range(batch.num_seqs)))
@@ -171,5 +170,5 @@ class AttentionV41(AttentionBase):
         they are stored as: index keys and compressed KV (RoPE'd, FP4 round trip)."""
         kv = kernels.apply_rope(latent, freqs)
         if numerics.kv_quant:
-            kv = fp4_roundtrip_e4m3(kv, COMPRESSED_FP4_GROUP)
+            kv = kernels.fp4_roundtrip_e4m3(kv, COMPRESSED_FP4_GROUP)
         return {"index_k": self.indexer.index_keys(latent, freqs, numerics), "compressed_kv": kv}

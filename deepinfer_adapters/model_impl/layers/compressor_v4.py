@@ -31,7 +31,6 @@ from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.layers.rope import RotaryTable
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import fp4_roundtrip_e8m0, fp8_roundtrip
 from deepinfer_adapters.model_impl.state import StateCache, StateField
 
 # Block of the V4 FP8 round trip on cached KV (non-rope dims) and of the FP4 round trip
@@ -51,7 +50,7 @@ def quantize_kv_v4(kv: torch.Tensor, rope_dim: int) -> torch.Tensor:
     head = kv[..., :nope]
     if pad:
         head = torch.nn.functional.pad(head, (0, pad))
-    head = fp8_roundtrip(head, KV_FP8_BLOCK)[..., :nope]
+    head = kernels.fp8_roundtrip(head, KV_FP8_BLOCK)[..., :nope]
     return torch.cat([head, kv[..., nope:]], dim=-1)
 
 
@@ -171,7 +170,7 @@ class CompressorV4(nn.Module):
         out = kernels.apply_rope(self.norm(pooled), freqs)
         if self.rotate:  # indexer keys: Hadamard always (it is part of the math), FP4 when simulated
             out = hadamard(out)
-            return fp4_roundtrip_e8m0(out, INDEX_FP4_BLOCK) if numerics.kv_quant else out
+            return kernels.fp4_roundtrip_e8m0(out, INDEX_FP4_BLOCK) if numerics.kv_quant else out
         return quantize_kv_v4(out, self.rope_dim) if numerics.kv_quant else out
 
 

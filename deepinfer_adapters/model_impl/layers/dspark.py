@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from deepinfer_adapters import kernels
 from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase
@@ -27,7 +28,6 @@ from deepinfer_adapters.model_impl.layers.block_v41 import BlockV41
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import fp8_roundtrip
 from deepinfer_adapters.model_impl.state import StateCache, StateField
 
 WINDOW_FP8_BLOCK = 32
@@ -38,7 +38,7 @@ class DSparkAttention(AttentionBase):
         return self.window_fields(numerics.dtype, rewind)
 
     def quantize_window_kv(self, kv: torch.Tensor, numerics: Numerics) -> torch.Tensor:
-        return fp8_roundtrip(kv, WINDOW_FP8_BLOCK)
+        return kernels.fp8_roundtrip(kv, WINDOW_FP8_BLOCK)
 
     def observe(self, main_x: torch.Tensor, batch: ForwardBatch, state: StateCache, numerics: Numerics) -> None:
         """Write the main tokens' context KV into this stage's ring."""

@@ -29,7 +29,6 @@ from deepinfer_adapters.model_impl.layers.compressor_v4 import (INDEX_FP4_BLOCK,
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.topk import topk_lowest_index_ties
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import fp4_roundtrip_e8m0
 from deepinfer_adapters.model_impl.state import StateCache, StateField
 
 
@@ -52,7 +51,7 @@ class IndexerV4(nn.Module):
         """qr [T, q_lora] -> index queries [T, H, d] (RoPE, Hadamard, FP4)."""
         q = self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim))
         q = hadamard(kernels.apply_rope(q, freqs))
-        return fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK) if numerics.kv_quant else q
+        return kernels.fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK) if numerics.kv_quant else q
 
     def forward(self, x: torch.Tensor, q: torch.Tensor, numerics: Numerics, state: StateCache,
                 slot: int, start: int) -> torch.Tensor:

@@ -22,7 +22,6 @@ from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.layers.topk import topk_select
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import fp4_roundtrip_e8m0
 
 INDEX_FP4_BLOCK = 32
 
@@ -46,7 +45,7 @@ class IndexerV41(nn.Module):
     def index_keys(self, latent: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         """Latents [m, head_dim] (pre-RoPE) -> index keys [m, index_head_dim]."""
         k = kernels.apply_rope(self.k_norm(self.wk(latent, numerics)), freqs)
-        return fp4_roundtrip_e8m0(k, INDEX_FP4_BLOCK) if numerics.kv_quant else k
+        return kernels.fp4_roundtrip_e8m0(k, INDEX_FP4_BLOCK) if numerics.kv_quant else k
 
     def scores(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, keys: torch.Tensor,
                numerics: Numerics) -> torch.Tensor:
@@ -55,7 +54,7 @@ class IndexerV41(nn.Module):
         dt = numerics.dtype
         q = kernels.apply_rope(self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim)), freqs)
         if numerics.kv_quant:
-            q = fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK)
+            q = kernels.fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK)
         w = (self.weights_proj(x, numerics) * self.weight_scale).to(dt)
         return kernels.index_scores(q.to(dt), keys, w)
 

@@ -23,7 +23,6 @@ from torch import nn
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import fp8_roundtrip
 
 
 class Linear(nn.Module):
@@ -40,7 +39,7 @@ class Linear(nn.Module):
             act_block = self.act_block if self.quantized and numerics.act_quant else 0
             return kernels.fp8_linear(x, self.weight, self.scale, self.block, act_block)
         if self.quantized and numerics.act_quant:
-            x = fp8_roundtrip(x, self.act_block)
+            x = kernels.fp8_roundtrip(x, self.act_block)
         return kernels.linear(x, self.weight, out_dtype=x.dtype)
 
     def store_fp8(self, block: tuple[int, int], scale_dtype: torch.dtype) -> None:

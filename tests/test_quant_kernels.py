@@ -1,0 +1,44 @@
+"""The Triton FP4 round-trip kernel (kernels/fp8_triton_jit.py, used by kernels/triton_quant.py)
+under Triton's CPU interpreter, bitwise against model_impl/quant.py: both scale formats, bf16 and
+fp32, zeros of both signs, tiny and saturating blocks, E2M1 ties. tests/gpu/test_quant_gpu.py
+runs the compiled kernels on the GPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = r"""
+import torch
+from deepinfer_adapters.model_impl import quant
+from deepinfer_adapters.kernels import triton_quant as tq
+g = torch.Generator().manual_seed(0)
+checked = 0
+for dtype, bits in ((torch.float32, torch.int32), (torch.bfloat16, torch.int16)):
+    x = torch.randn(7, 512, generator=g) * torch.logspace(-6, 4, 512)
+    x[0, :16] = 0.0
+    x[0, 16:32] = -0.0
+    x[1, :32] = 1e-30
+    x[2, ::7] = 0.25 * 2.0**-3
+    x[3, :16] = 6 * 448 * 1.02
+    x[4] = torch.arange(512) % 13 * 0.25 - 1.5  # many exact E2M1 ties
+    x = x.to(dtype)
+    for ref, fast, block in ((quant.fp4_roundtrip_e8m0, tq.fp4_roundtrip_e8m0, 32),
+                             (quant.fp4_roundtrip_e4m3, tq.fp4_roundtrip_e4m3, 16)):
+        r, f = ref(x, block), fast(x, block)
+        assert torch.equal(r.view(bits), f.view(bits)), (dtype, block, (r.float() - f.float()).abs().max())
+        checked += 1
+print("OK", checked)
+"""
+
+
+def test_fp4_roundtrip_kernel_is_bitwise_the_reference_under_the_interpreter():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "OK 4" in done.stdout
