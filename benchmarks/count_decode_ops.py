@@ -70,8 +70,11 @@ def cuda_backend_takes_over(op: str, args: tuple) -> bool:
     if op == "linear":
         x, weight = args[0], args[1]
         return x.dtype == torch.float32 and weight.dtype == torch.bfloat16
+    if op == "fp8_roundtrip" and len(args) > 2 and args[2] is not None:  # a dims slice: the reference
+        return False
     return op in {"rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre",
-                  "hc_post", "fp8_linear", "fp8_grouped_linear", "moe_experts"}
+                  "hc_post", "fp8_linear", "fp8_grouped_linear", "moe_experts", "index_scores",
+                  "topk_lowest_index", "fp8_roundtrip", "fp4_roundtrip_e8m0", "fp4_roundtrip_e4m3"}
 
 
 class OpCounter(TorchDispatchMode):
