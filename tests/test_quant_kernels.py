@@ -5,11 +5,9 @@ runs the compiled kernels on the GPU."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+
+from tests.triton_interpreter import run_interpreted
 
 pytest.importorskip("triton")
 
@@ -38,7 +36,4 @@ print("OK", checked)
 
 
 def test_fp4_roundtrip_kernel_is_bitwise_the_reference_under_the_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "OK 4" in done.stdout
+    assert "OK 4" in run_interpreted(SCRIPT)

@@ -2,7 +2,8 @@
 
 Same signature and meaning as ``reference_fp8.moe_experts``. One step, no host sync:
 1. route: the T x k (token, expert) pairs sorted by expert (stable), and a table of
-   row tiles, each inside one expert's rows (torch ops on the device);
+   row tiles, each inside one expert's rows (torch ops on the device); one token
+   (decode at batch 1): each pair its own tile, no sort across tokens (``pair_route``);
 2. act_quant: each token's activation quantized to E4M3 once (not once per expert);
 3. grouped GEMM w13: sorted row r reads token row r // k through an index, so the
    activations are never copied per expert; output bf16, as the reference rounds
@@ -10,8 +11,8 @@ Same signature and meaning as ``reference_fp8.moe_experts``. One step, no host s
 4. swiglu_quant: clamp, silu(gate) * up, times the route weight, rounded to bf16
    and quantized to E4M3 per ``act_block`` -- the reference's steps in its order;
 5. grouped GEMM w2 (bf16 out);
-6. combine: each token's k rows added in fp32 in ascending expert order, the order
-   in which the reference's expert loop adds them.
+6. combine (one kernel): each token's k rows added in fp32 in ascending expert order,
+   the order in which the reference's expert loop adds them.
 Differences from the reference are those of the FP8 GEMM (kernels/triton_fp8_gemm.py)
 plus Triton's exp in silu (~2 ulp of fp32) before the bf16 rounding.
 
@@ -32,8 +33,9 @@ Experts re-encoded at load to one scale per 128 inputs (block (1, 128); native_f
 take the same paths: "bf16" then reads one weight scale per column per 128-deep step
 instead of a [128, BLOCK_N] tile of them; "fp8" multiplies the weight scale once per
 128 (fp8_gemm_kernel). V4.1's activation scales per 32 keep the "fp8" path's products
-32 deep either way (V4's per 128 make them 128 deep). Which path wins at prefill with
-(1, 128) weights: benchmarks/bench_moe_blocks.py.
+32 deep either way (V4's per 128 make them 128 deep). Measured on the 8192-token prefill
+(BENCHMARKS.md, session 4): "bf16" 259.1 -> 253.2 ms, "fp8" 303.0 -> 264.0 ms, so "bf16"
+stays the prefill path; benchmarks/bench_moe_blocks.py times one layer by storage and tile.
 """
 
 from __future__ import annotations
