@@ -168,7 +168,7 @@ def test_prefill_then_decode(f32, inc_full, prompt):
     torch.testing.assert_close(got, inc_full, rtol=0, atol=ATOL_SELF)
 
 
-@pytest.mark.parametrize("chunk", [1, 64, 130])  # CI time: 1 and 130 split the blocks 3 did
+@pytest.mark.parametrize("chunk", [1, 64, 130])  # 1 and 130 split ratio-4 and ratio-128 blocks unevenly
 def test_chunked_prefill(f32, inc_full, prompt, chunk):
     """Chunks that split ratio-4 and ratio-128 blocks carry the compressors' partial (and, for
     ratio 4, previous) blocks and the window ring. Chunk size 1 (decoding from position 0)
