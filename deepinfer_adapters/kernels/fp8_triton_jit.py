@@ -60,6 +60,18 @@ def act_quant_kernel(X, Q, S, K, stride_xm, stride_qm, stride_sm,
     quantize_store(x, Q + row * stride_qm, S + row * stride_sm, offs, group, mask, K, BLOCK, DEQUANT_OUT)
 
 
+@triton.jit
+def scaled_activation(a, as_ptr, kb, mask_m, A_SB: tl.constexpr, QUANT_A: tl.constexpr):
+    """An FP8 GEMM step's activation tile and its per-row scales: quantized here (QUANT_A: a is
+    bf16, as act_quant_kernel would) or the E4M3 tile as loaded with its stored scales."""
+    if QUANT_A:
+        q, sa = quantize_rows(a.to(tl.float32))
+    else:
+        q = a
+        sa = tl.load(as_ptr + kb // A_SB, mask=mask_m, other=0.0)
+    return q, sa
+
+
 @triton.jit(do_not_specialize=["M"])  # one compile for every batch size
 def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1,
                     M, N, K, k_per_split,
@@ -118,10 +130,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     ks = kb + tl.arange(0, KSTEP)
                     a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
                     w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
-                    if QUANT_A:
-                        a, sa = quantize_rows(a.to(tl.float32))
-                    else:
-                        sa = tl.load(as_ptr + kb // A_SB, mask=mask_m, other=0.0)
+                    a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
                     part += tl.dot(a, w) * sa[:, None]
                 acc += part * sw[None, :]
             else:
@@ -137,10 +146,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     if W_E8M0:  # E8M0 byte e -> 2^(e - 127) (byte 0 reads as 0, 255 as inf)
                         sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
                     if A_SB > 0:
-                        if QUANT_A:
-                            a, sa = quantize_rows(a.to(tl.float32))
-                        else:
-                            sa = tl.load(as_ptr + kb // A_SB, mask=mask_m, other=0.0)
+                        a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
                         acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
                     elif KSTEP > W_BK:
                         acc = tl.dot(a, (w.to(tl.float32) * sw).to(tl.bfloat16), acc)
