@@ -25,6 +25,7 @@ import sys
 
 import torch
 
+from benchmarks.bench_fp8_gemm import random_e8m0, random_fp8
 from benchmarks.timing import L2_BYTES, ceilings, rel, time_graph
 from deepinfer_adapters.kernels import reference_fp8
 from deepinfer_adapters.kernels import triton_fp8_gemm as tg
@@ -56,9 +57,7 @@ def log(*a):
 
 
 def random_weight(N, K, g):
-    w = (torch.randn(N, K, device="cuda", generator=g) * 0.5).to(torch.float8_e4m3fn)
-    s = torch.randint(118, 124, (N // BLOCK[0], K // BLOCK[1]), device="cuda", generator=g, dtype=torch.uint8)
-    return w, s.view(torch.float8_e8m0fnu)
+    return random_fp8((N, K), g, std=0.5), random_e8m0((N // BLOCK[0], K // BLOCK[1]), g)
 
 
 def run_linear(name, N, K, M, c, g, quick):
