@@ -38,17 +38,26 @@ PER_LAYER = ("wq_a", "wkv", "wq_b", "idx_wq_b", "wo_b", "shared_w1", "shared_w1"
 ROWS = (1, 8, 32)
 
 
-def configs(M: int, quick: bool = False) -> dict[str, tg.GemmConfig | None]:
+GEMV_ROWS = 4  # the FMA GEMV (tg.gemv) is timed up to this many rows
+
+
+def configs(M: int, quick: bool = False) -> dict[str, tuple[str, tg.GemmConfig | tg.GemvConfig | None]]:
+    """name -> (fp8_linear path, config): the GEMM's tiles and split-K, and the FMA GEMV's."""
     bm = 16 if M <= 16 else 32
-    c = {"default": None}
+    c = {"default": ("triton", None)}
+    if M <= GEMV_ROWS:
+        c["gemv"] = ("gemv", None)
+        for n, bk, warps, programs in ((16, 256, 4, 1056), (64, 256, 4, 1056), (32, 512, 8, 1056),
+                                       (32, 256, 4, 528), (32, 256, 4, 2112), (32, 128, 2, 2112)):
+            c[f"gemv_n{n}_k{bk}_w{warps}_p{programs}"] = ("gemv", tg.GemvConfig(n, bk, warps, programs))
     if quick:
         return c
     for n in (16, 32, 64, 128):
         for programs in (0, 132, 264, 528):
-            c[f"n{n}_p{programs}"] = tg.GemmConfig(bm, n, 4, 4, 4, programs=programs)
-    c["n64_sub8_p264"] = tg.GemmConfig(bm, 64, 8, 4, 3)
-    c["n32_w2_p264"] = tg.GemmConfig(bm, 32, 4, 2, 4)
-    c["n64_st6_p264"] = tg.GemmConfig(bm, 64, 4, 4, 6)
+            c[f"n{n}_p{programs}"] = ("triton", tg.GemmConfig(bm, n, 4, 4, 4, programs=programs))
+    c["n64_sub8_p264"] = ("triton", tg.GemmConfig(bm, 64, 8, 4, 3))
+    c["n32_w2_p264"] = ("triton", tg.GemmConfig(bm, 32, 4, 2, 4))
+    c["n64_st6_p264"] = ("triton", tg.GemmConfig(bm, 64, 4, 4, 6))
     return c
 
 
@@ -67,10 +76,10 @@ def run_linear(name, N, K, M, c, g, quick):
     floor = (N * K * (1 + 1 / 1024) + M * K * 2 + M * N * 2) / c["copy_bw"] * 1e6
     ref = reference_fp8.fp8_linear(xs[0], *ws[0], BLOCK, 32)
     row = {"op": name, "M": M, "N": N, "K": K, "floor_us": floor, "us": {}}
-    for cname, cfg in configs(M, quick).items():
+    for cname, (path, cfg) in configs(M, quick).items():
         try:
-            out = tg.fp8_linear(xs[0], *ws[0], BLOCK, 32, config=cfg, path="triton")
-            t = time_graph([lambda x=x, w=w: tg.fp8_linear(x, *w, BLOCK, 32, config=cfg, path="triton")
+            out = tg.fp8_linear(xs[0], *ws[0], BLOCK, 32, config=cfg, path=path)
+            t = time_graph([lambda x=x, w=w, cfg=cfg, path=path: tg.fp8_linear(x, *w, BLOCK, 32, config=cfg, path=path)
                             for x, w in zip(xs, ws)])
             row["us"][cname] = t
             row.setdefault("rel", {})[cname] = rel(out, ref)

@@ -106,7 +106,7 @@ def fill_random(model, cfg, seed=0):
     for name, mod in model.named_modules():
         if isinstance(mod, Linear) and mod.block is not None:
             fp8_fan_in[name + ".weight"] = mod.in_features
-        if hasattr(mod, "w13") and hasattr(mod, "w2"):  # Fp8Experts
+        if isinstance(mod, Fp8Experts):
             fp8_fan_in[name + ".w13"] = mod.w13.shape[-1]
             fp8_fan_in[name + ".w2"] = mod.w2.shape[-1]
     for name, mod in model.named_modules():
@@ -206,7 +206,7 @@ def prefill_floor_flops(model, cfg, S) -> tuple[float, float]:
                 fp8 += flops
             else:
                 bf16 += flops
-        if hasattr(mod, "w13") and hasattr(mod, "w2"):
+        if isinstance(mod, Fp8Experts):
             per_token = 2 * (mod.w13.shape[1] * mod.w13.shape[2] + mod.w2.shape[1] * mod.w2.shape[2])
             fp8 += S * cfg.num_experts_per_tok * per_token
     H, d = cfg.num_attention_heads, cfg.head_dim

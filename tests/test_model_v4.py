@@ -219,8 +219,7 @@ def dense_window_attention(attn, y: torch.Tensor) -> torch.Tensor:
     """Plain causal sliding-window MQA with the sink, from the spec (no ring, no sparse kernel)."""
     pos = torch.arange(y.shape[0])
     freqs = attn.rope(pos)
-    q, _ = attn.project_q(y, freqs, F32)
-    kv = attn.project_kv(y, freqs, F32)
+    q, _, kv = attn.project_q_kv(y, freqs, F32)
     logits = torch.einsum("shd,td->sht", q, kv) * attn.scale
     visible = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - attn.window)
     logits = logits.masked_fill(~visible[:, None, :], float("-inf"))

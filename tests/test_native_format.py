@@ -58,6 +58,45 @@ def test_native_storage(tiny_checkpoint):
     assert ffn.routed.w2.shape == (E, D, I) and ffn.routed.block == (1, 32)
 
 
+def _inside(view: torch.Tensor, base: torch.Tensor) -> bool:
+    start, end = base.data_ptr(), base.data_ptr() + base.numel() * base.element_size()
+    return start <= view.data_ptr() and view.data_ptr() + view.numel() * view.element_size() <= end
+
+
+def test_same_input_linears_share_one_loaded_weight(tiny_checkpoint):
+    """wq_a + wkv, the shared expert's w1 + w3 and a ratio-2 compressor's wkv + wgate are
+    merged at load: the members' weights are views of the merged one, which the checkpoint
+    filled (a member's view equals the checkpoint tensor), and the merged GEMM gives each
+    member's output."""
+    from deepinfer_adapters.model_impl.weights import load_checkpoint
+
+    ckpt = tiny_checkpoint("v41")
+    model = DeepseekV41ForCausalLM.from_pretrained(ckpt, weights="fp8", progress=False)
+    raw = load_checkpoint(ckpt, model.cfg, dequantize=None, progress=False)
+    groups = {"attn.q_kv": ("attn.wq_a", "attn.wkv"), "ffn.shared_experts.w13": ("ffn.shared_experts.w1",
+                                                                                   "ffn.shared_experts.w3")}
+    sources = [i for i, layer in enumerate(model.layers) if layer.attn.compressor is not None
+               and layer.attn.compressor.wgate is not None]
+    assert sources, "the tiny V4.1 has a ratio-2 KV source"
+    for i, layer in enumerate(model.layers):
+        todo = dict(groups)
+        if i in sources:
+            todo["attn.compressor.kv_gate"] = ("attn.compressor.wkv", "attn.compressor.wgate")
+        for merged_name, names in todo.items():
+            merged = layer.get_submodule(merged_name.rsplit(".", 1)[0]).__dict__[merged_name.rsplit(".", 1)[1]]
+            assert merged is not None, (i, merged_name)
+            x = torch.randn(5, merged.linear.in_features, generator=torch.Generator().manual_seed(i))
+            outs = merged(x.to(torch.bfloat16), Numerics.reference())
+            for name, out in zip(names, outs):
+                member = layer.get_submodule(name)
+                assert _inside(member.weight, merged.linear.weight)
+                assert torch.equal(member.weight.view(torch.uint8), raw[f"layers.{i}.{name}.weight"].view(torch.uint8))
+                if member.block is not None:
+                    assert _inside(member.scale, merged.linear.scale)
+                    assert torch.equal(member.scale.view(torch.uint8), raw[f"layers.{i}.{name}.scale"].view(torch.uint8))
+                assert torch.equal(out, member(x.to(torch.bfloat16), Numerics.reference()))
+
+
 def test_unknown_weight_format(tiny_checkpoint):
     with pytest.raises(ValueError, match="weight format"):
         DeepseekV41ForCausalLM.from_pretrained(tiny_checkpoint("v41"), weights="int4", progress=False)

@@ -108,6 +108,10 @@ def topk_lowest_index(*args: Any, **kwargs: Any) -> Any:
     return call("topk_lowest_index", *args, **kwargs)
 
 
+def swiglu(*args: Any, **kwargs: Any) -> Any:
+    return call("swiglu", *args, **kwargs)
+
+
 def fp8_roundtrip(*args: Any, **kwargs: Any) -> Any:
     return call("fp8_roundtrip", *args, **kwargs)
 

@@ -16,7 +16,7 @@ from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
-       "index_scores", "topk_lowest_index")
+       "index_scores", "topk_lowest_index", "swiglu")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -36,6 +36,20 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch
     if out.dtype == out_dtype and out_dtype != torch.float64:  # through fp32 and back: a no-op, two kernels
         return out
     return out.float().to(out_dtype)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float, route_w: torch.Tensor | None = None) -> torch.Tensor:
+    """The experts' clamped SwiGLU (model_spec.md 2.6) in fp32: silu(min(gate, limit)) *
+    clamp(up, -limit, limit) (no clamp when limit <= 0), times the route weight [T, 1] when
+    given (it multiplies before w2), cast to gate's dtype (w2's input)."""
+    g, u = gate.float(), up.float()
+    if limit > 0:
+        u = u.clamp(-limit, limit)
+        g = g.clamp(max=limit)
+    h = torch.nn.functional.silu(wide(g)).float() * u
+    if route_w is not None:
+        h = route_w * h
+    return h.to(gate.dtype)
 
 
 def mean_square(x: torch.Tensor) -> torch.Tensor:

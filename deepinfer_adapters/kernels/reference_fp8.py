@@ -15,10 +15,9 @@ ceil(K/B1)] float32 or E8M0 (``float8_e8m0fnu``), one per ``block`` = (B0, B1) t
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from deepinfer_adapters.kernels.invariance import narrow, wide
-from deepinfer_adapters.kernels.reference import linear
+from deepinfer_adapters.kernels.invariance import narrow
+from deepinfer_adapters.kernels.reference import linear, swiglu
 from deepinfer_adapters.model_impl.quant import (  # noqa: F401  (the round trips are ops here as they are)
     dequant_fp8_blocks,
     fp4_roundtrip_e4m3,
@@ -77,11 +76,6 @@ def _expert(x: torch.Tensor, route_w: torch.Tensor, w13: torch.Tensor, w13_scale
     """layers/moe.py Expert.forward: clamped SwiGLU, the route weight before w2."""
     inter = w2.shape[1]
     scale_rows = inter // block[0]
-    gate = fp8_linear(x, w13[:inter], w13_scale[:scale_rows], block, act_block).float()
-    up = fp8_linear(x, w13[inter:], w13_scale[scale_rows:], block, act_block).float()
-    if limit > 0:
-        up = up.clamp(-limit, limit)
-        gate = gate.clamp(max=limit)
-    h = F.silu(wide(gate)).float() * up
-    h = route_w * h
-    return fp8_linear(h.to(x.dtype), w2, w2_scale, block, act_block)
+    gate = fp8_linear(x, w13[:inter], w13_scale[:scale_rows], block, act_block)
+    up = fp8_linear(x, w13[inter:], w13_scale[scale_rows:], block, act_block)
+    return fp8_linear(swiglu(gate, up, limit, route_w), w2, w2_scale, block, act_block)

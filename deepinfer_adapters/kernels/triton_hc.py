@@ -7,8 +7,8 @@ them here and in the norms); each op below is one kernel (``hc_mix_logits``: two
 when it splits K). Batch invariance (``kernels.invariance``): every op but
 ``hc_mix_logits`` computes each token alone, with tile shapes that do not depend on
 the number of tokens, so its result for a token never depends on the batch: they run
-in batch-invariant mode too. ``hc_mix_logits`` splits K by the token count, so that
-mode keeps its reference (whose fp64 islands make a row independent of its batch).
+in batch-invariant mode too. ``hc_mix_logits`` splits K by the token count, except in
+that mode, where its tiles and K split are fixed by K alone (``mix_config``).
 
 Design.
 - ``hc_mix_logits`` x [T, hc, D], fn [N, hc*D] (N = 24 mixes, or hc for the HC head):
@@ -47,7 +47,7 @@ Numerics against the reference (fp32 everywhere inside, output cast once):
   the reference's own fp32 rounding error (a few ulps of sum |x_k fn_k|); the sum of
   squares likewise. rsqrt is rsqrt.approx, as torch's rsqrtf. Where K is split, the
   split depends on the number of tokens, so a token's logits can differ in the last
-  bits between batch sizes (batch-invariant mode runs the reference instead).
+  bits between batch sizes (not in batch-invariant mode: one split for every T).
 Seen on the H200 (tests/gpu/test_hc_norm_rope_gpu.py): hc_pre / hc_post bit-equal to
 the reference in every case, bf16 and fp32; Sinkhorn pre / post bit-equal, comb within
 2 fp32 ulps; mix_logits no further from the fp64 dot than the reference (bf16 x: at
@@ -270,10 +270,18 @@ class MixConfig:
     num_stages: int
 
 
+INVARIANT_MIX_STEPS = 4  # K blocks per program in batch-invariant mode (K=20480, bf16: 40 programs a token tile)
+
+
 def mix_config(T: int, K: int, bf16: bool, sms: int) -> MixConfig:
     """Token tiles of 16 (the smallest dot) up to 64 tokens, else 64; K is split until there
     are about two programs per SM. bf16 blocks: 16 x 128 (4 warps) or 64 x 64 (8 warps, 3
-    stages), the shapes that stay in registers (ptxas, sm_90a); fp32: 32-wide (FMA dots)."""
+    stages), the shapes that stay in registers (ptxas, sm_90a); fp32: 32-wide (FMA dots).
+    Batch-invariant mode: 16-token tiles and a K split fixed by K alone, for every T."""
+    if invariance.enabled():
+        block_k = 128 if bf16 else 32
+        n_k = -(-K // block_k)
+        return MixConfig(16, block_k, INVARIANT_MIX_STEPS, -(-n_k // INVARIANT_MIX_STEPS), 4, 2)
     if T <= 64:
         block_t, block_k, warps, stages = 16, 128 if bf16 else 32, 4, 2
     else:
@@ -319,7 +327,7 @@ def hc_mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> torch.T
 def supports_mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> bool:
     return (x.is_cuda and fn.is_cuda and x.dim() >= 2 and fn.dim() == 2 and x.dtype in _FLOAT
             and fn.dtype in (torch.float32, torch.float64, torch.bfloat16) and fn.shape[0] <= 64
-            and fn.shape[1] == x.shape[-2] * x.shape[-1] and not invariance.enabled() and triton_available())
+            and fn.shape[1] == x.shape[-2] * x.shape[-1] and triton_available())
 
 
 # -------------------------------------------------------------------- hc_split_sinkhorn ----

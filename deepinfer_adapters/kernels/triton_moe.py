@@ -46,6 +46,8 @@ import torch
 
 from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
+from deepinfer_adapters.kernels.triton_hc import interpreting
+from deepinfer_adapters.kernels.triton_support import triton_available
 
 
 LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)
@@ -58,7 +60,7 @@ def _kernels():
 
     from deepinfer_adapters.kernels import fp8_triton_jit as jit  # imports triton at its top
 
-    return triton, jit.swiglu_quant_kernel, jit.combine_kernel
+    return triton, jit.swiglu_quant_kernel, jit.combine_kernel, jit.swiglu_kernel
 
 
 def route(expert_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch.Tensor, fp8.Groups, torch.Tensor]:
@@ -93,7 +95,7 @@ def swiglu_quant(h13: torch.Tensor, route_w: torch.Tensor, limit: float, block: 
                  dequant_to: torch.dtype | None = None):
     """h13 [R, 2I] bf16 (gate | up), route_w [R] fp32 -> (E4M3 [R, I], fp32 scales [R, I / block]);
     with ``dequant_to`` the round-tripped values in that dtype instead (and None)."""
-    triton, kernel, _ = _kernels()
+    triton, kernel, _, _ = _kernels()
     R, I = h13.shape[0], h13.shape[1] // 2
     q = torch.empty(R, I, device=h13.device, dtype=dequant_to or torch.float8_e4m3fn)
     s = None if dequant_to else torch.empty(R, triton.cdiv(I, block), device=h13.device, dtype=torch.float32)
@@ -128,7 +130,7 @@ def pair_route(expert_ids: torch.Tensor, route_w: torch.Tensor) -> tuple[fp8.Gro
 def combine(out: torch.Tensor, T: int, k: int, rows: torch.Tensor | None = None) -> torch.Tensor:
     """fp32 [T, D]: token t's k rows of ``out`` (``rows[t]``, or rows t k .. t k + k - 1) added
     one by one in fp32, as the reference's expert loop adds them."""
-    triton, _, kernel = _kernels()
+    triton, _, kernel, _ = _kernels()
     D = out.shape[1]
     y = torch.empty(T, D, device=out.device, dtype=torch.float32)
     if T:
@@ -145,7 +147,8 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
                 routing: str | None = None) -> torch.Tensor:
     """See ``reference_fp8.moe_experts``: fp32 [T, D]. ``path``: "fp8" or "bf16" (see the
     module doc; default by the number of token-expert pairs; batch-invariant mode: always
-    "bf16" with its one tile, so a token's result never depends on the others).
+    "bf16", whose row tiles give a row the same bits, so a token's result never depends on the
+    others).
     ``routing``: "pairs" (``pair_route``; the fp8 path's default for one token) or "sorted"
     (``route``)."""
     T, k = expert_ids.shape
@@ -156,7 +159,8 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         routing = "pairs" if path == "fp8" and T == 1 else "sorted"
     kstep = fp8.kstep_for(block, act_block)
     if path == "bf16":
-        cfg = config or fp8.BF16_LARGE_CONFIG
+        cfg = config or (fp8.bf16_invariant_config(max(1, T * k // E)) if invariance.enabled()
+                         else fp8.BF16_LARGE_CONFIG)
     else:
         cfg = config or fp8.default_config(1 if routing == "pairs" else max(1, T * k // E), kstep)
     if routing == "pairs":
@@ -181,6 +185,30 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     return combine(out, T, k, positions)
 
 
+SWIGLU_BLOCK = 1024
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float, route_w: torch.Tensor | None = None) -> torch.Tensor:
+    """See ``reference.swiglu``: one launch instead of ~7 elementwise kernels (the shared
+    expert's, whose w1 and w3 outputs are column views of one merged GEMM's result). Each
+    element is computed alone: batch-invariant."""
+    triton, _, _, kernel = _kernels()
+    T, I = gate.shape
+    out = torch.empty(T, I, device=gate.device, dtype=gate.dtype)
+    rw = route_w.float().contiguous() if route_w is not None else out
+    if T:
+        kernel[(T, triton.cdiv(I, SWIGLU_BLOCK))](
+            gate, up, rw, out, I, gate.stride(0), up.stride(0), out.stride(0), float(limit), BLOCK=SWIGLU_BLOCK,
+            HAS_LIMIT=limit > 0, HAS_RW=route_w is not None, INTERPRET=interpreting(), num_warps=4)
+    return out
+
+
+def supports_swiglu(gate, up, limit, route_w=None) -> bool:
+    return (gate.is_cuda and gate.dim() == 2 and up.shape == gate.shape and gate.dtype == up.dtype
+            and gate.stride(-1) == 1 and up.stride(-1) == 1 and gate.dtype in (torch.bfloat16, torch.float32)
+            and (route_w is None or route_w.numel() == gate.shape[0]) and triton_available())
+
+
 def supports(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit, **_) -> bool:
     inter = w2.shape[-1]
     return (act_block > 0 and w13.dim() == 3 and inter % act_block == 0 and inter % block[0] == 0
@@ -188,3 +216,4 @@ def supports(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_bl
 
 
 register("moe_experts", "triton", moe_experts, supports=supports, priority=10)
+register("swiglu", "triton", swiglu, supports=supports_swiglu, priority=10)

@@ -14,7 +14,9 @@ dequantized. ``weights="fp8"`` keeps what the kernels can read directly:
   tensors' shapes (``build(..., expert_blocks=...)``). V4-Flash-Base FP8 experts stay as stored;
 - bf16 tensors (embeddings, head, gate, compressor, ...) bf16; the Engram table bf16
   (E4M3 x E8M0 is exact in bf16);
-- everything else (norms, hyper-connections, sinks) as in the dense model.
+- everything else (norms, hyper-connections, sinks) as in the dense model;
+- linears that read the same input (wq_a + wkv, a shared expert's w1 + w3, a compressor's
+  wkv + wgate) share one weight, run as one GEMM (layers/linear.py ``merge_same_input``).
 
 With the torch reference ops (kernels/reference_fp8.py) a native model computes
 exactly what the dense one does (tests/test_native_format.py). The model is built on
@@ -35,7 +37,7 @@ from torch import nn
 from deepinfer_adapters.config import ModelConfig
 from deepinfer_adapters.model_impl.checkpoint_spec import BF16, F32, FP4_GROUP, TensorSpec, expected_tensors
 from deepinfer_adapters.model_impl.layers.engram import EngramEmbed
-from deepinfer_adapters.model_impl.layers.linear import Linear
+from deepinfer_adapters.model_impl.layers.linear import Linear, merge_same_input
 from deepinfer_adapters.model_impl.layers.moe import Gate, MoE
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.quant import dequant_fp8_blocks, fp4_to_fp8_blocks, unpack_fp4
@@ -83,7 +85,9 @@ def build(cls: type, cfg: ModelConfig, numerics: Numerics, *, device: str | torc
     with torch.device("meta"):
         model = cls(cfg, numerics, **kwargs)
     to_native_storage(model, cfg, expert_blocks)
-    return model.to_empty(device=device)
+    model = model.to_empty(device=device)
+    merge_same_input(model)  # after allocation: the members' parameters become views of one weight
+    return model
 
 
 def to_native_storage(model: nn.Module, cfg: ModelConfig, expert_blocks: int | Mapping[str, int] = FP4_GROUP) -> None:

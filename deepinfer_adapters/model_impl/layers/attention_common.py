@@ -22,7 +22,7 @@ from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels.invariance import narrow
 from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
-from deepinfer_adapters.model_impl.layers.linear import Linear
+from deepinfer_adapters.model_impl.layers.linear import Linear, MergedLinear, same_input
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.layers.rope import RotaryTable
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -55,6 +55,8 @@ def gathered_index(valid: torch.Tensor) -> torch.Tensor:
 
 
 class AttentionBase(nn.Module):
+    SAME_INPUT = {"q_kv": ("wq_a", "wkv")}  # merged at load (layers/linear.py)
+
     def __init__(self, cfg: ModelConfig, layer: LayerSpec, key: str) -> None:
         super().__init__()
         self.cfg, self.layer, self.key = cfg, layer, key
@@ -67,6 +69,7 @@ class AttentionBase(nn.Module):
         self.q_norm = RMSNorm(cfg.q_lora_rank, cfg.rms_norm_eps)
         self.wq_b = Linear(cfg.q_lora_rank, H * d, quantized=True, act_block=block)
         self.wkv = Linear(D, d, quantized=True, act_block=block)
+        self.q_kv: MergedLinear | None = None
         self.kv_norm = RMSNorm(d, cfg.rms_norm_eps)
         # FP8 in the checkpoint, but the reference dequantizes it and runs a bf16 einsum
         self.wo_a = Linear(H * d // self.groups, self.groups * self.o_rank, quantized=False)
@@ -91,13 +94,25 @@ class AttentionBase(nn.Module):
     def quantize_window_kv(self, kv: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         raise NotImplementedError
 
-    def project_q(self, x: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
-        qr = self.q_norm(self.wq_a(x, numerics))
+    def project_kv(self, x: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        return self.window_kv(self.wkv(x, numerics), freqs, numerics)
+
+    def project_q_kv(self, x: torch.Tensor, freqs: torch.Tensor,
+                     numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries and window KV of one input: (q [T, H, d], qr, kv), as ``queries`` and
+        ``project_kv`` give them (wq_a and wkv as one GEMM where they were merged)."""
+        q_low, kv = same_input(x, numerics, self.q_kv, self.wq_a, self.wkv)
+        return *self.queries(q_low, freqs, numerics), self.window_kv(kv, freqs, numerics)
+
+    def queries(self, q_low: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+        """wq_a's output -> (RoPE'd queries [T, H, d], the normed low-rank query qr)."""
+        qr = self.q_norm(q_low)
         q = self.normalize_q(self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim)))
         return kernels.apply_rope(q, freqs), qr
 
-    def project_kv(self, x: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
-        kv = kernels.apply_rope(self.kv_norm(self.wkv(x, numerics)), freqs)
+    def window_kv(self, kv: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        """wkv's output -> the window KV as the cache holds it."""
+        kv = kernels.apply_rope(self.kv_norm(kv), freqs)
         return self.quantize_window_kv(kv, numerics) if numerics.kv_quant else kv
 
     def output(self, o: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:

@@ -58,8 +58,7 @@ class AttentionV4(AttentionBase):
     def forward(self, x: torch.Tensor, batch: ForwardBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         """x [T, D] (attn_norm output of every new token) -> [T, D]."""
         freqs = self.rope.lookup(batch.positions, max(batch.end_pos(i) for i in range(batch.num_seqs)))
-        q, qr = self.project_q(x, freqs, numerics)
-        kv = self.project_kv(x, freqs, numerics)
+        q, qr, kv = self.project_q_kv(x, freqs, numerics)
         iq = self.indexer.query(qr, freqs, numerics) if self.indexer is not None else None
         outs = []
         for i in range(batch.num_seqs):
@@ -72,8 +71,8 @@ class AttentionV4(AttentionBase):
         """``forward`` for one new token per sequence, batched on the device (model.decode):
         the window (W keys, oldest first), then the compressed rows it picks."""
         freqs = self.decode_freqs(batch)
-        q, qr = self.project_q(x, freqs, numerics)
-        keys, window = self.decode_window(state, batch, self.project_kv(x, freqs, numerics))
+        q, qr, kv = self.project_q_kv(x, freqs, numerics)
+        keys, window = self.decode_window(state, batch, kv)
         index = window.attend_index
         if self.compressor is not None:
             entries, complete = self.compressor.decode(x, numerics, state, batch)

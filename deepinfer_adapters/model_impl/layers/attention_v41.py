@@ -53,8 +53,7 @@ class AttentionV41(AttentionBase):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         freqs = self.rope.lookup(batch.positions, max(batch.end_pos(i) for i in range(batch.num_seqs)))
-        q, qr = self.project_q(x, freqs, numerics)
-        kv = self.project_kv(x, freqs, numerics)
+        q, qr, kv = self.project_q_kv(x, freqs, numerics)
         out = torch.empty_like(q)
         for i in range(batch.num_seqs):
             rows = batch.rows(i)
@@ -69,8 +68,8 @@ class AttentionV41(AttentionBase):
     def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         """``forward`` for one new token per sequence, batched on the device (model.decode)."""
         freqs = self.decode_freqs(batch)
-        q, qr = self.project_q(x, freqs, numerics)
-        keys, window = self.decode_window(state, batch, self.project_kv(x, freqs, numerics))
+        q, qr, kv = self.project_q_kv(x, freqs, numerics)
+        keys, window = self.decode_window(state, batch, kv)
         index = window.attend_index
         if self.ratio:
             if self.is_source:

@@ -27,7 +27,7 @@ from deepinfer_adapters import kernels
 from deepinfer_adapters.config import ModelConfig
 from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.model_impl.batch import DecodeBatch
-from deepinfer_adapters.model_impl.layers.linear import Linear
+from deepinfer_adapters.model_impl.layers.linear import Linear, MergedLinear, same_input
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.layers.rope import RotaryTable
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -73,6 +73,8 @@ def hadamard(x: torch.Tensor) -> torch.Tensor:
 
 
 class CompressorV4(nn.Module):
+    SAME_INPUT = {"kv_gate": ("wkv", "wgate")}  # merged at load (layers/linear.py)
+
     def __init__(self, cfg: ModelConfig, ratio: int, width: int, key: str, name: str, *, rotate: bool) -> None:
         super().__init__()
         self.ratio, self.width, self.key, self.name, self.rotate = ratio, width, key, name, rotate
@@ -81,6 +83,7 @@ class CompressorV4(nn.Module):
         self.ape = nn.Parameter(torch.empty(ratio, c * width), requires_grad=False)
         self.wkv = Linear(cfg.hidden_size, c * width, quantized=False)
         self.wgate = Linear(cfg.hidden_size, c * width, quantized=False)
+        self.kv_gate: MergedLinear | None = None
         self.norm = RMSNorm(width, cfg.rms_norm_eps)
         self.rope_dim = cfg.qk_rope_head_dim
         self.rope = RotaryTable(cfg, compressed=True)
@@ -97,8 +100,8 @@ class CompressorV4(nn.Module):
         r, n, w = self.ratio, x.shape[0], self.width
         pos = torch.arange(start, start + n, device=x.device)
         xf = x.float()  # the reference pools in fp32
-        kv = self.wkv(xf, numerics)
-        score = self.wgate(xf, numerics) + self.ape[pos % r]
+        kv, score = same_input(xf, numerics, self.kv_gate, self.wkv, self.wgate)
+        score = score + self.ape[pos % r]
         kv_state = state.fixed(self.key, f"{self.name}_kv")[slot]
         score_state = state.fixed(self.key, f"{self.name}_score")[slot]
         off = r if self.overlap else 0
@@ -136,8 +139,8 @@ class CompressorV4(nn.Module):
         off = r if self.overlap else 0
         at, complete = pos % r, pos % r == r - 1
         xf = x.float()
-        kv = self.wkv(xf, numerics)
-        score = self.wgate(xf, numerics) + self.ape[at]
+        kv, score = same_input(xf, numerics, self.kv_gate, self.wkv, self.wgate)
+        score = score + self.ape[at]
         kv_state = state.fixed(self.key, f"{self.name}_kv")
         score_state = state.fixed(self.key, f"{self.name}_score")
         each = slots.unsqueeze(1)

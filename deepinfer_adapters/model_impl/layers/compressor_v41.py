@@ -13,7 +13,7 @@ from torch import nn
 
 from deepinfer_adapters.config import ModelConfig
 from deepinfer_adapters.kernels.invariance import wide
-from deepinfer_adapters.model_impl.layers.linear import Linear
+from deepinfer_adapters.model_impl.layers.linear import Linear, MergedLinear, same_input
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.batch import DecodeBatch
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -21,11 +21,14 @@ from deepinfer_adapters.model_impl.state import StateCache, StateField
 
 
 class CompressorV41(nn.Module):
+    SAME_INPUT = {"kv_gate": ("wkv", "wgate")}  # merged at load (layers/linear.py)
+
     def __init__(self, cfg: ModelConfig, ratio: int, key: str) -> None:
         super().__init__()
         self.ratio, self.key, d = ratio, key, cfg.head_dim
         self.wkv = Linear(cfg.hidden_size, d, quantized=False)
         self.wgate = Linear(cfg.hidden_size, d, quantized=False) if ratio > 1 else None
+        self.kv_gate: MergedLinear | None = None
         self.norm = RMSNorm(d, cfg.rms_norm_eps)
 
     def state_fields(self, rewind: int = 0) -> list[StateField]:
@@ -44,7 +47,7 @@ class CompressorV41(nn.Module):
         if r == 1:
             return self.norm(self.wkv(x, numerics))
         xf = x.float()
-        kv, score = self.wkv(xf, numerics), self.wgate(xf, numerics)
+        kv, score = same_input(xf, numerics, self.kv_gate, self.wkv, self.wgate)
         kv_state, score_state = state.fixed(self.key, "comp_kv")[slot], state.fixed(self.key, "comp_score")[slot]
         size = kv_state.shape[0]
         first = start - start % r  # first position of the group in progress
@@ -77,8 +80,9 @@ class CompressorV41(nn.Module):
         kv_state, score_state = state.fixed(self.key, "comp_kv"), state.fixed(self.key, "comp_score")
         size = kv_state.shape[1]
         at = pos % size
-        kv_state[batch.slots, at] = self.wkv(xf, numerics)
-        score_state[batch.slots, at] = self.wgate(xf, numerics)
+        kv, score = same_input(xf, numerics, self.kv_gate, self.wkv, self.wgate)
+        kv_state[batch.slots, at] = kv
+        score_state[batch.slots, at] = score
         group = ((pos - pos % r).unsqueeze(1) + torch.arange(r, device=x.device)) % size
         kv, score = kv_state[batch.slots.unsqueeze(1), group], score_state[batch.slots.unsqueeze(1), group]
         pooled = (kv * wide(score).softmax(dim=1).float()).sum(dim=1)

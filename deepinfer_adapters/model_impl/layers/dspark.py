@@ -49,8 +49,7 @@ class DSparkAttention(AttentionBase):
     def forward(self, x: torch.Tensor, batch: ForwardBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         """x: the draft blocks; sequence i's block sits at positions start_pos[i].. (= p + 1..)."""
         freqs = self.rope(batch.positions)
-        q, _ = self.project_q(x, freqs, numerics)
-        kv = self.project_kv(x, freqs, numerics)
+        q, _, kv = self.project_q_kv(x, freqs, numerics)
         out = torch.empty_like(q)
         W = self.window
         for i in range(batch.num_seqs):

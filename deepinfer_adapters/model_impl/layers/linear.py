@@ -12,6 +12,15 @@ Two storages, chosen when the model is built (model_impl/native_format.py):
 - native: an FP8 checkpoint weight stays E4M3 with its block scales (``block`` set)
   and goes through ``kernels.fp8_linear``; a bf16 one stays bf16. With the torch
   reference ops both give the dense path's results bit for bit.
+
+Linears that read the same input (wq_a and wkv, a shared expert's w1 and w3, a
+compressor's wkv and wgate) are merged when a native model is built
+(``merge_same_input``): one weight holds their rows, each member's parameters become
+views of it, and one GEMM computes every output. A decode step at batch 1 is
+launch-bound (docs/notes/gpu_fast_path.md), so this saves a GEMM launch (and its
+activation quantization and split-K sum) per group and layer. Each output column is
+the same dot product as before; only a fast backend's tiling, chosen by the merged
+width, may change its summation order.
 """
 
 from __future__ import annotations
@@ -54,6 +63,70 @@ class Linear(nn.Module):
     def store_dtype(self, dtype: torch.dtype) -> None:
         """Hold a (bf16) checkpoint weight in its own dtype."""
         self.weight = _frozen(torch.empty_like(self.weight, dtype=dtype))
+
+
+class MergedLinear:
+    """Linears with one input and one storage kind, run as one GEMM: calling it gives each
+    member's output (column views of one [.., sum of widths] result).
+
+    Built after the members' storage is allocated (before weights are loaded: loading
+    copies into the members' views). Not a module: the members keep their parameters
+    and names; ``Module.to`` would copy the views apart, so a merged model stays where
+    it was built."""
+
+    def __init__(self, members: list[Linear]) -> None:
+        first = members[0]
+        self.widths = [m.out_features for m in members]
+        self.linear = Linear(first.in_features, sum(self.widths), quantized=first.quantized,
+                             act_block=first.act_block)
+        self.linear.weight = _frozen(torch.cat([m.weight for m in members]))
+        if first.block is not None:
+            self.linear.block = first.block
+            self.linear.scale = _frozen(torch.cat([m.scale for m in members]))
+        row = scale_row = 0
+        for m, width in zip(members, self.widths):
+            m.weight = _frozen(self.linear.weight[row:row + width])
+            row += width
+            if first.block is not None:
+                rows = width // first.block[0]
+                m.scale = _frozen(self.linear.scale[scale_row:scale_row + rows])
+                scale_row += rows
+
+    @staticmethod
+    def can_merge(members: list["Linear | None"]) -> bool:
+        """Same input width, storage and activation rule; FP8 widths whole scale tiles."""
+        if len(members) < 2 or any(m is None for m in members):
+            return False
+        first = members[0]
+        same = all((m.in_features, m.quantized, m.act_block, m.block, m.weight.dtype, m.weight.device)
+                   == (first.in_features, first.quantized, first.act_block, first.block, first.weight.dtype,
+                       first.weight.device) for m in members)
+        whole_tiles = first.block is None or all(m.out_features % first.block[0] == 0 for m in members)
+        return same and whole_tiles and first.weight.device.type != "meta"
+
+    def __call__(self, x: torch.Tensor, numerics: Numerics) -> tuple[torch.Tensor, ...]:
+        return self.linear(x, numerics).split(self.widths, dim=-1)
+
+
+def same_input(x: torch.Tensor, numerics: Numerics, merged: MergedLinear | None,
+               *members: Linear) -> tuple[torch.Tensor, ...]:
+    """Every member's output on x: one GEMM when they were merged, else one each."""
+    if merged is not None:
+        return merged(x, numerics)
+    return tuple(m(x, numerics) for m in members)
+
+
+def merge_same_input(model: nn.Module) -> int:
+    """Merge each module's same-input linears (``SAME_INPUT``: merged attribute -> member
+    names) where ``MergedLinear.can_merge``; returns how many groups were merged."""
+    merged = 0
+    for module in model.modules():
+        for attr, names in getattr(module, "SAME_INPUT", {}).items():
+            members = [getattr(module, n, None) for n in names]
+            if MergedLinear.can_merge(members):
+                setattr(module, attr, MergedLinear(members))
+                merged += 1
+    return merged
 
 
 def _frozen(t: torch.Tensor) -> nn.Parameter:

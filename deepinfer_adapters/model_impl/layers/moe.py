@@ -15,7 +15,7 @@ from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.config import LayerSpec, ModelConfig, Routing
 from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
-from deepinfer_adapters.model_impl.layers.linear import Linear
+from deepinfer_adapters.model_impl.layers.linear import Linear, MergedLinear, same_input
 from deepinfer_adapters.model_impl.numerics import Numerics
 
 
@@ -57,24 +57,20 @@ class Gate(nn.Module):
 
 
 class Expert(nn.Module):
+    SAME_INPUT = {"w13": ("w1", "w3")}  # merged at load (layers/linear.py)
+
     def __init__(self, dim: int, inter: int, limit: float, act_block: int) -> None:
         super().__init__()
         self.w1 = Linear(dim, inter, quantized=True, act_block=act_block)
         self.w2 = Linear(inter, dim, quantized=True, act_block=act_block)
         self.w3 = Linear(dim, inter, quantized=True, act_block=act_block)
+        self.w13: MergedLinear | None = None
         self.limit = limit
         self.act_block = act_block
 
     def forward(self, x: torch.Tensor, numerics: Numerics, route_w: torch.Tensor | None = None) -> torch.Tensor:
-        gate = self.w1(x, numerics).float()
-        up = self.w3(x, numerics).float()
-        if self.limit > 0:
-            up = up.clamp(-self.limit, self.limit)
-            gate = gate.clamp(max=self.limit)
-        h = F.silu(wide(gate)).float() * up
-        if route_w is not None:  # the route weight multiplies before w2
-            h = route_w * h
-        return self.w2(h.to(x.dtype), numerics)
+        gate, up = same_input(x, numerics, self.w13, self.w1, self.w3)
+        return self.w2(kernels.swiglu(gate, up, self.limit, route_w), numerics)
 
 
 class MoE(nn.Module):

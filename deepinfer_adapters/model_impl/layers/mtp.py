@@ -65,8 +65,7 @@ class DSparkAttentionV4(AttentionV4):
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         freqs = self.rope(batch.positions)
-        q, _ = self.project_q(x, freqs, numerics)
-        kv = self.project_kv(x, freqs, numerics)
+        q, _, kv = self.project_q_kv(x, freqs, numerics)
         outs = []
         for i in range(batch.num_seqs):
             rows, start = batch.rows(i), batch.start_pos[i]  # start = first draft position = p + 1
