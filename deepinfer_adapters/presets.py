@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from deepinfer_adapters.config import ARCH_V4, ARCH_V4_0731, ARCH_V41, ARCHES
+from deepinfer_adapters.config import ARCH_V4, ARCH_V4_0731, ARCH_V41, ARCHES, parse_config
 from deepinfer_adapters.errors import ConfigError
 from deepinfer_adapters.primes import next_prime
 
@@ -186,10 +186,22 @@ _TINY_V41 = {"q_lora_rank": 96, "o_lora_rank": 32, "moe_intermediate_size": 64}
 _TINY_V4 = {"q_lora_rank": 128, "o_lora_rank": 64, "moe_intermediate_size": 128}
 
 
-def tiny_config(arch: str) -> dict[str, Any]:
-    """A release-format config with small widths and every layer role present."""
+def tiny_config(arch: str, **overrides: Any) -> dict[str, Any]:
+    """A release-format config with small widths and every layer role present.
+
+    ``overrides`` replace fields of the tiny preset after its own choices: the text config's
+    for V4.1, the root's for V4 (e.g. ``num_attention_heads=64, head_dim=512`` for the
+    release's attention geometry; a shorter layer layout as its consistent set of lists).
+    Only existing fields can be overridden. V4.1's ``engram_num_embeddings`` is derived from
+    the (overridden) Engram fields unless it is overridden itself. The result is parsed, so
+    an inconsistent set fails here with the parser's ConfigError.
+    """
     _check_arch(arch)
     cfg = release_config(arch)
+    fields = cfg["text_config"] if arch == ARCH_V41 else cfg
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ConfigError(f"tiny_config({arch!r}) has no field(s) {unknown} to override", unknown[0])
     if arch == ARCH_V41:
         text = cfg["text_config"]
         text.update(_TINY_WIDTHS, **_TINY_V41)
@@ -212,12 +224,14 @@ def tiny_config(arch: str) -> dict[str, Any]:
             dspark_n_routed_experts=4,
             dspark_num_experts_per_tok=2,
         )
-        text["engram_num_embeddings"] = engram_table_rows(
-            len(text["engram_layer_ids"]), text["engram_vocab_size"],
-            (text["engram_max_ngram_size"] - 1) * text["engram_n_heads"])
+        text.update(copy.deepcopy(overrides))
+        if "engram_num_embeddings" not in overrides:
+            text["engram_num_embeddings"] = engram_table_rows(
+                len(text["engram_layer_ids"]), text["engram_vocab_size"],
+                (text["engram_max_ngram_size"] - 1) * text["engram_n_heads"])
         cfg["vision_config"].update(num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
                                     intermediate_size=64)
-        return cfg
+        return _parsed(cfg, overrides)
     cfg.update(_TINY_WIDTHS, **_TINY_V4)
     # 0,1 window | 2,4 CSA (ratio 4) | 3,5 HCA (ratio 128) | hash MoE on 0-2.
     ratios = [0, 0, 4, 128, 4, 128]
@@ -226,6 +240,14 @@ def tiny_config(arch: str) -> dict[str, Any]:
         cfg["compress_ratios"] = ratios + [0]
     else:
         cfg.update(compress_ratios=ratios + [0, 0, 0], dspark_target_layer_ids=[3, 4, 5], dspark_markov_rank=16)
+    cfg.update(copy.deepcopy(overrides))
+    return _parsed(cfg, overrides)
+
+
+def _parsed(cfg: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``cfg``, after checking that it parses when ``overrides`` changed the preset."""
+    if overrides:
+        parse_config(cfg)
     return cfg
 
 

@@ -78,6 +78,17 @@ def test_few_shard_variant_has_a_complete_index(tiny_checkpoint):
         t.numel() * t.element_size() for f in shards for t in load_file(f).values())
 
 
+def test_fixture_overrides_write_their_own_checkpoint(tiny_checkpoint):
+    """``tiny_checkpoint(arch, **overrides)``: a checkpoint of the overridden preset, cached
+    under its overrides and apart from the plain one."""
+    path = tiny_checkpoint("v4", vocab_size=512)
+    assert tiny_checkpoint("v4", vocab_size=512) == path != tiny_checkpoint("v4")
+    cfg = load_config(path)
+    assert cfg == parse_config(tiny_config("v4", vocab_size=512)) and cfg.vocab_size == 512
+    validate_checkpoint(path, cfg)
+    assert tuple(load_checkpoint(path, cfg, dequantize=None, progress=False)["embed.weight"].shape) == (512, 128)
+
+
 def test_seed_determines_the_weights(tmp_path):
     cfg = parse_config(tiny_config("v4"))
     a, b, c = random_tensors(cfg, seed=1), random_tensors(cfg, seed=1), random_tensors(cfg, seed=2)

@@ -106,6 +106,31 @@ def test_tiny_presets_have_every_role(arch):
         assert cfg.draft.kind == ("mtp" if arch == "v4" else "dspark")
 
 
+def test_tiny_config_overrides():
+    """Overrides change the named fields only (V4.1: in the text config), keep the preset's
+    other widths, re-derive the Engram table rows, and must name existing, consistent fields."""
+    base = parse_config(tiny_config("v41"))
+    wide = parse_config(tiny_config("v41", num_attention_heads=64, head_dim=512))
+    assert (wide.num_attention_heads, wide.head_dim) == (64, 512)
+    assert (wide.hidden_size, wide.qk_rope_head_dim, wide.layers, wide.engram) == (
+        base.hidden_size, base.qk_rope_head_dim, base.layers, base.engram)
+    assert tiny_config("v41")["text_config"]["head_dim"] == 64  # the preset itself is untouched
+    short = tiny_config("v41", num_hidden_layers=6, compress_ratios=[0, 2, 2, 1, 1, 1, 0, 0, 0],
+                        kv_source_layer_ids=[1, 3], index_source_layer_ids=[1, 3, 4], candidate_source_layer_id=3,
+                        engram_layer_ids=[4], dspark_target_layer_ids=[3, 4, 5])
+    cfg = parse_config(short)
+    assert [l.attn for l in cfg.main_layers] == [AttnRole.WINDOW, AttnRole.KV_INDEX_SOURCE, AttnRole.REUSE,
+                                                 AttnRole.CANDIDATE_SOURCE, AttnRole.REINDEX, AttnRole.REUSE]
+    assert cfg.engram.layer_ids == (4,) and cfg.engram.num_embeddings == (base.engram.num_embeddings[0],)
+    assert cfg.to_release_dict() == short
+    assert parse_config(tiny_config("v4", vocab_size=512)).vocab_size == 512  # V4: root fields
+    with pytest.raises(ConfigError, match="head_dims") as err:
+        tiny_config("v41", head_dims=512)
+    assert err.value.field == "head_dims"
+    with pytest.raises(ConfigError, match="compress_ratios"):  # 6 layers but the preset's 13 ratios
+        tiny_config("v41", num_hidden_layers=6)
+
+
 def test_engram_rows_follow_the_prime_rule():
     # The release's engram_num_embeddings, reproduced from its vocab size and 3 x 8 columns.
     assert engram_table_rows(2, 16_000_000, 24) == [384006168, 384016682]
