@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
-#   bash benchmarks/gpu_session.sh [tests] [kernels] [model] [engine]   (default: tests kernels model)
+#   bash benchmarks/gpu_session.sh [tests] [kernels] [attn] [model] [engine]   (default: tests kernels model)
 # Results land in $OUT (the device tool brings them back). Summaries are printed last.
 set -u
 OUT=${OUT:-/tmp/out}
@@ -19,9 +19,11 @@ if has tests; then  # GPU parity and invariance tests (all of tests/gpu: ~2.5 mi
   grep -hE "REPORT (flashmla|index_scores|model|moe128|moe pairs|quantize_a|linear invariant)|FAILED|Error" \
     "$OUT/gpu_tests.log" | head -40
 fi
-if has kernels; then  # decode GEMVs, sparse attention with FlashMLA (~3 min)
-  timeout 200 python benchmarks/bench_decode_gemv.py --quick --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/decode_gemv.log"; grep "^wo_a" "$OUT/decode_gemv.log"
+if has kernels; then  # decode GEMVs: the GEMM path and the FMA GEMV's configs at 1-4 rows (~2.5 min)
+  timeout 200 python benchmarks/bench_decode_gemv.py --quick --rows 1 2 4 8 --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/decode_gemv.log"; grep -E "^(wq_b|wo_b|wkv|shared_w13) " "$OUT/decode_gemv.log"
+fi
+if has attn; then  # sparse attention: our Triton kernel and FlashMLA (~2 min)
   timeout 150 python benchmarks/bench_sparse_attn.py --out "$OUT" --configs h64_w8 > "$OUT/sparse_attn.log" 2>&1
   grep -E "^\| (decode|prefill)|^flashmla" "$OUT/sparse_attn.log"
 fi
@@ -34,6 +36,9 @@ if has model; then  # reduced V4.1-Flash at real widths: decode (graphs), prefil
   grep -A12 "^profile " "$OUT/real_width.log"
 fi
 if has engine; then  # the engine's default numerics (batch-invariant) at decode (~1 min)
-  timeout 120 $RW --batches 1 8 --prefill 0 --batch-invariant > "$OUT/real_width_invariant.log" 2>&1
+  mkdir -p "$OUT/invariant"
+  timeout 120 ${RW/--out $OUT/--out $OUT/invariant} --batches 1 8 --prefill 0 --batch-invariant --profile \
+    > "$OUT/real_width_invariant.log" 2>&1
   echo "batch-invariant:"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_invariant.log" | grep decode
+  sed -n '/Self CUDA time total/,$p' "$OUT/invariant/profile_decode_b1.txt" | head -30
 fi
