@@ -38,18 +38,10 @@ PER_LAYER = ("wq_a", "wkv", "wq_b", "idx_wq_b", "wo_b", "shared_w1", "shared_w1"
 ROWS = (1, 8, 32)
 
 
-GEMV_ROWS = 4  # the FMA GEMV (tg.gemv) is timed up to this many rows
-
-
-def configs(M: int, quick: bool = False) -> dict[str, tuple[str, tg.GemmConfig | tg.GemvConfig | None]]:
-    """name -> (fp8_linear path, config): the GEMM's tiles and split-K, and the FMA GEMV's."""
+def configs(M: int, quick: bool = False) -> dict[str, tuple[str, tg.GemmConfig | None]]:
+    """name -> (fp8_linear path, config): the GEMM's tiles and split-K."""
     bm = 16 if M <= 16 else 32
     c = {"default": ("triton", None)}
-    if M <= GEMV_ROWS:
-        c["gemv"] = ("gemv", None)
-        for n, bk, warps, programs in ((16, 256, 4, 1056), (64, 256, 4, 1056), (32, 512, 8, 1056),
-                                       (32, 256, 4, 528), (32, 256, 4, 2112), (32, 128, 2, 2112)):
-            c[f"gemv_n{n}_k{bk}_w{warps}_p{programs}"] = ("gemv", tg.GemvConfig(n, bk, warps, programs))
     if quick:
         return c
     for n in (16, 32, 64, 128):

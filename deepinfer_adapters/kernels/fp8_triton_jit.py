@@ -163,46 +163,6 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
 
 
 @triton.jit
-def fp8_gemv_kernel(A, W, W_SCALE, OUT, M, N, K, k_per_split, stride_am, stride_wn, stride_wsn, stride_om, stride_os,
-                    M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr,
-                    W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr):
-    """OUT[m, n] = sum_k A[m, k] W[n, k] for the M <= M_PAD rows of a decode step, with FMAs
-    instead of tensor cores (a 1-row product fills 1/16 of an MMA tile): program (n tile,
-    K split) streams its [BLOCK_N, BK] weight tiles once. A is bf16, quantized per ACT
-    values here (``quantize_rows``: the codes and scales of act_quant_kernel); W is E4M3
-    with one scale per W_BN x W_BK block (W_BK a multiple of ACT). Each ACT group's code
-    products are summed, then scaled by the activation and weight scales, as the GEMM does."""
-    G: tl.constexpr = BK // ACT
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    rows = tl.arange(0, M_PAD)
-    mask_m = rows < M
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = cols < N
-    a_ptr = A + rows.to(tl.int64)[:, None] * stride_am
-    w_ptr = W + cols.to(tl.int64)[:, None] * stride_wn
-    ws_ptr = W_SCALE + (cols // W_BN).to(tl.int64)[:, None] * stride_wsn
-    acc = tl.zeros([M_PAD, BLOCK_N], tl.float32)
-    k_lo = pid_k * k_per_split
-    k_hi = tl.minimum(K, k_lo + k_per_split)
-    for k0 in range(k_lo, k_hi, BK):
-        ks = k0 + tl.arange(0, BK)
-        w = tl.load(w_ptr + ks[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
-        a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0).to(tl.float32)
-        q, sa = quantize_rows(tl.reshape(a, (M_PAD * G, ACT)))
-        prod = tl.reshape(q.to(tl.float32), (M_PAD, 1, G, ACT)) * tl.reshape(w, (1, BLOCK_N, G, ACT))
-        part = tl.sum(prod, axis=3)  # [M_PAD, BLOCK_N, G]: each group's code products
-        groups = (k0 + tl.arange(0, G) * ACT) // W_BK
-        sw = tl.load(ws_ptr + groups[None, :], mask=mask_n[:, None], other=0)
-        if W_E8M0:
-            sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
-        scaled = part * tl.reshape(sa, (M_PAD, 1, G)) * sw[None, :, :]
-        acc += tl.sum(scaled, axis=2)
-    out_ptr = OUT + pid_k * stride_os + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
-    tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
-
-
-@triton.jit
 def swiglu_quant_kernel(H, RW, Q, S, I, stride_h, stride_q, stride_s, limit,
                         BLOCK: tl.constexpr, GROUPS: tl.constexpr, HAS_LIMIT: tl.constexpr,
                         DEQUANT_OUT: tl.constexpr):

@@ -126,7 +126,7 @@ def _kernels():
 
     from deepinfer_adapters.kernels import fp8_triton_jit as jit  # imports triton at its top
 
-    return triton, jit.act_quant_kernel, jit.fp8_gemm_kernel, jit.split_sum_kernel, jit.fp8_gemv_kernel
+    return triton, jit.act_quant_kernel, jit.fp8_gemm_kernel, jit.split_sum_kernel
 
 
 # ------------------------------------------------------------------------ wrappers ----
@@ -135,7 +135,7 @@ def _kernels():
 def act_quant(x: torch.Tensor, block: int, *, dequant_to: torch.dtype | None = None):
     """x [M, K] -> (E4M3 [M, K], fp32 scales [M, K / block]); with ``dequant_to`` the
     round-tripped values in that dtype instead (and None)."""
-    triton, kernel, _, _, _ = _kernels()
+    triton, kernel, _, _ = _kernels()
     M, K = x.shape
     x = x if x.stride(-1) == 1 else x.contiguous()
     q = torch.empty(M, K, device=x.device, dtype=dequant_to or torch.float8_e4m3fn)
@@ -179,7 +179,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     (default: that block). ``quantize_a``: ``a`` is bf16 and quantized per ``act_block`` (the
     same codes and scales as ``act_quant``; ``act_block`` must be the K step), inside the GEMM
     when its K loop is short (``QUANT_IN_GEMM_STEPS``), else by ``act_quant`` first."""
-    triton, _, kernel, split_sum, _ = _kernels()
+    triton, _, kernel, split_sum = _kernels()
     N, K = weight.shape[-2:]
     M = a.shape[0] if rows is None else rows
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
@@ -235,48 +235,6 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     return total
 
 
-@dataclass(frozen=True)
-class GemvConfig:
-    block_n: int  # weight rows per program
-    bk: int  # K per loop step (a multiple of the activation block)
-    num_warps: int
-    programs: int  # split K until about this many programs run
-
-
-GEMV_CONFIG = GemvConfig(32, 256, 4, 1056)
-
-
-def gemv(x: torch.Tensor, act_block: int, weight: torch.Tensor, w_scale: torch.Tensor,
-         weight_block: tuple[int, int], out_dtype: torch.dtype, config: GemvConfig | None = None) -> torch.Tensor:
-    """x [M, K] bf16 (M <= 4) @ W^T with the activation quantized per ``act_block`` inside
-    (``fp8_gemv_kernel``); split-K partials added in a fixed order as ``gemm``'s."""
-    triton, _, _, split_sum, kernel = _kernels()
-    cfg = config or GEMV_CONFIG
-    M, K = x.shape
-    N = weight.shape[0]
-    m_pad = triton.next_power_of_2(max(1, M))
-    bk = max(act_block, cfg.bk // m_pad)  # the [M_PAD, BLOCK_N, BK] product stays the same size
-    if K % bk or weight_block[1] % act_block or bk % act_block:
-        raise ValueError(f"fp8 gemv: K {K}, step {bk}, activation block {act_block}, weight block {weight_block}")
-    n_tiles = triton.cdiv(N, cfg.block_n)
-    split = max(1, min(triton.cdiv(cfg.programs, n_tiles), K // bk))
-    k_per_split = triton.cdiv(triton.cdiv(K, split), bk) * bk
-    split = triton.cdiv(K, k_per_split)
-    ws, e8m0 = _scale_arg(w_scale)
-    x = x if x.stride(-1) == 1 else x.contiguous()
-    out = torch.empty((split, M, N) if split > 1 else (M, N), device=x.device,
-                      dtype=torch.float32 if split > 1 else out_dtype)
-    kernel[(n_tiles, split)](x, weight, ws, out, M, N, K, k_per_split, x.stride(0), weight.stride(0), ws.stride(0),
-                             out.stride(-2), out.stride(0) if split > 1 else 0, M_PAD=m_pad, BLOCK_N=cfg.block_n,
-                             BK=bk, ACT=act_block, W_BN=weight_block[0], W_BK=weight_block[1], W_E8M0=e8m0,
-                             num_warps=cfg.num_warps)
-    if split == 1:
-        return out
-    total = torch.empty((M, N), device=x.device, dtype=out_dtype)
-    split_sum[(triton.cdiv(M * N, 1024),)](out, total, M * N, SPLIT=split, BLOCK=1024, num_warps=4)
-    return total
-
-
 def dequant_bf16(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
     """Dense bf16 copy of a block-scaled weight (exact: E4M3 x 2^e fits bf16), one broadcast
     multiply when the blocks tile the weight."""
@@ -295,9 +253,7 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
     path = path or (LARGE_M_PATH if x2.shape[0] >= LARGE_M and not invariance.enabled() else "triton")
-    if path == "gemv":
-        out = gemv(x2, act_block, weight, scale, block, x.dtype, config=config)
-    elif path == "bf16_cublas":
+    if path == "bf16_cublas":
         xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
         out = torch.nn.functional.linear(xa, dequant_bf16(weight, scale, block))
     elif act_block and x2.shape[0] <= QUANT_IN_GEMM_ROWS and kstep_for(block, act_block) == act_block:
