@@ -207,11 +207,11 @@ def swiglu_kernel(GATE, UP, RW, OUT, I, stride_g, stride_u, stride_o, limit,
 
 
 @triton.jit
-def combine_kernel(OUT, ROWS, Y, D, stride_o, stride_y, K: tl.constexpr, GATHER: tl.constexpr,
-                   BLOCK: tl.constexpr):
+def combine_kernel(OUT, ROWS, SHARED, Y, D, stride_o, stride_s, stride_y, K: tl.constexpr, GATHER: tl.constexpr,
+                   HAS_SHARED: tl.constexpr, BLOCK: tl.constexpr):
     """Y[t] = sum over j < K of OUT[row j of t] in fp32, added one by one from j = 0 (the order
-    of the reference's expert loop when the rows are in ascending expert order). Row j of t:
-    ROWS[t K + j] (GATHER) or t K + j."""
+    of the reference's expert loop when the rows are in ascending expert order), then
+    (HAS_SHARED) SHARED[t] added, cast to Y's dtype. Row j of t: ROWS[t K + j] (GATHER) or t K + j."""
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < D
@@ -222,7 +222,9 @@ def combine_kernel(OUT, ROWS, Y, D, stride_o, stride_y, K: tl.constexpr, GATHER:
         else:
             row = t * K + j
         acc += tl.load(OUT + row * stride_o + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(Y + t * stride_y + cols, acc, mask=mask)
+    if HAS_SHARED:
+        acc += tl.load(SHARED + t * stride_s + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + t * stride_y + cols, acc.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit

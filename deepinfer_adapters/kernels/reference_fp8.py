@@ -52,12 +52,15 @@ def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tenso
 
 def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
                 w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
-                block: tuple[int, int], act_block: int, limit: float) -> torch.Tensor:
+                block: tuple[int, int], act_block: int, limit: float,
+                shared: torch.Tensor | None = None) -> torch.Tensor:
     """Routed experts: y[t] = sum_j route_w[t, j] Expert_{expert_ids[t, j]}(x[t]), fp32 [T, D].
 
     x [T, D]; route_w [T, k] fp32; expert_ids [T, k]; w13 [E, 2I, D] holds w1 (rows :I)
     over w3 (rows I:); w2 [E, D, I]; scales per ``block``. Expert e's rows are added in
-    ascending e, as layers/moe.py does.
+    ascending e, as layers/moe.py does. ``shared`` [T, D] (the shared expert's output):
+    added to y in fp32 after the routed rows, and y returned in shared's dtype -- the MoE
+    layer's last two steps.
     """
     y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     counts = torch.bincount(expert_ids.flatten(), minlength=w13.shape[0]).tolist()
@@ -67,6 +70,9 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         rows, slot = torch.where(expert_ids == e)
         y[rows] += _expert(x[rows], route_w[rows, slot, None], w13[e], w13_scale[e], w2[e], w2_scale[e],
                            block, act_block, limit).float()
+    if shared is not None:
+        y += shared.float()
+        return y.to(shared.dtype)
     return y
 
 

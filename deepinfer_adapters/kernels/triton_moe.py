@@ -127,22 +127,26 @@ def pair_route(expert_ids: torch.Tensor, route_w: torch.Tensor) -> tuple[fp8.Gro
     return tiles, route_w.float().gather(1, perm).flatten()
 
 
-def combine(out: torch.Tensor, T: int, k: int, rows: torch.Tensor | None = None) -> torch.Tensor:
+def combine(out: torch.Tensor, T: int, k: int, rows: torch.Tensor | None = None,
+            shared: torch.Tensor | None = None) -> torch.Tensor:
     """fp32 [T, D]: token t's k rows of ``out`` (``rows[t]``, or rows t k .. t k + k - 1) added
-    one by one in fp32, as the reference's expert loop adds them."""
+    one by one in fp32, as the reference's expert loop adds them; then ``shared`` [T, D] added
+    and the sum cast to its dtype, when given."""
     triton, _, kernel, _ = _kernels()
     D = out.shape[1]
-    y = torch.empty(T, D, device=out.device, dtype=torch.float32)
+    y = torch.empty(T, D, device=out.device, dtype=torch.float32 if shared is None else shared.dtype)
     if T:
         block = 1024
-        kernel[(T, triton.cdiv(D, block))](out, out if rows is None else rows.contiguous(), y, D, out.stride(0),
-                                           y.stride(0), K=k, GATHER=rows is not None, BLOCK=block, num_warps=4)
+        kernel[(T, triton.cdiv(D, block))](
+            out, out if rows is None else rows.contiguous(), out if shared is None else shared, y, D, out.stride(0),
+            0 if shared is None else shared.stride(0), y.stride(0), K=k, GATHER=rows is not None,
+            HAS_SHARED=shared is not None, BLOCK=block, num_warps=4)
     return y
 
 
 def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
                 w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
-                block: tuple[int, int], act_block: int, limit: float, *,
+                block: tuple[int, int], act_block: int, limit: float, shared: torch.Tensor | None = None, *,
                 config: fp8.GemmConfig | None = None, path: str | None = None,
                 routing: str | None = None) -> torch.Tensor:
     """See ``reference_fp8.moe_experts``: fp32 [T, D]. ``path``: "fp8" or "bf16" (see the
@@ -182,7 +186,7 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
         h8, hs = swiglu_quant(h13, rw, limit, act_block)
         out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg)
-    return combine(out, T, k, positions)
+    return combine(out, T, k, positions, shared)
 
 
 SWIGLU_BLOCK = 1024
@@ -209,9 +213,10 @@ def supports_swiglu(gate, up, limit, route_w=None) -> bool:
             and (route_w is None or route_w.numel() == gate.shape[0]) and triton_available())
 
 
-def supports(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit, **_) -> bool:
+def supports(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit, shared=None,
+             **_) -> bool:
     inter = w2.shape[-1]
-    return (act_block > 0 and w13.dim() == 3 and inter % act_block == 0 and inter % block[0] == 0
+    return ((shared is None or (shared.shape == x.shape and shared.stride(-1) == 1)) and act_block > 0 and w13.dim() == 3 and inter % act_block == 0 and inter % block[0] == 0
             and fp8._fp8_weight_ok(x, w13, block, act_block))
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import reference_fp8
 from deepinfer_adapters.model_impl.quant import quant_fp4_blocks, unpack_fp4
 
@@ -71,6 +72,28 @@ def test_moe_experts_matches_reference(T, skew, path):
     assert out.dtype == torch.float32 and out.shape == ref.shape
     assert torch.isfinite(out).all()
     assert rel <= NORM_RTOL
+
+
+@pytest.mark.parametrize("T", [1, 8, 300])
+def test_moe_experts_adds_the_shared_output_in_its_combine(T):
+    """``shared``: the combine kernel adds the shared expert's output after the routed rows and
+    casts, bit for bit what the layer did with two more kernels (y += shared.float(); y.to(bf16)),
+    and the reference does the same."""
+    from deepinfer_adapters.kernels import triton_moe
+
+    E, D, I, k = 32, 512, 256, 6
+    w13, s13, w2, s2 = _experts(E, D, I, seed=7)
+    g = torch.Generator(device="cuda").manual_seed(200 + T)
+    x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
+    shared = torch.randn(T, D, device="cuda", generator=g).bfloat16()
+    w, ids = _routing(T, E, k, seed=T)
+    args = (x, w, ids, w13, s13, w2, s2, (1, 32), 32, 10.0)
+    assert kernels.chosen("moe_experts", *args, shared=shared) == "triton"
+    routed = triton_moe.moe_experts(*args)
+    fused = triton_moe.moe_experts(*args, shared=shared)
+    assert fused.dtype == torch.bfloat16 and torch.equal(fused, (routed + shared.float()).to(torch.bfloat16))
+    ref_routed = reference_fp8.moe_experts(*args)
+    assert torch.equal(reference_fp8.moe_experts(*args, shared=shared), (ref_routed + shared.float()).bfloat16())
 
 
 def test_routing_tiles_cover_every_pair():

@@ -38,8 +38,9 @@ class Fp8Experts(nn.Module):
         self.w2, self.w2_scale = weight(dim, inter), scale(dim, inter)
 
     def forward(self, x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
-                numerics: Numerics) -> torch.Tensor:
-        """x [T, D], route weights and expert ids [T, k] -> fp32 [T, D] (routed sum)."""
+                numerics: Numerics, shared: torch.Tensor | None = None) -> torch.Tensor:
+        """x [T, D], route weights and expert ids [T, k] -> fp32 [T, D] (routed sum); with the
+        shared expert's output [T, D], that added and the sum in its dtype (one kernel on the GPU)."""
         act_block = self.act_block if numerics.act_quant else 0
         return kernels.moe_experts(x, route_w, expert_ids, self.w13, self.w13_scale, self.w2, self.w2_scale,
-                                   self.block, act_block, self.limit)
+                                   self.block, act_block, self.limit, shared=shared)

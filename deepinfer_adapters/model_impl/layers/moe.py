@@ -98,12 +98,12 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor, numerics: Numerics, input_ids: torch.Tensor,
                 image_mask: torch.Tensor | None = None) -> torch.Tensor:
         w, idx = self.gate(x, input_ids, image_mask)
-        if self.routed is not None:
-            y = self.routed(x, w, idx, numerics)
-        else:
-            y = self._dense_experts(x, w, idx, numerics)
-        if self.shared_experts is not None:
-            y += self.shared_experts(x, numerics).float()
+        shared = self.shared_experts(x, numerics) if self.shared_experts is not None else None
+        if self.routed is not None and shared is not None:  # the kernel adds the shared output and casts
+            return self.routed(x, w, idx, numerics, shared=shared)
+        y = self.routed(x, w, idx, numerics) if self.routed is not None else self._dense_experts(x, w, idx, numerics)
+        if shared is not None:
+            y += shared.float()
         return y.to(x.dtype)
 
     def _dense_experts(self, x: torch.Tensor, w: torch.Tensor, idx: torch.Tensor, numerics: Numerics) -> torch.Tensor:
