@@ -104,7 +104,8 @@ class StateCache(ABC):
     def row_address(self, key: str, name: str, slots: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Indices into ``row_pool`` of row ``rows[b, j]`` of slot ``slots[b]``; [B, n] int64.
         Device-side only (no host sync). Rows past a slot's capacity map to some valid index
-        whose content is meaningless: callers mask what a sequence cannot see yet."""
+        whose content is meaningless: callers mask what a sequence cannot see yet. Fields of
+        one key with the same ratio share their addresses (a layer computes them once)."""
         raise NotImplementedError(f"{type(self).__name__} has no device addressing (model.decode needs it)")
 
     def row_capacity(self, key: str, name: str) -> int:

@@ -126,9 +126,11 @@ class AttentionV41(AttentionBase):
         else:
             row = batch.positions // r  # the group the token belongs to (= the row it completes)
             freqs = self.rope.lookup(row * r, batch.max_len)  # a row sits at its group's first position
+        addr = None  # the same for both fields (one ratio, StateCache.row_address)
         for name, value in self._cache_rows(latent, freqs, numerics).items():
             pool = state.row_pool(self.key, name)
-            addr = state.row_address(self.key, name, batch.slots, row.unsqueeze(1)).squeeze(1)
+            if addr is None:
+                addr = state.row_address(self.key, name, batch.slots, row.unsqueeze(1)).squeeze(1)
             value = value.to(pool.dtype)
             pool[addr] = value if complete is None else torch.where(complete.unsqueeze(1), value, pool[addr])
 
