@@ -108,6 +108,10 @@ def topk_lowest_index(*args: Any, **kwargs: Any) -> Any:
     return call("topk_lowest_index", *args, **kwargs)
 
 
+def moe_route(*args: Any, **kwargs: Any) -> Any:
+    return call("moe_route", *args, **kwargs)
+
+
 def fp8_roundtrip(*args: Any, **kwargs: Any) -> Any:
     return call("fp8_roundtrip", *args, **kwargs)
 
