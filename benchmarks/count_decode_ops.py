@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.config import parse_config
-from deepinfer_adapters.kernels import invariance
+from deepinfer_adapters.kernels import invariance, triton_route
 from deepinfer_adapters.model_impl import native_format
 from deepinfer_adapters.model_impl.batch import DecodeBatch
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
@@ -61,7 +61,7 @@ def _dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def cuda_backend_takes_over(op: str, args: tuple) -> bool:
+def cuda_backend_takes_over(op: str, args: tuple, kwargs: dict) -> bool:
     """Whether a fast backend runs ``op`` for these (CPU) arguments on the H200, bf16 decode:
     every op of benchmarks/bench_real_width.py's OPS, ``linear`` only for the cuBLAS split
     path's fp32-activation x bf16-weight case (others run the torch reference there too)."""
@@ -72,6 +72,8 @@ def cuda_backend_takes_over(op: str, args: tuple) -> bool:
         return x.dtype == torch.float32 and weight.dtype == torch.bfloat16
     if op == "fp8_roundtrip" and len(args) > 2 and args[2] is not None:  # a dims slice: the reference
         return False
+    if op == "moe_route":  # not for V4's hash routing or a temperature other than 1
+        return triton_route.fits(*args, **kwargs)
     return op in {"rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre",
                   "hc_post", "fp8_linear", "fp8_grouped_linear", "moe_experts", "index_scores",
                   "topk_lowest_index", "fp8_roundtrip", "fp4_roundtrip_e8m0", "fp4_roundtrip_e4m3", "swiglu"}
@@ -100,7 +102,7 @@ class OpCounter(TorchDispatchMode):
     def kernel_call(self, op: str, *args, **kwargs):
         """Stands in for ``kernels.call`` while counting."""
         backend = kernels._pick(op, args, kwargs)
-        fast = cuda_backend_takes_over(op, args) if self.simulate_cuda else backend.name != "torch"
+        fast = cuda_backend_takes_over(op, args, kwargs) if self.simulate_cuda else backend.name != "torch"
         if not fast or self.inside_fast:
             return backend.fn(*args, **kwargs)
         self.records.append((f"[{op}]", *self._where()))

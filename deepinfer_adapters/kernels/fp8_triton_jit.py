@@ -7,12 +7,12 @@ from the float32 bits, x * (1 / scale) (exact for a power of two), clamp to +-44
 round-to-nearest-even E4M3 (cvt.rn.satfinite).
 """
 
-import os
-
 import triton
 import triton.language as tl
 
-if os.environ.get("TRITON_INTERPRET", "0") != "1":
+from deepinfer_adapters.kernels.triton_support import interpreting
+
+if not interpreting():
     from triton.language.extra import libdevice  # expf as torch's (tl.exp: ex2.approx of x * log2 e)
 
 

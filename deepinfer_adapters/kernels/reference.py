@@ -11,12 +11,13 @@ kernels/invariance.py). GEMMs always accumulate in fp64 and round once.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
-       "index_scores", "topk_lowest_index", "swiglu")
+       "index_scores", "topk_lowest_index", "swiglu", "moe_route")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -208,3 +209,26 @@ def topk_lowest_index(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch
     order = torch.sort(-scores.float(), dim=-1, stable=True).indices[..., :k]
     picked = order.sort(dim=-1).values
     return picked, scores.gather(-1, picked)
+
+
+def moe_route(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renormalize: bool, eps: float,
+              scale: float, temp: float = 1.0, ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The MoE gate after its GEMM: logits [T, E] fp32 -> (weights [T, k] fp32, expert ids [T, k] int64).
+
+    scores = sqrt(softplus(logits / temp)); the experts are the k largest ``scores + bias``
+    (bias [E], or [T, E] per token; None: none) in descending order, the lower index first
+    among equal keys (a stable sort: torch.topk's order among ties is unspecified), or
+    ``ids`` as given (V4's hash routing). weights = the picked scores, divided by
+    (their sum + eps) when ``renormalize``, times ``scale``.
+    """
+    logits = wide(logits)
+    if temp != 1.0:  # the release's temperature is 1: x / 1 is x, and a kernel launch
+        logits = logits / temp
+    scores = F.softplus(logits).sqrt().float()
+    if ids is None:
+        keys = scores if bias is None else scores + bias
+        ids = torch.sort(keys, dim=-1, descending=True, stable=True).indices[:, :topk]
+    w = scores.gather(1, ids)
+    if renormalize:
+        w = w / (w.sum(-1, keepdim=True) + eps)
+    return w * scale, ids

@@ -68,22 +68,16 @@ Triton is imported lazily (importing ``deepinfer_adapters`` needs no GPU stack).
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
 
 from deepinfer_adapters.kernels import invariance, register
-from deepinfer_adapters.kernels.triton_support import triton_available
+from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
 
 SINKHORN_BLOCK_T = 8  # x 16 comb values = one per thread of 4 warps (the divisions are the cost)
 MERGE_CHUNK = 64  # K splits added per load by the merge kernel
 _FLOAT = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def interpreting() -> bool:
-    """Triton's CPU interpreter is on (its own switch, read by Triton)."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def _pow2(n: int) -> int:

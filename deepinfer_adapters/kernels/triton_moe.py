@@ -46,8 +46,7 @@ import torch
 
 from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
-from deepinfer_adapters.kernels.triton_hc import interpreting
-from deepinfer_adapters.kernels.triton_support import triton_available
+from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
 
 
 LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from deepinfer_adapters.config import LayerSpec, ModelConfig
+from deepinfer_adapters.config import ModelConfig
 from deepinfer_adapters.model_impl.base import CausalLMBase, DraftOutput, ModelOutput, in_numerics_scope
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.engram_hash import (BLOCKED, EngramHasher, compressed_ids, engram_hash_chunk,

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from deepinfer_adapters.config import ModelConfig, parse_config
-from deepinfer_adapters.model_impl.checkpoint_spec import F32, I32, I64, TensorSpec, expected_tensors
+from deepinfer_adapters.model_impl.checkpoint_spec import F32, I64, TensorSpec, expected_tensors
 from deepinfer_adapters.model_impl.quant import quant_fp4_blocks, quant_fp8_blocks
 from deepinfer_adapters.model_impl.safetensors_io import write_shards
 from deepinfer_adapters.model_impl.tokenizer import write_tokenizer_files

@@ -28,7 +28,7 @@ from torch import nn
 from vllm.config import VllmConfig
 from vllm.forward_context import get_forward_context
 
-from deepinfer_adapters.config import ARCH_V41, ModelConfig, load_config
+from deepinfer_adapters.config import ModelConfig, load_config
 from deepinfer_adapters.errors import ConfigError
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.numerics import Numerics

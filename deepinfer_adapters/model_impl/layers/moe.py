@@ -8,11 +8,9 @@ FP8-quantized activation in the reference. The routed sum accumulates in fp32.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.config import LayerSpec, ModelConfig, Routing
 from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 from deepinfer_adapters.model_impl.layers.linear import Linear, MergedLinear, same_input
@@ -24,11 +22,11 @@ class Gate(nn.Module):
         super().__init__()
         self.topk = layer.num_experts_per_tok
         self.hash = layer.routing is Routing.HASH
-        self.norm = cfg.norm_topk_prob
         self.scale = cfg.routed_scaling_factor
         self.temp = cfg.gate_temp
         # V4.1 adds 1e-20 to the normaliser and skips it for top-1 (training's rule); V4 divides plainly.
-        self.v41 = cfg.is_v41
+        self.renormalize = cfg.norm_topk_prob and (self.topk > 1 or not cfg.is_v41)
+        self.eps = 1e-20 if cfg.is_v41 else 0.0
         E = layer.n_routed_experts
         self.weight = nn.Parameter(torch.empty(E, cfg.hidden_size, dtype=torch.float64), requires_grad=False)
         if self.hash:
@@ -38,22 +36,17 @@ class Gate(nn.Module):
             self.bias_vl = nn.Parameter(torch.empty(E), requires_grad=False) if vision else None
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor, image_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [T, D] -> (weights [T, k] fp32, expert ids [T, k])."""
-        logits = wide(kernels.linear(x.float(), self.weight))
-        if self.temp != 1.0:  # the release's temperature is 1: x / 1 is x, and a kernel launch
-            logits = logits / self.temp
-        scores = F.softplus(logits).sqrt().float()
+        """x [T, D] -> (weights [T, k] fp32, expert ids [T, k]): see ``kernels.moe_route``."""
+        logits = kernels.linear(x.float(), self.weight)
+        bias = ids = None
         if self.hash:
-            idx = self.tid2eid[input_ids].long()
+            ids = self.tid2eid[input_ids].long()
         else:
             bias = self.bias.float()
             if image_mask is not None and self.bias_vl is not None:
                 bias = torch.where(image_mask.unsqueeze(-1), self.bias_vl.float(), bias)
-            idx = (scores + bias).topk(self.topk, dim=-1).indices
-        w = scores.gather(1, idx)
-        if self.norm and (self.topk > 1 or not self.v41):
-            w = w / (w.sum(-1, keepdim=True) + (1e-20 if self.v41 else 0.0))
-        return w * self.scale, idx
+        return kernels.moe_route(logits, bias, self.topk, self.renormalize, self.eps, self.scale,
+                                 temp=self.temp, ids=ids)
 
 
 class Expert(nn.Module):
