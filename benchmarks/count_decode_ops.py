@@ -72,7 +72,7 @@ def cuda_backend_takes_over(op: str, args: tuple, kwargs: dict) -> bool:
         return x.dtype == torch.float32 and weight.dtype == torch.bfloat16
     if op == "fp8_roundtrip" and len(args) > 2 and args[2] is not None:  # a dims slice: the reference
         return False
-    if op == "moe_route":  # not for V4's hash routing or a temperature other than 1
+    if op == "moe_route":  # not for a gate temperature other than 1
         return triton_route.fits(*args, **kwargs)
     return op in {"rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre",
                   "hc_post", "fp8_linear", "fp8_grouped_linear", "moe_experts", "index_scores",

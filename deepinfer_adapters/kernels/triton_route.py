@@ -19,11 +19,14 @@ Numerics against the reference: the ids are the same wherever the scores are (ti
 included); the weights differ by the normaliser's summation order (torch adds the k
 values in its own order), within 2 (k + 1) u relative (u = 2^-24), and by any difference
 between libdevice and the CUDA build torch uses (tests/gpu/test_route_gpu.py reports
-both). In batch-invariant mode the reference evaluates the softplus in fp64, so there
-the scores differ from it by up to about an ulp.
-Not run here: V4's hash routing (``ids`` given) and a temperature other than 1 (no
-release has one; torch divides a CUDA tensor by a scalar as a multiply by its fp32
-reciprocal, a rounding this kernel would have to copy): both keep the reference.
+both; on the H200: ids always equal, weights bit-equal in most cases, else 1-3 ulps). A
+logit below about -87 has a subnormal softplus, which the kernel flushes to zero (a score
+of ~1e-20 becomes 0). In batch-invariant mode the reference evaluates the softplus in
+fp64, so there the scores differ from it by up to about an ulp.
+V4's hash layers (``ids`` given) skip step 3: slot j takes the j-th given id. Not run here:
+a temperature other than 1 (no release has one; torch divides a CUDA tensor by a scalar as
+a multiply by its fp32 reciprocal, a rounding this kernel would have to copy): it keeps the
+reference.
 
 Under Triton's CPU interpreter (TRITON_INTERPRET=1) libdevice is unavailable: the
 softplus is evaluated in fp64 there (tl.exp, and log1p(y) = log(u) y / (u - 1) with
@@ -52,9 +55,10 @@ def _kernel():
         from triton.language.extra import libdevice  # expf and log1pf, as torch's softplus
 
     @triton.jit
-    def route_kernel(LOGITS, BIAS, W, IDS, E, k, stride_l, stride_b, stride_w, stride_i, eps, scale,
+    def route_kernel(LOGITS, BIAS, GIVEN, W, IDS, E, k, stride_l, stride_b, stride_g, stride_w, stride_i, eps, scale,
                      THRESHOLD: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
-                     HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr, INTERPRET: tl.constexpr):
+                     HAS_BIAS: tl.constexpr, HAS_IDS: tl.constexpr, RENORMALIZE: tl.constexpr,
+                     INTERPRET: tl.constexpr):
         t = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK_E)
         inside = offs < E
@@ -76,8 +80,11 @@ def _kernel():
         picked_e = tl.zeros([BLOCK_K], tl.int32)
         total = tl.zeros([], tl.float32)
         for j in range(k):
-            best = tl.max(tl.where(free, key, float("-inf")), axis=0)
-            e = tl.min(tl.where(free & (key == best), offs, BLOCK_E), axis=0)
+            if HAS_IDS:  # V4's hash layers: the experts come from the token id
+                e = tl.load(GIVEN + t * stride_g + j).to(tl.int32)
+            else:
+                best = tl.max(tl.where(free, key, float("-inf")), axis=0)
+                e = tl.min(tl.where(free & (key == best), offs, BLOCK_E), axis=0)
             w = tl.sum(tl.where(offs == e, score, 0.0), axis=0)  # exact: one term, the rest +0.0
             free = free & (offs != e)
             total += w
@@ -94,20 +101,22 @@ def _kernel():
 
 def moe_route(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renormalize: bool, eps: float,
               scale: float, temp: float = 1.0, ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """See ``reference.moe_route`` (temp 1 and ``ids`` None only: ``supports``)."""
+    """See ``reference.moe_route`` (temp 1 only: ``supports``)."""
     triton, kernel = _kernel()
     T, E = logits.shape
     rows = logits if logits.stride(-1) == 1 else logits.contiguous()
     weights = torch.empty(T, topk, device=logits.device, dtype=torch.float32)
     picked = torch.empty(T, topk, device=logits.device, dtype=torch.long)
+    given = None if ids is None else (ids if ids.stride(-1) == 1 else ids.contiguous())
     if bias is not None and bias.stride(-1) != 1:
         bias = bias.contiguous()
     if T:
         block_e = max(16, triton.next_power_of_2(E))
-        kernel[(T,)](rows, rows if bias is None else bias, weights, picked, E, topk, rows.stride(0),
-                     bias.stride(0) if bias is not None and bias.dim() == 2 else 0, weights.stride(0),
-                     picked.stride(0), eps, scale, THRESHOLD=SOFTPLUS_THRESHOLD, BLOCK_E=block_e,
-                     BLOCK_K=triton.next_power_of_2(topk), HAS_BIAS=bias is not None, RENORMALIZE=renormalize,
+        kernel[(T,)](rows, rows if bias is None else bias, picked if given is None else given, weights, picked, E,
+                     topk, rows.stride(0), bias.stride(0) if bias is not None and bias.dim() == 2 else 0,
+                     0 if given is None else given.stride(0), weights.stride(0), picked.stride(0), eps, scale,
+                     THRESHOLD=SOFTPLUS_THRESHOLD, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(topk),
+                     HAS_BIAS=bias is not None, HAS_IDS=given is not None, RENORMALIZE=renormalize,
                      INTERPRET=interpreting(), num_warps=max(1, block_e // 512), enable_fp_fusion=False)
     return weights, picked
 
@@ -115,8 +124,10 @@ def moe_route(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renorm
 def fits(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renormalize: bool, eps: float, scale: float,
          temp: float = 1.0, ids: torch.Tensor | None = None) -> bool:
     """The inputs this kernel takes, wherever they live (benchmarks/count_decode_ops.py asks on the CPU)."""
-    if not (logits.dtype == torch.float32 and logits.dim() == 2 and ids is None and temp == 1.0
+    if not (logits.dtype == torch.float32 and logits.dim() == 2 and temp == 1.0
             and 1 <= topk <= logits.shape[1] <= MAX_EXPERTS and triton_available()):
+        return False
+    if ids is not None and not (ids.shape == (logits.shape[0], topk) and ids.device == logits.device):
         return False
     return bias is None or (bias.dtype == torch.float32 and bias.device == logits.device
                             and bias.shape in (logits.shape[1:], logits.shape))
