@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
-#   bash benchmarks/gpu_session.sh [tests] [kernels] [attn] [model] [engine]   (default: tests kernels model)
+#   bash benchmarks/gpu_session.sh [tests] [kernels] [linear] [peer] [attn] [model] [engine]   (default: tests kernels model)
 # Results land in $OUT (the device tool brings them back). Summaries are printed last.
 set -u
 OUT=${OUT:-/tmp/out}
@@ -22,6 +22,15 @@ fi
 if has kernels; then  # decode GEMVs at 1, 8, 32 rows (~1.5 min)
   timeout 200 python benchmarks/bench_decode_gemv.py --quick --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/decode_gemv.log"; grep -E "^(wq_b|wo_b|wkv|shared_w13) " "$OUT/decode_gemv.log"
+fi
+if has linear; then  # the batch-invariant bf16 linear (head, gate) by tile config (~1 min)
+  timeout 150 python benchmarks/bench_invariant_linear.py --out "$OUT" > "$OUT/invariant_linear.log" 2>&1
+  cat "$OUT/invariant_linear.log" | tail -6
+fi
+if has peer; then  # V4-Flash widths against transformers' DeepseekV4ForCausalLM (~2 min)
+  mkdir -p "$OUT/v4"
+  timeout 300 python benchmarks/bench_v4_width.py --out "$OUT/v4" > "$OUT/v4_width.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/v4_width.log" | head -30
 fi
 if has attn; then  # sparse attention: our Triton kernel and FlashMLA (~2 min)
   timeout 150 python benchmarks/bench_sparse_attn.py --out "$OUT" --configs h64_w8 > "$OUT/sparse_attn.log" 2>&1

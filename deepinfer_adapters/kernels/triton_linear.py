@@ -12,7 +12,8 @@ bf16 (the head and gate inputs: a bf16 activation cast up), lo is 0 and the resu
 fp32 GEMM up to summation order. Invariance: one tile shape for every row count, K walked
 in the same order, each row of a tile computed by the same tensor-core instructions
 wherever it sits, so a row's result never depends on the other rows of the call
-(tests/gpu/test_linear_gpu.py). The row tile alone follows the row count (``row_tile``):
+(tests/gpu/test_linear_gpu.py). A few column tiles (the MoE gate) split K, by N and K
+alone, the partials added in split order. The row tile alone follows the row count (``row_tile``):
 16 rows for a decode step, where a 64-row tile's two products per step (hi and lo) cost
 as much as reading the head's weight; the H200 gives a row the same bits in 16- and 64-row
 tiles (the same test: rows alone against 300 rows batched).
@@ -21,13 +22,29 @@ tiles (the same test: rows alone against 300 rows batched).
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 
 from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels.triton_support import triton_available
 
-BLOCK_N, BLOCK_K = 128, 64
+@dataclass(frozen=True)
+class LinearConfig:
+    """Tiles (the row tile follows M: ``row_tile``); any choice is batch-invariant, as long as
+    it does not depend on the rows (benchmarks/bench_invariant_linear.py times a few)."""
+
+    block_n: int = 128
+    block_k: int = 128
+    num_warps: int = 4
+    num_stages: int = 3
+    programs: int = 264  # split K (by N and K alone) while fewer column tiles than this
+
+
+# H200 (benchmarks/bench_invariant_linear.py, session 5): the head at 1 row 304 us with 128-deep
+# steps against 371 with 64 (its floor ~320 us at the copy rate, cuBLAS 322); the gate (N = 384:
+# 3 column tiles) 33-46 us unsplit, against 18 for cuBLAS's split-K: hence the K split
+CONFIG = LinearConfig()
 
 
 def row_tile(M: int) -> int:
@@ -40,14 +57,16 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def split_linear_kernel(X, W, OUT, M, N, K, stride_xm, stride_wn, stride_om,
+    def split_linear_kernel(X, W, OUT, M, N, K, k_per_split, stride_xm, stride_wn, stride_om, stride_os,
                             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        """OUT[pid 2] = this program's K range of x w^T (fp32): the whole K when unsplit."""
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         cols = tl.program_id(1) * BN + tl.arange(0, BN)
         mask_m = rows < M
         mask_n = cols < N
         acc = tl.zeros([BM, BN], tl.float32)
-        for k0 in range(0, K, BK):
+        k_lo = tl.program_id(2) * k_per_split
+        for k0 in range(k_lo, tl.minimum(K, k_lo + k_per_split), BK):
             ks = k0 + tl.arange(0, BK)
             mask_k = ks < K
             x = tl.load(X + rows.to(tl.int64)[:, None] * stride_xm + ks[None, :],
@@ -58,25 +77,40 @@ def _kernel():
             lo = (x - hi.to(tl.float32)).to(tl.bfloat16)
             acc = tl.dot(hi, w, acc)
             acc = tl.dot(lo, w, acc)
-        tl.store(OUT + rows.to(tl.int64)[:, None] * stride_om + cols[None, :], acc,
-                 mask=mask_m[:, None] & mask_n[None, :])
+        out = OUT + tl.program_id(2) * stride_os + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
+        tl.store(out, acc, mask=mask_m[:, None] & mask_n[None, :])
 
-    return triton, split_linear_kernel
+    from deepinfer_adapters.kernels.fp8_triton_jit import split_sum_kernel
+
+    return triton, split_linear_kernel, split_sum_kernel
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch.float32, *,
+           config: LinearConfig | None = None) -> torch.Tensor:
     """See ``reference.linear``: x [.., K] fp32 @ weight [N, K] bf16 ^T, fp32 cast to ``out_dtype``."""
-    triton, kernel = _kernel()
+    cfg = config or CONFIG
+    triton, kernel, split_sum = _kernel()
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
     x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
     M, N = x2.shape[0], weight.shape[0]
-    out = torch.empty(M, N, device=x.device, dtype=torch.float32)
+    n_tiles, steps = triton.cdiv(N, cfg.block_n), triton.cdiv(K, cfg.block_k)
+    split = 1 if n_tiles >= cfg.programs else min(steps, triton.cdiv(cfg.programs, n_tiles))
+    k_per_split = triton.cdiv(steps, split) * cfg.block_k
+    split = triton.cdiv(K, k_per_split)
+    parts = torch.empty((split, M, N), device=x.device, dtype=torch.float32)
     if M and N:
         bm = row_tile(M)
-        kernel[(triton.cdiv(M, bm), triton.cdiv(N, BLOCK_N))](
-            x2, weight, out, M, N, K, x2.stride(0), weight.stride(0), out.stride(0),
-            BM=bm, BN=BLOCK_N, BK=BLOCK_K, num_warps=4, num_stages=3)
+        kernel[(triton.cdiv(M, bm), n_tiles, split)](
+            x2, weight, parts, M, N, K, k_per_split, x2.stride(0), weight.stride(0), parts.stride(1),
+            parts.stride(0), BM=bm, BN=cfg.block_n, BK=cfg.block_k, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages)
+    if split == 1:
+        out = parts[0]
+    else:  # partials added one by one in split order (the order depends on N and K only)
+        out = torch.empty(M, N, device=x.device, dtype=torch.float32)
+        if M and N:
+            split_sum[(triton.cdiv(M * N, 1024),)](parts, out, M * N, SPLIT=split, BLOCK=1024, num_warps=4)
     return out.view(*lead, N).to(out_dtype)
 
 
