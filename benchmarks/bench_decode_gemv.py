@@ -38,18 +38,21 @@ PER_LAYER = ("wq_a", "wkv", "wq_b", "idx_wq_b", "wo_b", "shared_w1", "shared_w1"
 ROWS = (1, 8, 32)
 
 
-def configs(M: int, quick: bool = False) -> dict[str, tuple[str, tg.GemmConfig | None]]:
-    """name -> (fp8_linear path, config): the GEMM's tiles and split-K."""
+def configs(M: int, quick: bool = False) -> dict[str, tuple[bool | None, tg.GemmConfig | None]]:
+    """name -> (swapped, config): the GEMM's kernel (the swapped one for decode rows, or not),
+    tiles and split-K."""
     bm = 16 if M <= 16 else 32
-    c = {"default": ("triton", None)}
+    c = {"default": (None, None)}
+    if M <= tg.SWAPPED_ROWS:
+        c["rows_first"] = (False, None)
     if quick:
         return c
     for n in (16, 32, 64, 128):
         for programs in (0, 132, 264, 528):
-            c[f"n{n}_p{programs}"] = ("triton", tg.GemmConfig(bm, n, 4, 4, 4, programs=programs))
-    c["n64_sub8_p264"] = ("triton", tg.GemmConfig(bm, 64, 8, 4, 3))
-    c["n32_w2_p264"] = ("triton", tg.GemmConfig(bm, 32, 4, 2, 4))
-    c["n64_st6_p264"] = ("triton", tg.GemmConfig(bm, 64, 4, 4, 6))
+            c[f"n{n}_p{programs}"] = (False, tg.GemmConfig(bm, n, 4, 4, 4, programs=programs))
+    c["n64_sub8_p264"] = (False, tg.GemmConfig(bm, 64, 8, 4, 3))
+    c["n32_w2_p264"] = (False, tg.GemmConfig(bm, 32, 4, 2, 4))
+    c["n64_st6_p264"] = (False, tg.GemmConfig(bm, 64, 4, 4, 6))
     return c
 
 
@@ -68,10 +71,11 @@ def run_linear(name, N, K, M, c, g, quick):
     floor = (N * K * (1 + 1 / 1024) + M * K * 2 + M * N * 2) / c["copy_bw"] * 1e6
     ref = reference_fp8.fp8_linear(xs[0], *ws[0], BLOCK, 32)
     row = {"op": name, "M": M, "N": N, "K": K, "floor_us": floor, "us": {}}
-    for cname, (path, cfg) in configs(M, quick).items():
+    for cname, (swapped, cfg) in configs(M, quick).items():
         try:
-            out = tg.fp8_linear(xs[0], *ws[0], BLOCK, 32, config=cfg, path=path)
-            t = time_graph([lambda x=x, w=w, cfg=cfg, path=path: tg.fp8_linear(x, *w, BLOCK, 32, config=cfg, path=path)
+            out = tg.fp8_linear(xs[0], *ws[0], BLOCK, 32, config=cfg, path="triton", swapped=swapped)
+            t = time_graph([lambda x=x, w=w, cfg=cfg, sw=swapped: tg.fp8_linear(x, *w, BLOCK, 32, config=cfg,
+                                                                                 path="triton", swapped=sw)
                             for x, w in zip(xs, ws)])
             row["us"][cname] = t
             row.setdefault("rel", {})[cname] = rel(out, ref)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
-#   bash benchmarks/gpu_session.sh [tests] [kernels] [linear] [peer] [attn] [model] [engine]   (default: tests kernels model)
+#   bash benchmarks/gpu_session.sh [tests] [kernels] [linear] [peer] [attn] [model] [decode] [engine]
+#   (default: tests kernels model)
 # Results land in $OUT (the device tool brings them back). Summaries are printed last.
 set -u
 OUT=${OUT:-/tmp/out}
@@ -43,6 +44,10 @@ if has model; then  # reduced V4.1-Flash at real widths: decode (graphs), prefil
   timeout 120 $RW --batches 1 --moe-paths fp8 bf16 --expert-block 32 > "$OUT/real_width_e32.log" 2>&1
   echo "expert block 32:"; grep "^prefill {" "$OUT/real_width_e32.log" | tr ',' '\n' | grep fast_ms
   grep -A12 "^profile " "$OUT/real_width.log"
+fi
+if has decode; then  # the model part's decode only (graphs, B = 1 .. 128) with the B=1 profile (~1.5 min)
+  timeout 200 $RW --batches 1 8 32 128 --prefill 0 --moe-paths bf16 --profile > "$OUT/real_width.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width.log"; grep -A12 "^profile " "$OUT/real_width.log"
 fi
 if has engine; then  # the engine's default numerics (batch-invariant) at decode (~1 min)
   mkdir -p "$OUT/invariant"

@@ -162,6 +162,47 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
+@triton.jit(do_not_specialize=["M"])
+def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
+                         stride_am, stride_asm, stride_wn, stride_wsn, stride_om, stride_os,
+                         BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
+                         A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
+                         QUANT_A: tl.constexpr):
+    """``fp8_gemm_kernel`` (ungrouped, FP8 activations) for a few rows, with the product swapped:
+    program (N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T] = W A^T, so the weight tile is
+    the 64-row operand of Hopper's FP8 tensor-core instruction (wgmma needs 64 rows) and the
+    M <= BLOCK_T rows of a decode step the narrow one; the rows-first kernel must pad them to
+    16 and, below 64, run FP8 through the older instruction after converting the weight tile.
+    Each KSTEP product is scaled by its rows' activation scales and the weight block's scale
+    (KSTEP <= W_BK), as the rows-first kernel's per-step branch does."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    toks = tl.arange(0, BLOCK_T)
+    mask_t = toks < M
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = cols < N
+    a_ptr = A + toks.to(tl.int64)[:, None] * stride_am
+    as_ptr = A_SCALE + toks.to(tl.int64) * stride_asm
+    w_ptr = W + cols.to(tl.int64)[:, None] * stride_wn
+    ws_ptr = W_SCALE + (cols // W_BN).to(tl.int64) * stride_wsn
+    acc = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
+    k_lo = pid_k * k_per_split
+    k_hi = tl.minimum(K, k_lo + k_per_split)
+    for k0 in range(k_lo, k_hi, KSTEP * SUB):
+        for j in tl.static_range(SUB):
+            kb = k0 + j * KSTEP
+            ks = kb + tl.arange(0, KSTEP)
+            a = tl.load(a_ptr + ks[None, :], mask=mask_t[:, None], other=0.0)
+            w = tl.load(w_ptr + ks[None, :], mask=mask_n[:, None], other=0.0)
+            sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
+            if W_E8M0:
+                sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+            a, sa = scaled_activation(a, as_ptr, kb, mask_t, A_SB, QUANT_A)
+            acc += tl.dot(w, tl.trans(a)) * (sw[:, None] * sa[None, :])
+    out_ptr = OUT + pid_k * stride_os + toks.to(tl.int64)[None, :] * stride_om + cols[:, None]
+    tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_n[:, None] & mask_t[None, :])
+
+
 @triton.jit
 def swiglu_quant_kernel(H, RW, Q, S, I, stride_h, stride_q, stride_s, limit,
                         BLOCK: tl.constexpr, GROUPS: tl.constexpr, HAS_LIMIT: tl.constexpr,

@@ -94,6 +94,13 @@ def default_config(m: int, kstep: int) -> GemmConfig:
     return GemmConfig(64, 128, sub, 4, 3)
 
 
+# Up to this many rows (decode) an ungrouped GEMM on FP8 activations runs fp8_gemm_rows_kernel: the
+# weight tile as the 64-row operand of the FP8 tensor-core instruction, the rows as its narrow one
+# (block_m: rows per program; block_n: weight rows). 0: never.
+SWAPPED_ROWS = 16
+SWAPPED_CONFIG = GemmConfig(16, 64, 4, 4, 4)
+
+
 def invariant_config(kstep: int) -> GemmConfig:
     """The one tile of batch-invariant mode (any M)."""
     return GemmConfig(64, 64, max(1, 128 // kstep), 4, 3)
@@ -126,7 +133,7 @@ def _kernels():
 
     from deepinfer_adapters.kernels import fp8_triton_jit as jit  # imports triton at its top
 
-    return triton, jit.act_quant_kernel, jit.fp8_gemm_kernel, jit.split_sum_kernel
+    return triton, jit.act_quant_kernel, jit.fp8_gemm_kernel, jit.split_sum_kernel, jit.fp8_gemm_rows_kernel
 
 
 # ------------------------------------------------------------------------ wrappers ----
@@ -135,7 +142,7 @@ def _kernels():
 def act_quant(x: torch.Tensor, block: int, *, dequant_to: torch.dtype | None = None):
     """x [M, K] -> (E4M3 [M, K], fp32 scales [M, K / block]); with ``dequant_to`` the
     round-tripped values in that dtype instead (and None)."""
-    triton, kernel, _, _ = _kernels()
+    triton, kernel, _, _, _ = _kernels()
     M, K = x.shape
     x = x if x.stride(-1) == 1 else x.contiguous()
     q = torch.empty(M, K, device=x.device, dtype=dequant_to or torch.float8_e4m3fn)
@@ -172,14 +179,15 @@ class Groups:
 def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: torch.Tensor,
          w_scale: torch.Tensor, weight_block: tuple[int, int], out_dtype: torch.dtype, *,
          rows: int | None = None, groups: Groups | None = None, config: GemmConfig | None = None,
-         kstep: int | None = None, quantize_a: bool = False) -> torch.Tensor:
+         kstep: int | None = None, quantize_a: bool = False, swapped: bool | None = None) -> torch.Tensor:
     """out [rows, N] = A W^T with block scales (see the kernel). ``weight`` [N, K] or, with
     ``groups``, [E, N, K]. ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16.
     ``kstep``: K per tensor-core product; bf16 ``a`` only, a multiple of the weight's K block
     (default: that block). ``quantize_a``: ``a`` is bf16 and quantized per ``act_block`` (the
     same codes and scales as ``act_quant``; ``act_block`` must be the K step), inside the GEMM
-    when its K loop is short (``QUANT_IN_GEMM_STEPS``), else by ``act_quant`` first."""
-    triton, _, kernel, split_sum = _kernels()
+    when its K loop is short (``QUANT_IN_GEMM_STEPS``), else by ``act_quant`` first.
+    ``swapped``: run ``fp8_gemm_rows_kernel`` (W A^T; None: where ``SWAPPED_ROWS`` says)."""
+    triton, _, kernel, split_sum, rows_kernel = _kernels()
     N, K = weight.shape[-2:]
     M = a.shape[0] if rows is None else rows
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
@@ -190,8 +198,15 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     if K % kstep:
         raise ValueError(f"fp8 gemm: K = {K} is not a multiple of the scale block {kstep}")
     invariant = invariance.enabled()
-    cfg = config or (invariant_config(kstep) if invariant else
-                     default_config(M if groups is None else max(1, M // max(1, weight.shape[0])), kstep))
+    grouped = groups is not None
+    if swapped is None:
+        swapped = (not grouped and not invariant and config is None and M <= SWAPPED_ROWS
+                   and (a_scale is not None or quantize_a))
+    if swapped and (grouped or M > SWAPPED_CONFIG.block_m or (a_scale is None and not quantize_a)):
+        raise ValueError(f"fp8 gemm: the swapped kernel takes up to {SWAPPED_CONFIG.block_m} rows of FP8 "
+                         "activations, ungrouped")
+    cfg = SWAPPED_CONFIG if swapped else config or (
+        invariant_config(kstep) if invariant else default_config(M if not grouped else max(1, M // weight.shape[0]), kstep))
     ws, e8m0 = _scale_arg(w_scale)
     sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
     step = kstep * sub
@@ -210,9 +225,31 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
                       dtype=torch.float32 if split > 1 else out_dtype)
     if M == 0:
         return out if split == 1 else out.sum(0).to(out_dtype)
-    grouped = groups is not None
-    tiles = groups if grouped else Groups(out, out, out)  # unused pointers when not grouped
     row_idx = groups.row_idx if grouped and groups.row_idx is not None else None
+    if swapped:
+        rows_kernel[(n_tiles, split)](
+            a, a if a_scale is None else a_scale, weight, ws, out, M, N, K, k_per_split,
+            a.stride(0), 0 if a_scale is None else a_scale.stride(0), weight.stride(0), ws.stride(0),
+            out.stride(-2), out.stride(0) if split > 1 else 0,
+            BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, KSTEP=kstep, SUB=sub, A_SB=act_block,
+            W_BN=weight_block[0], W_BK=weight_block[1], W_E8M0=e8m0, QUANT_A=quantize_a,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    else:
+        _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
+                    m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a)
+    if split == 1:
+        return out
+    # partials added one by one in split order (torch's sum picks its order by shape), one launch
+    total = torch.empty((M, N), device=a.device, dtype=out_dtype)
+    block = 1024
+    split_sum[(triton.cdiv(M * N, block),)](out, total, M * N, SPLIT=split, BLOCK=block, num_warps=4)
+    return total
+
+
+def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
+                m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a) -> None:
+    """Launch ``fp8_gemm_kernel`` (tiles of rows x weight rows; grouped or not)."""
+    tiles = groups if grouped else Groups(out, out, out)  # unused pointers when not grouped
     w_strides = (weight.stride(0), weight.stride(1)) if grouped else (0, weight.stride(0))
     s_strides = (ws.stride(0), ws.stride(1)) if grouped else (0, ws.stride(0))
     kernel[(m_tiles, n_tiles, split)](
@@ -226,13 +263,6 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
         SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if split == 1:
-        return out
-    # partials added one by one in split order (torch's sum picks its order by shape), one launch
-    total = torch.empty((M, N), device=a.device, dtype=out_dtype)
-    block = 1024
-    split_sum[(triton.cdiv(M * N, block),)](out, total, M * N, SPLIT=split, BLOCK=block, num_warps=4)
-    return total
 
 
 def dequant_bf16(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
@@ -248,8 +278,9 @@ def dequant_bf16(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, in
 
 
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
-               act_block: int, *, config: GemmConfig | None = None, path: str | None = None) -> torch.Tensor:
-    """See ``reference_fp8.fp8_linear``: [.., K] bf16 -> [.., N] bf16."""
+               act_block: int, *, config: GemmConfig | None = None, path: str | None = None,
+               swapped: bool | None = None) -> torch.Tensor:
+    """See ``reference_fp8.fp8_linear``: [.., K] bf16 -> [.., N] bf16 (``swapped``: see ``gemm``)."""
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
     path = path or (LARGE_M_PATH if x2.shape[0] >= LARGE_M and not invariance.enabled() else "triton")
@@ -257,10 +288,11 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block
         xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
         out = torch.nn.functional.linear(xa, dequant_bf16(weight, scale, block))
     elif act_block and x2.shape[0] <= QUANT_IN_GEMM_ROWS and kstep_for(block, act_block) == act_block:
-        out = gemm(x2, None, act_block, weight, scale, block, x.dtype, config=config, quantize_a=True)
+        out = gemm(x2, None, act_block, weight, scale, block, x.dtype, config=config, quantize_a=True,
+                   swapped=swapped)
     elif act_block:
         q, s = act_quant(x2, act_block)
-        out = gemm(q, s, act_block, weight, scale, block, x.dtype, config=config)
+        out = gemm(q, s, act_block, weight, scale, block, x.dtype, config=config, swapped=swapped)
     else:
         out = gemm(x2, None, 0, weight, scale, block, x.dtype, config=config)
     return out.view(*lead, weight.shape[0])

@@ -137,6 +137,25 @@ def test_activation_quantized_in_the_gemm_is_bitwise_act_quant(M, N, K):
     assert torch.equal(fused, separate)
 
 
+@pytest.mark.parametrize("M", [1, 5, 16])
+@pytest.mark.parametrize("N,K,block", [(1280, 5120, (32, 32)), (32768, 1280, (32, 32)), (5120, 8192, (32, 32)),
+                                       (1024, 4096, (128, 128))])
+def test_swapped_decode_kernel(M, N, K, block):
+    """Decode rows (<= SWAPPED_ROWS) run fp8_gemm_rows_kernel (W A^T, FP8 wgmma with the weight as
+    the 64-row operand): against the reference, and next to the rows-first kernel."""
+    tri = _tri()
+    act = block[1]
+    w8, scale = _weight(N, K, block, seed=N + M)
+    x = _x(M, K, M + 7)
+    ref = reference_fp8.fp8_linear(x, w8, scale, block, act)
+    swapped = tri.fp8_linear(x, w8, scale, block, act, swapped=True)
+    rows_first = tri.fp8_linear(x, w8, scale, block, act, swapped=False)
+    assert torch.equal(tri.fp8_linear(x, w8, scale, block, act), swapped)  # the default for decode rows
+    print(f"REPORT swapped vs rows-first M={M} N={N} K={K}: rel={_rel(swapped, rows_first):.2e}")
+    _check(swapped, ref, f"fp8_linear swapped M={M} N={N} K={K} {block}")
+    _check(rows_first, ref, f"fp8_linear rows-first M={M} N={N} K={K} {block}")
+
+
 def test_dispatch_picks_triton_on_cuda():
     w8, scale = _weight(64, 128, (32, 32), seed=11)
     x = _x(4, 128, 12)
