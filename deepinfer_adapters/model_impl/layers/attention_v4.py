@@ -96,7 +96,7 @@ class AttentionV4(AttentionBase):
                    state: StateCache, slot: int, start: int, numerics: Numerics) -> torch.Tensor:
         n = x.shape[0]
         keys, base = self.window_keys(state, slot, start, kv)
-        idx = self.window_index(start, n, base).to(x.device)
+        idx = self.window_index(start, n, base, device=x.device)
         if self.compressor is not None:
             comp = self.compressed_rows(x, state, slot, start, numerics)
             if self.indexer is not None:
