@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
-#   bash benchmarks/gpu_session.sh [tests] [kernels] [linear] [peer] [attn] [model] [decode] [engine]
+#   bash benchmarks/gpu_session.sh [tests] [kernels] [linear] [peer] [attn] [model] [decode] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT (the device tool brings them back). Summaries are printed last.
 set -u
@@ -48,6 +48,10 @@ fi
 if has decode; then  # the model part's decode only (graphs, B = 1 .. 128) with the B=1 profile (~1.5 min)
   timeout 200 $RW --batches 1 8 32 128 --prefill 0 --moe-paths bf16 --profile > "$OUT/real_width.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width.log"; grep -A12 "^profile " "$OUT/real_width.log"
+fi
+if has prefill; then  # the 8192-token prefill (bf16 MoE path) next to decode B=1 (~1.5 min)
+  timeout 200 $RW --batches 1 --moe-paths bf16 > "$OUT/real_width_prefill.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_prefill.log" | grep -E "decode B=1|prefill"
 fi
 if has engine; then  # the engine's default numerics (batch-invariant) at decode (~1 min)
   mkdir -p "$OUT/invariant"
