@@ -163,45 +163,28 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
 
 
 @triton.jit(do_not_specialize=["M"])
-def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1,
-                         M, N, K, k_per_split,
-                         stride_am, stride_asm, stride_we, stride_wn, stride_wse, stride_wsn, stride_om, stride_os,
+def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
+                         stride_am, stride_asm, stride_wn, stride_wsn, stride_om, stride_os,
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                          A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
-                         GROUPED: tl.constexpr, GATHER_A: tl.constexpr, QUANT_A: tl.constexpr):
+                         QUANT_A: tl.constexpr):
     """``fp8_gemm_kernel`` (ungrouped, FP8 activations) for a few rows, with the product swapped:
     program (N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T] = W A^T, so the weight tile is
     the 64-row operand of Hopper's FP8 tensor-core instruction (wgmma needs 64 rows) and the
     M <= BLOCK_T rows of a decode step the narrow one; the rows-first kernel must pad them to
     16 and, below 64, run FP8 through the older instruction after converting the weight tile.
     Each KSTEP product is scaled by its rows' activation scales and the weight block's scale
-    (KSTEP <= W_BK), as the rows-first kernel's per-step branch does. GROUPED / GATHER_A as there
-    (the MoE at decode: a few rows per expert tile); program (row tile, N tile, K split)."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_k = tl.program_id(2)
-    if GROUPED:
-        expert = tl.load(TILE_EXPERT + pid_m).to(tl.int64)
-        row0 = tl.load(TILE_ROW0 + pid_m)
-        row_end = tl.load(TILE_ROW1 + pid_m)
-    else:
-        expert = 0
-        row0 = pid_m * BLOCK_T
-        row_end = M
-    if expert < 0:  # an idle tile of the grouped launch
-        return
-    toks = row0 + tl.arange(0, BLOCK_T)
-    mask_t = toks < row_end
-    if GATHER_A:
-        a_rows = tl.load(ROW_IDX + toks, mask=mask_t, other=0).to(tl.int64)
-    else:
-        a_rows = toks.to(tl.int64)
+    (KSTEP <= W_BK), as the rows-first kernel's per-step branch does."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    toks = tl.arange(0, BLOCK_T)
+    mask_t = toks < M
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = cols < N
-    a_ptr = A + a_rows[:, None] * stride_am
-    as_ptr = A_SCALE + a_rows * stride_asm
-    w_ptr = W + expert * stride_we + cols.to(tl.int64)[:, None] * stride_wn
-    ws_ptr = W_SCALE + expert * stride_wse + (cols // W_BN).to(tl.int64) * stride_wsn
+    a_ptr = A + toks.to(tl.int64)[:, None] * stride_am
+    as_ptr = A_SCALE + toks.to(tl.int64) * stride_asm
+    w_ptr = W + cols.to(tl.int64)[:, None] * stride_wn
+    ws_ptr = W_SCALE + (cols // W_BN).to(tl.int64) * stride_wsn
     acc = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(K, k_lo + k_per_split)

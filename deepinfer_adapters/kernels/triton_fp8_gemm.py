@@ -202,9 +202,9 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     if swapped is None:
         swapped = (not grouped and not invariant and config is None and M <= SWAPPED_ROWS
                    and (a_scale is not None or quantize_a))
-    if swapped and ((not grouped and M > SWAPPED_CONFIG.block_m) or (a_scale is None and not quantize_a)):
-        raise ValueError(f"fp8 gemm: the swapped kernel takes FP8 activations, up to {SWAPPED_CONFIG.block_m} "
-                         "rows per tile")
+    if swapped and (grouped or M > SWAPPED_CONFIG.block_m or (a_scale is None and not quantize_a)):
+        raise ValueError(f"fp8 gemm: the swapped kernel takes up to {SWAPPED_CONFIG.block_m} rows of FP8 "
+                         "activations, ungrouped")
     cfg = SWAPPED_CONFIG if swapped else config or (
         invariant_config(kstep) if invariant else default_config(M if not grouped else max(1, M // weight.shape[0]), kstep))
     ws, e8m0 = _scale_arg(w_scale)
@@ -227,18 +227,13 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         return out if split == 1 else out.sum(0).to(out_dtype)
     row_idx = groups.row_idx if grouped and groups.row_idx is not None else None
     if swapped:
-        if grouped and groups.scatter_out:
-            raise ValueError("fp8 gemm: the swapped kernel writes the tiles' own rows (no scatter)")
-        tiles = groups if grouped else Groups(out, out, out)  # unused pointers when not grouped
-        rows_kernel[(m_tiles, n_tiles, split)](
-            a, a if a_scale is None else a_scale, weight, ws, out, a if row_idx is None else row_idx,
-            tiles.expert, tiles.row0, tiles.row1, M, N, K, k_per_split,
-            a.stride(0), 0 if a_scale is None else a_scale.stride(0),
-            weight.stride(0) if grouped else 0, weight.stride(-2), ws.stride(0) if grouped else 0, ws.stride(-2),
+        rows_kernel[(n_tiles, split)](
+            a, a if a_scale is None else a_scale, weight, ws, out, M, N, K, k_per_split,
+            a.stride(0), 0 if a_scale is None else a_scale.stride(0), weight.stride(0), ws.stride(0),
             out.stride(-2), out.stride(0) if split > 1 else 0,
             BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, KSTEP=kstep, SUB=sub, A_SB=act_block,
-            W_BN=weight_block[0], W_BK=weight_block[1], W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
-            QUANT_A=quantize_a, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            W_BN=weight_block[0], W_BK=weight_block[1], W_E8M0=e8m0, QUANT_A=quantize_a,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     else:
         _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
                     m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a)

@@ -180,14 +180,11 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
         out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
                        kstep=fp8.bf16_kstep(w2.shape[-1], block))
-    else:  # row tiles of up to 16 (decode): the swapped kernel, the expert's weight tile as wgmma's 64 rows
-        swapped = config is None and cfg.block_m == fp8.SWAPPED_CONFIG.block_m and fp8.SWAPPED_ROWS > 0
+    else:
         q, s = fp8.act_quant(x, act_block)
-        h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
-                       swapped=swapped)
+        h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
         h8, hs = swiglu_quant(h13, rw, limit, act_block)
-        out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
-                       swapped=swapped)
+        out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg)
     return combine(out, T, k, positions, shared)
 
 

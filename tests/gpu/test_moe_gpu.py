@@ -96,28 +96,6 @@ def test_moe_experts_adds_the_shared_output_in_its_combine(T):
     assert torch.equal(reference_fp8.moe_experts(*args, shared=shared), (ref_routed + shared.float()).bfloat16())
 
 
-@pytest.mark.parametrize("T", [1, 8, 57])
-def test_moe_fp8_path_swapped_kernel(T):
-    """Decode-sized MoE (row tiles of 16): the fp8 path's GEMMs run the swapped kernel (the expert's
-    weight tile as FP8 wgmma's 64 rows); against the reference, and next to the rows-first kernel
-    (a config given: the caller's tiles, not swapped)."""
-    from deepinfer_adapters.kernels import triton_fp8_gemm as fp8, triton_moe
-
-    E, D, I, k = 32, 512, 256, 6
-    w13, s13, w2, s2 = _experts(E, D, I, seed=40 + T)
-    g = torch.Generator(device="cuda").manual_seed(300 + T)
-    x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
-    w, ids = _routing(T, E, k, seed=T)
-    args = (x, w, ids, w13, s13, w2, s2, (1, 32), 32, 10.0)
-    ref = reference_fp8.moe_experts(*args)
-    swapped = triton_moe.moe_experts(*args, path="fp8")
-    rows_first = triton_moe.moe_experts(*args, path="fp8", config=fp8.default_config(max(1, T * k // E), 32))
-    print(f"REPORT moe fp8 swapped T={T}: rel(ref)={_rel(swapped, ref):.2e} rel(rows-first)={_rel(swapped, rows_first):.2e}"
-          f" rows-first rel(ref)={_rel(rows_first, ref):.2e}")
-    assert torch.isfinite(swapped).all()
-    assert _rel(swapped, ref) <= NORM_RTOL and _rel(rows_first, ref) <= NORM_RTOL
-
-
 def test_routing_tiles_cover_every_pair():
     from deepinfer_adapters.kernels import triton_moe
 
