@@ -48,6 +48,7 @@ from deepinfer_adapters.kernels import flashmla_sparse, reference, triton_sparse
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.numerics import Numerics
+from tests.gpu.model_runs import DECODE, PROMPT, prefill_then_decode, rel
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)"),
@@ -64,9 +65,6 @@ OVERRIDES = dict(
     index_source_layer_ids=[1, 3, 4], candidate_source_layer_id=3, engram_layer_ids=[1, 4],
     dspark_target_layer_ids=[3, 4, 5],
 )
-PROMPT = 40
-DECODE = 3
-MAX_LEN = 256
 CALL_REL = 4e-3  # per sparse_attn call against the torch reference (tests/gpu/test_flashmla_gpu.py)
 
 SLOTS = [2, 0, 3]  # batched decode: scrambled slots, slot 1 unused
@@ -78,14 +76,6 @@ DECODE_MAX_LEN = 512
 @pytest.fixture(scope="module")
 def ckpt(tiny_checkpoint):
     return tiny_checkpoint("v41", **OVERRIDES)
-
-
-def _ids(n: int, seed: int = 0) -> list[int]:
-    return torch.randint(3, 128000, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double() - b.double()).norm() / b.double().norm())
 
 
 @dataclasses.dataclass
@@ -116,7 +106,7 @@ def recorded_sparse_attn():
             calls.backends[backend.name] += 1
             calls.shapes[(q.shape[0], idx.shape[1])] += 1
             ref = reference.sparse_attn(*args, **kwargs)
-            calls.worst_rel = max(calls.worst_rel, _rel(out.float(), ref.float()))
+            calls.worst_rel = max(calls.worst_rel, rel(out.float(), ref.float()))
             return out
 
         return dataclasses.replace(backend, fn=fn)
@@ -129,17 +119,7 @@ def recorded_sparse_attn():
 
 
 def _run(ckpt, numerics: Numerics, device: str, weights: str = "dense") -> torch.Tensor:
-    """Prefill (logits of every prompt row) then DECODE single-token steps fed with fixed
-    tokens: [PROMPT + DECODE, vocab] fp32 on the host (as tests/gpu/test_model_gpu.py)."""
-    model = DeepseekV41ForCausalLM.from_pretrained(ckpt, numerics, device=device, progress=False, weights=weights,
-                                                   with_draft=False)
-    state = model.new_state(1, MAX_LEN)
-    ids = _ids(PROMPT + DECODE)
-    with torch.no_grad():
-        out = [model(ForwardBatch.build([(0, 0, ids[:PROMPT])], all_logits=True, device=device), state).logits]
-        for p in range(PROMPT, PROMPT + DECODE):
-            out.append(model(ForwardBatch.build([(0, p, [ids[p]])], device=device), state).logits)
-    return torch.cat(out).float().cpu()
+    return prefill_then_decode(ckpt, numerics, device, weights, with_draft=False)
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +129,7 @@ def cpu_reference(ckpt):
     num = Numerics.reference()
     cpu = _run(ckpt, num, "cpu")
     alt = _run(ckpt, dataclasses.replace(num, attn_probs_bf16=False), "cpu")
-    return cpu, _rel(alt, cpu)
+    return cpu, rel(alt, cpu)
 
 
 @pytest.fixture(scope="module")
@@ -190,16 +170,16 @@ def test_bf16_flashmla_and_triton_within_noise_floor(cpu_reference, gpu_runs, we
     assert set(flash_calls.backends) == {"flashmla"} and set(triton_calls.backends) == {"triton"}
     for name, gpu in (("flashmla", flash), ("triton", triton)):
         agree = float((gpu.argmax(-1) == cpu.argmax(-1)).float().mean())
-        print(f"REPORT model64x512 bf16 {weights} cuda(sparse_attn={name}) vs cpu: rel={_rel(gpu, cpu):.3e} "
-              f"row0 rel={_rel(gpu[:1], cpu[:1]):.3e} decode rows rel={_rel(gpu[PROMPT:], cpu[PROMPT:]):.3e} "
+        print(f"REPORT model64x512 bf16 {weights} cuda(sparse_attn={name}) vs cpu: rel={rel(gpu, cpu):.3e} "
+              f"row0 rel={rel(gpu[:1], cpu[:1]):.3e} decode rows rel={rel(gpu[PROMPT:], cpu[PROMPT:]):.3e} "
               f"argmax agree={agree:.2f} | noise floor (cpu probs fp32 vs bf16) rel={floor:.3e}")
-    print(f"REPORT model64x512 bf16 {weights} cuda flashmla vs triton: rel={_rel(flash, triton):.3e} "
-          f"row0 rel={_rel(flash[:1], triton[:1]):.3e} | triton calls worst rel vs torch reference "
+    print(f"REPORT model64x512 bf16 {weights} cuda flashmla vs triton: rel={rel(flash, triton):.3e} "
+          f"row0 rel={rel(flash[:1], triton[:1]):.3e} | triton calls worst rel vs torch reference "
           f"{triton_calls.worst_rel:.2e}")
     for name, gpu in (("flashmla", flash), ("triton", triton)):
         assert torch.isfinite(gpu).all(), name
-        assert _rel(gpu, cpu) <= 2 * floor, name
-    assert _rel(flash, triton) <= 2 * floor
+        assert rel(gpu, cpu) <= 2 * floor, name
+    assert rel(flash, triton) <= 2 * floor
 
 
 def _prompts() -> list[list[int]]:

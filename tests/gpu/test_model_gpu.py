@@ -29,15 +29,11 @@ import torch
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import triton_sparse_attn  # noqa: F401  registers "triton" (imports no triton)
-from deepinfer_adapters.model_impl.batch import ForwardBatch
-from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.numerics import Numerics
+from tests.gpu.model_runs import prefill_then_decode, rel
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
 
-PROMPT = 40
-DECODE = 3
-MAX_LEN = 256
 FP32_ATOL = 1e-3
 
 
@@ -46,25 +42,8 @@ def ckpt(tiny_checkpoint):
     return tiny_checkpoint("v41")
 
 
-def _ids(n: int, seed: int = 0) -> list[int]:
-    return torch.randint(3, 128000, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
-
-
 def _run(ckpt, numerics: Numerics, device: str, weights: str = "dense") -> torch.Tensor:
-    """Prefill (logits of every prompt row) then DECODE single-token steps fed with
-    fixed tokens: [PROMPT + DECODE, vocab] fp32 on the host."""
-    model = DeepseekV41ForCausalLM.from_pretrained(ckpt, numerics, device=device, progress=False, weights=weights)
-    state = model.new_state(1, MAX_LEN)
-    ids = _ids(PROMPT + DECODE)
-    with torch.no_grad():
-        out = [model(ForwardBatch.build([(0, 0, ids[:PROMPT])], all_logits=True, device=device), state).logits]
-        for p in range(PROMPT, PROMPT + DECODE):
-            out.append(model(ForwardBatch.build([(0, p, [ids[p]])], device=device), state).logits)
-    return torch.cat(out).float().cpu()
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double() - b.double()).norm() / b.double().norm())
+    return prefill_then_decode(ckpt, numerics, device, weights)
 
 
 def test_float32_cuda_matches_cpu(ckpt):
@@ -72,7 +51,7 @@ def test_float32_cuda_matches_cpu(ckpt):
     cpu = _run(ckpt, num, "cpu")
     gpu = _run(ckpt, num, "cuda")
     diff = float((gpu - cpu).abs().max())
-    print(f"REPORT model fp32 cuda(auto backends) vs cpu: maxabs={diff:.2e} rel={_rel(gpu, cpu):.2e} "
+    print(f"REPORT model fp32 cuda(auto backends) vs cpu: maxabs={diff:.2e} rel={rel(gpu, cpu):.2e} "
           f"logit std={float(cpu.std()):.2f}")
     assert torch.isfinite(gpu).all()
     torch.testing.assert_close(gpu, cpu, atol=FP32_ATOL, rtol=0)
@@ -82,7 +61,7 @@ def test_bf16_reference_cuda_within_noise_floor(ckpt):
     num = Numerics.reference()
     cpu = _run(ckpt, num, "cpu")
     alt = _run(ckpt, dataclasses.replace(num, attn_probs_bf16=False), "cpu")
-    floor = _rel(alt, cpu)
+    floor = rel(alt, cpu)
     results = {}
     for backend in ("torch", "triton"):
         kernels.use_backend("sparse_attn", backend)
@@ -92,13 +71,13 @@ def test_bf16_reference_cuda_within_noise_floor(ckpt):
             kernels.use_backend("sparse_attn", None)
         results[backend] = gpu
         agree = float((gpu.argmax(-1) == cpu.argmax(-1)).float().mean())
-        print(f"REPORT model bf16 cuda(sparse_attn={backend}) vs cpu: rel={_rel(gpu, cpu):.3e} "
+        print(f"REPORT model bf16 cuda(sparse_attn={backend}) vs cpu: rel={rel(gpu, cpu):.3e} "
               f"maxabs={float((gpu - cpu).abs().max()):.3e} row0 maxabs={float((gpu[0] - cpu[0]).abs().max()):.3e} "
               f"argmax agree={agree:.2f} | noise floor (cpu probs fp32 vs bf16) rel={floor:.3e}")
-    print(f"REPORT model bf16 cuda torch vs cuda triton: rel={_rel(results['triton'], results['torch']):.3e}")
+    print(f"REPORT model bf16 cuda torch vs cuda triton: rel={rel(results['triton'], results['torch']):.3e}")
     for backend, gpu in results.items():
         assert torch.isfinite(gpu).all(), backend
-        assert _rel(gpu, cpu) <= 2 * floor, backend
+        assert rel(gpu, cpu) <= 2 * floor, backend
 
 
 FP8_OPS = ("fp8_linear", "fp8_grouped_linear", "moe_experts")
@@ -111,7 +90,7 @@ def test_bf16_native_fp8_cuda_within_noise_floor(ckpt):
     num = Numerics.reference()
     cpu = _run(ckpt, num, "cpu")
     alt = _run(ckpt, dataclasses.replace(num, attn_probs_bf16=False), "cpu")
-    floor = _rel(alt, cpu)
+    floor = rel(alt, cpu)
     fast = _run(ckpt, num, "cuda", weights="fp8")
     for op in FP8_OPS:
         kernels.use_backend(op, "torch")
@@ -122,10 +101,10 @@ def test_bf16_native_fp8_cuda_within_noise_floor(ckpt):
             kernels.use_backend(op, None)
     for name, gpu in (("triton", fast), ("torch", slow)):
         agree = float((gpu.argmax(-1) == cpu.argmax(-1)).float().mean())
-        print(f"REPORT model bf16 native fp8 cuda (fp8 ops={name}) vs dense cpu: rel={_rel(gpu, cpu):.3e} "
+        print(f"REPORT model bf16 native fp8 cuda (fp8 ops={name}) vs dense cpu: rel={rel(gpu, cpu):.3e} "
               f"row0 maxabs={float((gpu[0] - cpu[0]).abs().max()):.3e} argmax agree={agree:.2f} "
               f"| noise floor rel={floor:.3e}")
         assert torch.isfinite(gpu).all(), name
-        assert _rel(gpu, cpu) <= 2 * floor, name
-    print(f"REPORT model bf16 native fp8 cuda triton vs torch ops: rel={_rel(fast, slow):.3e}")
+        assert rel(gpu, cpu) <= 2 * floor, name
+    print(f"REPORT model bf16 native fp8 cuda triton vs torch ops: rel={rel(fast, slow):.3e}")
 
