@@ -22,7 +22,7 @@ install() {
         # about 2 min instead of pip's 5.5 (2-core machine). --compile-bytecode as pip does: without
         # .pyc files (and with PYTHONDONTWRITEBYTECODE=1) every vLLM process compiles vllm and torch
         # again at import, about 12 s more per process.
-        "$VENV/bin/pip" install -q uv
+        "$VENV/bin/pip" install -q uv==0.13.9  # pinned: the version these flags were checked with
         # torch: exactly the wheel pip picks for torch==2.13.0 (on the CPU machines the local
         # 2.13.0+cpu wheel from pip's find-links, which uv does not read); a CUDA build is refused
         local torch_url
