@@ -25,6 +25,15 @@ def ceil_pow2(v):
 
 
 @triton.jit
+def weight_scale(sw, W_E8M0: tl.constexpr):
+    """A loaded weight scale as fp32: E8M0 byte e -> 2^(e - 127) (byte 0 reads as 0, 255 as
+    inf), or the fp32 scale as it is."""
+    if W_E8M0:
+        sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    return sw
+
+
+@triton.jit
 def pow2_reciprocal(s):
     """1 / s for a power of two s (exact; x * (1/s) == x / s)."""
     exponent = (s.to(tl.int32, bitcast=True) >> 23) & 0xFF
@@ -126,9 +135,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                 # one weight scale over this iteration's K (k0 is a multiple of KSTEP * SUB): each
                 # product gets its activation scale, the weight scale comes once, after SUB of them
                 # (a power of two: the same bits as scaling each product)
-                sw = tl.load(ws_ptr + k0 // W_BK, mask=mask_n, other=0)
-                if W_E8M0:
-                    sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+                sw = weight_scale(tl.load(ws_ptr + k0 // W_BK, mask=mask_n, other=0), W_E8M0)
                 part = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
                 for j in tl.static_range(SUB):
                     kb = k0 + j * KSTEP
@@ -148,8 +155,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                         sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
                     else:
                         sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
-                    if W_E8M0:  # E8M0 byte e -> 2^(e - 127) (byte 0 reads as 0, 255 as inf)
-                        sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+                    sw = weight_scale(sw, W_E8M0)
                     if A_SB > 0:
                         a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
                         acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
@@ -194,9 +200,7 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
             ks = kb + tl.arange(0, KSTEP)
             a = tl.load(a_ptr + ks[None, :], mask=mask_t[:, None], other=0.0)
             w = tl.load(w_ptr + ks[None, :], mask=mask_n[:, None], other=0.0)
-            sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
-            if W_E8M0:
-                sw = (sw.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+            sw = weight_scale(tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0), W_E8M0)
             a, sa = scaled_activation(a, as_ptr, kb, mask_t, A_SB, QUANT_A)
             acc += tl.dot(w, tl.trans(a)) * (sw[:, None] * sa[None, :])
     out_ptr = OUT + pid_k * stride_os + toks.to(tl.int64)[None, :] * stride_om + cols[:, None]
