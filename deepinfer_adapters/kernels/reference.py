@@ -47,7 +47,7 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float, route_w: torch.Te
     if limit > 0:
         u = u.clamp(-limit, limit)
         g = g.clamp(max=limit)
-    h = torch.nn.functional.silu(wide(g)).float() * u
+    h = F.silu(wide(g)).float() * u
     if route_w is not None:
         h = route_w * h
     return h.to(gate.dtype)

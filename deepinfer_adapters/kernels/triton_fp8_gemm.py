@@ -187,7 +187,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     same codes and scales as ``act_quant``; ``act_block`` must be the K step), inside the GEMM
     when its K loop is short (``QUANT_IN_GEMM_STEPS``), else by ``act_quant`` first.
     ``swapped``: run ``fp8_gemm_rows_kernel`` (W A^T; None: where ``SWAPPED_ROWS`` says)."""
-    triton, _, kernel, split_sum, rows_kernel = _kernels()
+    triton, _, kernel, _, rows_kernel = _kernels()
     N, K = weight.shape[-2:]
     M = a.shape[0] if rows is None else rows
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
@@ -205,26 +205,23 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     if swapped and (grouped or M > SWAPPED_CONFIG.block_m or (a_scale is None and not quantize_a)):
         raise ValueError(f"fp8 gemm: the swapped kernel takes up to {SWAPPED_CONFIG.block_m} rows of FP8 "
                          "activations, ungrouped")
+    rows_per_tile = max(1, M // weight.shape[0]) if grouped else M
     cfg = SWAPPED_CONFIG if swapped else config or (
-        invariant_config(kstep) if invariant else default_config(M if not grouped else max(1, M // weight.shape[0]), kstep))
+        invariant_config(kstep) if invariant else default_config(rows_per_tile, kstep))
     ws, e8m0 = _scale_arg(w_scale)
     sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
     step = kstep * sub
     m_tiles = groups.expert.numel() if groups is not None else triton.cdiv(M, cfg.block_m)
     n_tiles = triton.cdiv(N, cfg.block_n)
-    split = 1
     split_tiles = n_tiles if invariant else m_tiles * n_tiles  # invariant: never from M
-    if groups is None and split_tiles < cfg.programs:
-        split = min(triton.cdiv(cfg.programs, split_tiles), triton.cdiv(K, step))
-    k_per_split = triton.cdiv(triton.cdiv(K, split), step) * step
-    split = triton.cdiv(K, k_per_split)
+    split, k_per_split = split_k(split_tiles, K, step, 0 if grouped else cfg.programs)
     if quantize_a and k_per_split // step > QUANT_IN_GEMM_STEPS:
         a, a_scale = act_quant(a, act_block)
         quantize_a = False
     out = torch.empty((split, M, N) if split > 1 else (M, N), device=a.device,
                       dtype=torch.float32 if split > 1 else out_dtype)
     if M == 0:
-        return out if split == 1 else out.sum(0).to(out_dtype)
+        return out if split == 1 else sum_splits(out, out_dtype)
     row_idx = groups.row_idx if grouped and groups.row_idx is not None else None
     if swapped:
         rows_kernel[(n_tiles, split)](
@@ -237,12 +234,26 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     else:
         _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
                     m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a)
-    if split == 1:
-        return out
-    # partials added one by one in split order (torch's sum picks its order by shape), one launch
-    total = torch.empty((M, N), device=a.device, dtype=out_dtype)
-    block = 1024
-    split_sum[(triton.cdiv(M * N, block),)](out, total, M * N, SPLIT=split, BLOCK=block, num_warps=4)
+    return out if split == 1 else sum_splits(out, out_dtype)
+
+
+def split_k(tiles: int, K: int, step: int, programs: int) -> tuple[int, int]:
+    """(splits, K per split, a multiple of ``step``): K is split while fewer than ``programs``
+    tiles run (0: never), until about that many programs do."""
+    split = min(-(-programs // tiles), -(-K // step)) if tiles < programs else 1
+    k_per_split = -(-(-(-K // split)) // step) * step
+    return -(-K // k_per_split), k_per_split
+
+
+def sum_splits(parts: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """Split-K partials [S, M, N] fp32 -> [M, N] in ``out_dtype``: added one by one in split
+    order and rounded once (torch's sum picks its order by shape), one launch."""
+    triton, _, _, split_sum, _ = _kernels()
+    S, M, N = parts.shape
+    total = torch.empty((M, N), device=parts.device, dtype=out_dtype)
+    if M * N:
+        block = 1024
+        split_sum[(triton.cdiv(M * N, block),)](parts, total, M * N, SPLIT=S, BLOCK=block, num_warps=4)
     return total
 
 

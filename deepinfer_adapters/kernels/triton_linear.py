@@ -27,7 +27,9 @@ from dataclasses import dataclass
 import torch
 
 from deepinfer_adapters.kernels import invariance, register
+from deepinfer_adapters.kernels.triton_fp8_gemm import TARGET_PROGRAMS, split_k, sum_splits
 from deepinfer_adapters.kernels.triton_support import triton_available
+
 
 @dataclass(frozen=True)
 class LinearConfig:
@@ -38,7 +40,7 @@ class LinearConfig:
     block_k: int = 128
     num_warps: int = 4
     num_stages: int = 3
-    programs: int = 264  # split K (by N and K alone) while fewer column tiles than this
+    programs: int = TARGET_PROGRAMS  # split K (by N and K alone) while fewer column tiles than this
 
 
 # H200 (benchmarks/bench_invariant_linear.py, session 5): the head at 1 row 304 us with 128-deep
@@ -80,24 +82,20 @@ def _kernel():
         out = OUT + tl.program_id(2) * stride_os + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
         tl.store(out, acc, mask=mask_m[:, None] & mask_n[None, :])
 
-    from deepinfer_adapters.kernels.fp8_triton_jit import split_sum_kernel
-
-    return triton, split_linear_kernel, split_sum_kernel
+    return triton, split_linear_kernel
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch.float32, *,
            config: LinearConfig | None = None) -> torch.Tensor:
     """See ``reference.linear``: x [.., K] fp32 @ weight [N, K] bf16 ^T, fp32 cast to ``out_dtype``."""
     cfg = config or CONFIG
-    triton, kernel, split_sum = _kernel()
+    triton, kernel = _kernel()
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
     x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
     M, N = x2.shape[0], weight.shape[0]
-    n_tiles, steps = triton.cdiv(N, cfg.block_n), triton.cdiv(K, cfg.block_k)
-    split = 1 if n_tiles >= cfg.programs else min(steps, triton.cdiv(cfg.programs, n_tiles))
-    k_per_split = triton.cdiv(steps, split) * cfg.block_k
-    split = triton.cdiv(K, k_per_split)
+    n_tiles = triton.cdiv(N, cfg.block_n)
+    split, k_per_split = split_k(n_tiles, K, cfg.block_k, cfg.programs)  # by N and K alone
     parts = torch.empty((split, M, N), device=x.device, dtype=torch.float32)
     if M and N:
         bm = row_tile(M)
@@ -105,12 +103,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch
             x2, weight, parts, M, N, K, k_per_split, x2.stride(0), weight.stride(0), parts.stride(1),
             parts.stride(0), BM=bm, BN=cfg.block_n, BK=cfg.block_k, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages)
-    if split == 1:
-        out = parts[0]
-    else:  # partials added one by one in split order (the order depends on N and K only)
-        out = torch.empty(M, N, device=x.device, dtype=torch.float32)
-        if M and N:
-            split_sum[(triton.cdiv(M * N, 1024),)](parts, out, M * N, SPLIT=split, BLOCK=1024, num_warps=4)
+    out = parts[0] if split == 1 else sum_splits(parts, torch.float32)
     return out.view(*lead, N).to(out_dtype)
 
 

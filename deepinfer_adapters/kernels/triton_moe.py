@@ -215,7 +215,8 @@ def supports_swiglu(gate, up, limit, route_w=None) -> bool:
 def supports(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit, shared=None,
              **_) -> bool:
     inter = w2.shape[-1]
-    return ((shared is None or (shared.shape == x.shape and shared.stride(-1) == 1)) and act_block > 0 and w13.dim() == 3 and inter % act_block == 0 and inter % block[0] == 0
+    shared_ok = shared is None or (shared.shape == x.shape and shared.stride(-1) == 1)
+    return (shared_ok and act_block > 0 and w13.dim() == 3 and inter % act_block == 0 and inter % block[0] == 0
             and fp8._fp8_weight_ok(x, w13, block, act_block))
 
 
