@@ -56,6 +56,7 @@ import time
 
 import torch
 
+from benchmarks.profiling import profile_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format
@@ -245,26 +246,6 @@ def timed(fn, device, reps, warm=1):
     return statistics.median(times), times
 
 
-def profile_step(step, out_dir, name="decode_b1"):
-    """One decode step under torch.profiler: launch count, top ops by host and by GPU time."""
-    from torch.profiler import ProfilerActivity, profile
-
-    step()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
-    events = prof.key_averages()
-    table = events.table(sort_by="self_cpu_time_total", row_limit=40)
-    with open(os.path.join(out_dir, f"profile_{name}.txt"), "w") as fh:
-        fh.write(table + "\n\n" + events.table(sort_by="self_device_time_total", row_limit=25))
-    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"))
-    gpu_us = sum(e.self_device_time_total for e in events)
-    log(f"profile {name}: {launches} kernel launches, GPU busy {gpu_us / 1e3:.1f} ms; top by GPU time:")
-    for e in sorted(events, key=lambda e: -e.self_device_time_total)[:25]:
-        log(f"  {e.key[:60]:60s} calls {e.count:6d} self cpu {e.self_cpu_time_total / 1e3:8.2f} ms "
-            f"gpu {e.self_device_time_total / 1e3:8.2f} ms")
-
-
 def pin_reference(on: bool):
     for op in OPS:
         kernels.use_backend(op, "torch" if on else None)
@@ -335,9 +316,9 @@ def run(args):
         logits_graph = graphs.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
         row["logits_rel_graph_vs_forward"] = float((logits_graph - logits_fast).norm() / logits_fast.norm())
         row["fast_ms"] = min(fast * 1e3, graph_ms)
-        if args.profile and B == 1:  # the eager batched decode: the kernels a graph replays
+        if B in args.profile:  # the eager batched decode: the kernels a graph replays
             try:
-                profile_step(lambda: eager.run(dev_ids, dev_pos, dev_slots, context + 1), args.out)
+                profile_step(lambda: eager.run(dev_ids, dev_pos, dev_slots, context + 1), args.out, f"decode_b{B}")
             except Exception as e:  # the profile is a diagnosis, not a result
                 log(f"profile failed: {type(e).__name__}: {e}")
         del graphs, eager
@@ -442,8 +423,10 @@ def main():
     ap.add_argument("--prefill-backends", nargs="*", default=[],
                     help="extra prefill runs with backends pinned, each 'op=name[,op=name]'")
     ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
-    ap.add_argument("--profile", action="store_true", help="torch.profiler over one decode step at B=1")
+    ap.add_argument("--profile", type=int, nargs="*", default=None, metavar="B",
+                    help="torch.profiler over one decode step at these batch sizes (bare flag: B=1)")
     args = ap.parse_args()
+    args.profile = [1] if args.profile == [] else args.profile or []
     info = {"command": " ".join(sys.argv), "torch": torch.__version__,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if args.device == "cuda":

@@ -61,7 +61,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks.* from anywhere
 
-from benchmarks.bench_real_width import ceilings_or_none, fill_random, log, param_bytes, profile_step, sync  # noqa: E402
+from benchmarks.bench_real_width import ceilings_or_none, fill_random, log, param_bytes, sync  # noqa: E402
+from benchmarks.profiling import profile_step  # noqa: E402
 from deepinfer_adapters.config import parse_config  # noqa: E402
 from deepinfer_adapters.model_impl import native_format  # noqa: E402
 from deepinfer_adapters.model_impl.batch import ForwardBatch  # noqa: E402
@@ -232,8 +233,9 @@ def decode_loop(step, first: torch.Tensor, P: int, n: int):
     return first_logits
 
 
-def graphed_decoder(model, state, B: int, max_len: int, device: str):
-    """(step(tokens, pos) -> logits, None) through DecodeGraphs, or (None, why not)."""
+def graphed_decoder(model, state, B: int, max_len: int, device: str, capture: bool = True):
+    """(step(tokens, pos) -> logits, None) through DecodeGraphs, or (None, why not).
+    capture=False: the same steps run eagerly (the kernels a replay runs, for the profiler)."""
     if not hasattr(model, "decode"):
         return None, f"{type(model).__name__} has no decode()"
     try:
@@ -241,8 +243,9 @@ def graphed_decoder(model, state, B: int, max_len: int, device: str):
     except ImportError as e:
         return None, f"no deepinfer_adapters.standalone.cuda_graphs.DecodeGraphs ({e})"
     graphs = DecodeGraphs(model, state, pad_slot=B, max_batch=B, max_len=max_len, device=device,
-                          capture=device == "cuda")
-    graphs.capture_all(max_len)
+                          capture=capture and device == "cuda")
+    if graphs.capture:
+        graphs.capture_all(max_len)
     slots = torch.arange(B, device=device)
 
     def step(tokens, pos):
@@ -252,7 +255,7 @@ def graphed_decoder(model, state, B: int, max_len: int, device: str):
 
 
 @torch.no_grad()
-def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, profile=False, out_dir="."):
+def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, profile=(), out_dir="."):
     rows = {}
     for B in batches:
         ids = prompts[:B]
@@ -286,9 +289,12 @@ def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, p
             t, g_logits = elapsed(lambda: decode_loop(step, first, P, new - 1), device)
             row.update(graphed="ok", graphed_ms=t / (new - 1) * 1e3, rel_graphed_vs_forward=rel(g_logits, logits),
                        rel_graphed=rel(g_logits, ref["decode"]))
-        if profile and B == min(batches):
+        if B in profile:  # the eager model.decode step: the kernels a graph replays
             try:
-                profile_step(lambda: forward_step(first, P + new - 1), out_dir)
+                for k, v in saved.items():
+                    state._tensors[k].copy_(v)
+                eager, _ = graphed_decoder(model, state, B, P + new + 8, device, capture=False)
+                profile_step(lambda: eager(first, P), out_dir, f"decode_b{B}")
             except Exception as e:  # a diagnosis, not a result
                 log(f"profile failed: {type(e).__name__}: {e}")
         if B == noise_batch:
@@ -361,7 +367,7 @@ def run(args) -> dict:
     error = None
     try:
         our_rows = measure_ours(model, cfg, prompts, args.batches, args.new, device, refs, args.noise_batch,
-                                args.profile and device == "cuda", args.out)
+                                args.profile if device == "cuda" else (), args.out)
     except Exception as e:  # keep the peer's numbers: they cost minutes
         traceback.print_exc()
         error, our_rows = f"{type(e).__name__}: {e}", {}
@@ -433,13 +439,15 @@ def main():
     ap.add_argument("--reps", type=int, default=3, help="transformers: best of this many generate calls")
     ap.add_argument("--noise-batch", type=int, default=8, help="batch of the logits yardstick (0: none)")
     ap.add_argument("--hf-experts", default=None, help="transformers' experts_implementation (default: its own)")
-    ap.add_argument("--profile", action="store_true", help="torch.profiler over one forward decode step at the "
-                    "smallest batch (CUDA; profile_decode_b1.txt in --out)")
+    ap.add_argument("--profile", type=int, nargs="*", default=None, metavar="B",
+                    help="torch.profiler over one eager model.decode step at these batch sizes (bare flag: the "
+                    "smallest; CUDA; profile_decode_bB.txt and kernels_decode_bB.txt in --out)")
     args = ap.parse_args()
     defaults = TINY if args.tiny else {"batches": BATCHES, "prompt": PROMPT, "new": NEW}
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    args.profile = [min(args.batches)] if args.profile == [] else args.profile or []
     if args.noise_batch not in args.batches:
         args.noise_batch = min(args.batches) if args.noise_batch else 0
     info = {"command": " ".join(sys.argv), "torch": torch.__version__,

@@ -30,7 +30,7 @@ if has linear; then  # the batch-invariant bf16 linear (head, gate) by tile conf
 fi
 if has peer; then  # V4-Flash widths against transformers' DeepseekV4ForCausalLM (~2 min)
   mkdir -p "$OUT/v4"
-  timeout 300 python benchmarks/bench_v4_width.py --out "$OUT/v4" > "$OUT/v4_width.log" 2>&1
+  timeout 300 python benchmarks/bench_v4_width.py --out "$OUT/v4" --profile 32 > "$OUT/v4_width.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/v4_width.log" | head -30
 fi
 if has attn; then  # sparse attention: our Triton kernel and FlashMLA (~2 min)
@@ -46,7 +46,7 @@ if has model; then  # reduced V4.1-Flash at real widths: decode (graphs), prefil
   grep -A12 "^profile " "$OUT/real_width.log"
 fi
 if has decode; then  # the model part's decode only (graphs, B = 1 .. 128) with the B=1 profile (~1.5 min)
-  timeout 200 $RW --batches 1 8 32 128 --prefill 0 --moe-paths bf16 --profile > "$OUT/real_width.log" 2>&1
+  timeout 200 $RW --batches 1 8 32 128 --prefill 0 --moe-paths bf16 --profile 1 8 > "$OUT/real_width.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width.log"; grep -A12 "^profile " "$OUT/real_width.log"
 fi
 if has prefill; then  # the 8192-token prefill (bf16 MoE path) next to decode B=1 (~1.5 min)
