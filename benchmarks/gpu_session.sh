@@ -3,7 +3,7 @@
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [kernels] [linear] [peer] [attn] [model] [decode] [prefill] [engine]
 #   (default: tests kernels model)
-# Results land in $OUT (the device tool brings them back). Summaries are printed last.
+# Results land in $OUT as session.tgz (the device tool brings back 8 files at most). Summaries are printed last.
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -17,7 +17,7 @@ RW="python benchmarks/bench_real_width.py --out $OUT --ref-batches 1 --no-prefil
 if has tests; then  # GPU parity and invariance tests (all of tests/gpu: ~2.5 min)
   timeout 300 python -m pytest -q tests/gpu -p no:cacheprovider -s > "$OUT/gpu_tests.log" 2>&1
   echo "tests/gpu: $(tail -1 "$OUT/gpu_tests.log")"
-  grep -hE "REPORT (flashmla|index_scores|model|moe128|moe pairs|quantize_a|linear invariant)|FAILED|Error" \
+  grep -hE "REPORT (flashmla|index_scores|model|moe128|moe pairs|quantize_a|linear triton|overlap|wo_a)|FAILED|Error" \
     "$OUT/gpu_tests.log" | head -40
 fi
 if has kernels; then  # decode GEMVs at 1, 8, 32 rows (~1.5 min)
@@ -60,3 +60,5 @@ if has engine; then  # the engine's default numerics (batch-invariant) at decode
   echo "batch-invariant:"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_invariant.log" | grep decode
   sed -n '/Self CUDA time total/,$p' "$OUT/invariant/profile_decode_b1.txt" | head -30
 fi
+# the device tool brings back at most 8 files: everything goes back as one archive
+(cd "$OUT" && tar czf /tmp/session.tgz . && find . -mindepth 1 -delete && mv /tmp/session.tgz .)

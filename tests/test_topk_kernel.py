@@ -36,3 +36,21 @@ print("OK", len(cases))
 
 def test_topk_kernel_matches_the_reference_sort_under_the_interpreter():
     assert "OK 8" in run_interpreted(SCRIPT)
+
+
+SORT_SCRIPT = r"""
+import torch
+from deepinfer_adapters.kernels import reference, triton_topk
+g = torch.Generator().manual_seed(1)
+shapes = [(3, 512), (1, 7), (2, 3, 100), (4, 1)]
+for shape in shapes:
+    x = torch.stack([torch.randperm(5000, generator=g)[:shape[-1]] for _ in range(int(torch.tensor(shape[:-1]).prod()))])
+    x = x.view(shape)
+    assert torch.equal(triton_topk.sort_rows(x), reference.sort_rows(x)), shape
+print("OK", len(shapes))
+"""
+
+
+def test_sort_rows_kernel_matches_torch_sort_under_the_interpreter():
+    """The reference tie rule's top-k picks (distinct indices) put in ascending order."""
+    assert "OK 4" in run_interpreted(SORT_SCRIPT)

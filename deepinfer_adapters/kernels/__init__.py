@@ -108,6 +108,10 @@ def topk_lowest_index(*args: Any, **kwargs: Any) -> Any:
     return call("topk_lowest_index", *args, **kwargs)
 
 
+def sort_rows(*args: Any, **kwargs: Any) -> Any:
+    return call("sort_rows", *args, **kwargs)
+
+
 def swiglu(*args: Any, **kwargs: Any) -> Any:
     return call("swiglu", *args, **kwargs)
 

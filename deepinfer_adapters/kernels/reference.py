@@ -17,7 +17,7 @@ from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
-       "index_scores", "topk_lowest_index", "swiglu", "moe_route")
+       "index_scores", "topk_lowest_index", "sort_rows", "swiglu", "moe_route")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -209,6 +209,11 @@ def topk_lowest_index(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch
     order = torch.sort(-scores.float(), dim=-1, stable=True).indices[..., :k]
     picked = order.sort(dim=-1).values
     return picked, scores.gather(-1, picked)
+
+
+def sort_rows(x: torch.Tensor) -> torch.Tensor:
+    """x sorted ascending along its last dim (the reference's top-k picks put in index order)."""
+    return torch.sort(x, dim=-1).values
 
 
 def moe_route(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renormalize: bool, eps: float,

@@ -179,14 +179,16 @@ class Groups:
 def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: torch.Tensor,
          w_scale: torch.Tensor, weight_block: tuple[int, int], out_dtype: torch.dtype, *,
          rows: int | None = None, groups: Groups | None = None, config: GemmConfig | None = None,
-         kstep: int | None = None, quantize_a: bool = False, swapped: bool | None = None) -> torch.Tensor:
+         kstep: int | None = None, quantize_a: bool = False, swapped: bool | None = None,
+         split_groups: bool = False) -> torch.Tensor:
     """out [rows, N] = A W^T with block scales (see the kernel). ``weight`` [N, K] or, with
     ``groups``, [E, N, K]. ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16.
     ``kstep``: K per tensor-core product; bf16 ``a`` only, a multiple of the weight's K block
     (default: that block). ``quantize_a``: ``a`` is bf16 and quantized per ``act_block`` (the
     same codes and scales as ``act_quant``; ``act_block`` must be the K step), inside the GEMM
     when its K loop is short (``QUANT_IN_GEMM_STEPS``), else by ``act_quant`` first.
-    ``swapped``: run ``fp8_gemm_rows_kernel`` (W A^T; None: where ``SWAPPED_ROWS`` says)."""
+    ``swapped``: run ``fp8_gemm_rows_kernel`` (W A^T; None: where ``SWAPPED_ROWS`` says).
+    ``split_groups``: a grouped GEMM may split K too (as an ungrouped one does while few tiles run)."""
     triton, _, kernel, _, rows_kernel = _kernels()
     N, K = weight.shape[-2:]
     M = a.shape[0] if rows is None else rows
@@ -214,7 +216,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     m_tiles = groups.expert.numel() if groups is not None else triton.cdiv(M, cfg.block_m)
     n_tiles = triton.cdiv(N, cfg.block_n)
     split_tiles = n_tiles if invariant else m_tiles * n_tiles  # invariant: never from M
-    split, k_per_split = split_k(split_tiles, K, step, 0 if grouped else cfg.programs)
+    split, k_per_split = split_k(split_tiles, K, step, 0 if grouped and not split_groups else cfg.programs)
     if quantize_a and k_per_split // step > QUANT_IN_GEMM_STEPS:
         a, a_scale = act_quant(a, act_block)
         quantize_a = False
@@ -309,6 +311,12 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block
     return out.view(*lead, weight.shape[0])
 
 
+# wo_a at decode: G groups x R / 64 column tiles (8 x 16 = 128 programs at V4.1's widths) each
+# walking K = 4096 alone ran at ~1.3 TB/s (25 us, H200 profile, session 6); split-K as for an
+# ungrouped GEMM while fewer than TARGET_PROGRAMS tiles run
+GROUPED_SPLIT_K = True
+
+
 def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
                        block: tuple[int, int]) -> torch.Tensor:
     """See ``reference_fp8.fp8_grouped_linear``: [T, G, Din] -> [T, G, R], one GEMM per group,
@@ -324,7 +332,7 @@ def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tenso
     w = weight.view(G, R, Din)
     ws = scale.view(G, R // block[0], scale.shape[-1])
     return gemm(a, None, 0, w, ws, block, x.dtype, rows=T * G, groups=_group_tiles(T, G, cfg.block_m, x.device),
-                config=cfg, kstep=kstep).view(T, G, R)
+                config=cfg, kstep=kstep, split_groups=GROUPED_SPLIT_K).view(T, G, R)
 
 
 _SHAPE_TENSORS: dict[tuple, object] = {}

@@ -1,10 +1,13 @@
-"""Batch-invariant Triton backend of ``linear`` for bf16 weights with fp32 activations
-(registered as "triton_invariant"; used only in batch-invariant mode).
+"""Triton backend of ``linear`` for bf16 weights with fp32 activations (registered as
+"triton"): in batch-invariant mode for every row count, otherwise for decode's few rows.
 
-Where it matters: the LM head (129280 x 5120 bf16) and the MoE gate. Outside batch-invariant
-mode ``cublas_split`` runs them; in it, cuBLAS's kernel choice by row count is ruled out and
-the reference would evaluate the GEMM in fp64, converting the whole weight to fp64 on every
-call (the head: 1.3 GB read, 5.3 GB written and read again per decode step).
+Where it matters: the LM head (129280 x 5120 bf16) and the MoE gate. In batch-invariant
+mode cuBLAS's kernel choice by row count is ruled out and the reference would evaluate the
+GEMM in fp64, converting the whole weight to fp64 on every call (the head: 1.3 GB read,
+5.3 GB written and read again per decode step). Outside it, up to ``DECODE_ROWS`` rows this
+kernel is one launch (plus the split sum) where ``cublas_split`` is ~9 small kernels around
+cuBLAS: the gate at one row ~5 us against ~16 (H200 profile, session 6); from more rows
+``cublas_split`` runs.
 
 Arithmetic (as ``cublas_split``): x = hi + lo with hi = bf16(x), lo = bf16(x - hi); the
 products hi w and lo w are exact in fp32 and accumulate in fp32 over K. When x's values are
@@ -47,6 +50,9 @@ class LinearConfig:
 # steps against 371 with 64 (its floor ~320 us at the copy rate, cuBLAS 322); the gate (N = 384:
 # 3 column tiles) 33-46 us unsplit, against 18 for cuBLAS's split-K: hence the K split
 CONFIG = LinearConfig()
+
+
+DECODE_ROWS = 16  # outside batch-invariant mode: this backend up to this many rows (the sizes measured)
 
 
 def row_tile(M: int) -> int:
@@ -109,7 +115,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch
 
 def supports(x: torch.Tensor, weight: torch.Tensor, **_) -> bool:
     return (x.is_cuda and weight.is_cuda and x.dtype == torch.float32 and weight.dtype == torch.bfloat16
-            and weight.stride(-1) == 1 and invariance.enabled() and triton_available())
+            and weight.stride(-1) == 1 and (invariance.enabled() or x.numel() <= DECODE_ROWS * x.shape[-1])
+            and triton_available())
 
 
-register("linear", "triton_invariant", linear, supports=supports, priority=10)
+register("linear", "triton", linear, supports=supports, priority=20)

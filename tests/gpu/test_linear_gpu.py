@@ -20,12 +20,14 @@ def _inputs(M, N, K, seed, bf16_values):
     return x, w
 
 
-@pytest.mark.parametrize("M,N,K", [(1, 129280, 512), (7, 384, 5120), (300, 1000, 96)])
+@pytest.mark.parametrize("M,N,K,invariant", [(1, 129280, 512, True), (7, 384, 5120, True), (300, 1000, 96, True),
+                                             (1, 384, 5120, False), (16, 129280, 512, False)])
 @pytest.mark.parametrize("bf16_values", [True, False])
-def test_invariant_linear_matches_fp64_reference(M, N, K, bf16_values):
+def test_triton_linear_matches_fp64_reference(M, N, K, invariant, bf16_values):
+    """Batch-invariant mode: every row count; default mode: decode's few rows."""
     x, w = _inputs(M, N, K, M + N, bf16_values)
-    with invariance.batch_invariant(True):
-        assert kernels.chosen("linear", x, w) == "triton_invariant"
+    with invariance.batch_invariant(invariant):
+        assert kernels.chosen("linear", x, w) == "triton"
         out = kernels.linear(x, w)
         ref = reference.linear(x, w)  # fp64 accumulation, rounded once
     # fp32 accumulation over K against fp64, plus (x not bf16) the ~2^-17 |x| that hi + lo leave
@@ -34,7 +36,7 @@ def test_invariant_linear_matches_fp64_reference(M, N, K, bf16_values):
     magnitude = reference.linear(x.abs(), w.abs())
     err = (out - ref).abs()
     ratio = float((err / magnitude.clamp_min(1e-30)).max())
-    print(f"REPORT linear invariant M={M} N={N} K={K} bf16 x={bf16_values}: max |err| / sum|xw| = {ratio:.2e}")
+    print(f"REPORT linear triton invariant={invariant} M={M} N={N} K={K} bf16 x={bf16_values}: max |err| / sum|xw| = {ratio:.2e}")
     assert out.dtype == torch.float32 and out.shape == ref.shape
     assert bool((err <= 2.0**-18 * magnitude).all())
 
@@ -45,3 +47,10 @@ def test_invariant_linear_rows_do_not_depend_on_the_batch():
         full = kernels.linear(x, w)
         for rows in (slice(0, 1), slice(7, 8), slice(5, 70), slice(290, 300)):
             assert torch.equal(kernels.linear(x[rows], w), full[rows]), rows
+
+
+def test_default_mode_keeps_cublas_above_decode_rows():
+    x, w = _inputs(17, 384, 512, 5, bf16_values=True)
+    with invariance.batch_invariant(False):
+        assert kernels.chosen("linear", x, w) == "cublas_split"
+        assert kernels.chosen("linear", x[:16], w) == "triton"

@@ -22,3 +22,11 @@ def test_topk_matches_reference(n, m, k, dtype):
     idx, val = kernels.topk_lowest_index(s, k)
     ref_idx, ref_val = reference.topk_lowest_index(s, k)
     assert torch.equal(idx, ref_idx) and torch.equal(val, ref_val)
+
+
+@pytest.mark.parametrize("shape", [(1, 512), (8, 512), (300, 1024), (5, 3)])
+def test_sort_rows_equals_torch_sort(shape):
+    g = torch.Generator(device="cuda").manual_seed(shape[0])
+    x = torch.stack([torch.randperm(70000, device="cuda", generator=g)[:shape[1]] for _ in range(shape[0])])
+    assert kernels.chosen("sort_rows", x) == "triton"
+    assert torch.equal(kernels.sort_rows(x), torch.sort(x, dim=-1).values)

@@ -16,6 +16,7 @@ from deepinfer_adapters.model_impl.layers.hyper_connection import HyperConnectio
 from deepinfer_adapters.model_impl.layers.moe import MoE
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.overlap import side_by_side
 from deepinfer_adapters.model_impl.state import StateCache
 
 
@@ -53,11 +54,13 @@ class BlockV41(nn.Module):
     def _run(self, x: torch.Tensor, pre_mix: torch.Tensor, attention: Callable[[torch.Tensor], torch.Tensor],
              numerics: Numerics, input_ids: torch.Tensor, image_mask: torch.Tensor | None,
              keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        attn_pre, post, comb = self.hc_attn.mixes(x)
-        y = attention(self.attn_norm(hc_pre(x, pre_mix)))
+        # each sublayer reads the previous mix, so this one's mixes run next to it (overlap.py)
+        y, (attn_pre, post, comb) = side_by_side(x, lambda: attention(self.attn_norm(hc_pre(x, pre_mix))),
+                                                 lambda: self.hc_attn.mixes(x))
         if keep is not None:
             y, x, attn_pre, post, comb = y[keep], x[keep], attn_pre[keep], post[keep], comb[keep]
         x = hc_post(y, x, post, comb)
-        ffn_pre, post, comb = self.hc_ffn.mixes(x)
-        y = self.ffn(self.ffn_norm(hc_pre(x, attn_pre)), numerics, input_ids, image_mask)
+        y, (ffn_pre, post, comb) = side_by_side(
+            x, lambda: self.ffn(self.ffn_norm(hc_pre(x, attn_pre)), numerics, input_ids, image_mask),
+            lambda: self.hc_ffn.mixes(x))
         return hc_post(y, x, post, comb), ffn_pre

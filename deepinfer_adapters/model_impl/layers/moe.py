@@ -15,6 +15,7 @@ from deepinfer_adapters.config import LayerSpec, ModelConfig, Routing
 from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 from deepinfer_adapters.model_impl.layers.linear import Linear, MergedLinear, same_input
 from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.overlap import side_by_side
 
 
 class Gate(nn.Module):
@@ -90,8 +91,12 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor, numerics: Numerics, input_ids: torch.Tensor,
                 image_mask: torch.Tensor | None = None) -> torch.Tensor:
-        w, idx = self.gate(x, input_ids, image_mask)
-        shared = self.shared_experts(x, numerics) if self.shared_experts is not None else None
+        if self.shared_experts is None:
+            w, idx = self.gate(x, input_ids, image_mask)
+            shared = None
+        else:  # the shared expert next to the gate and routing (overlap.py)
+            (w, idx), shared = side_by_side(x, lambda: self.gate(x, input_ids, image_mask),
+                                            lambda: self.shared_experts(x, numerics))
         if self.routed is not None and shared is not None:  # the kernel adds the shared output and casts
             return self.routed(x, w, idx, numerics, shared=shared)
         y = self.routed(x, w, idx, numerics) if self.routed is not None else self._dense_experts(x, w, idx, numerics)

@@ -29,7 +29,7 @@ def topk_select(scores: torch.Tensor, k: int, ties: str, dtype: torch.dtype, *,
     top = scores.to(dtype).topk(k, dim=-1, sorted=sorted_by_value)
     if sorted_by_value:
         return top.indices, top.values.to(scores.dtype)
-    picked = top.indices.sort(dim=-1).values
+    picked = kernels.sort_rows(top.indices)
     return picked, scores.gather(-1, picked)
 
 

@@ -1,0 +1,55 @@
+"""Side-by-side streams (model_impl/overlap.py) change no value: prefill and graph-replayed
+decode with the overlap on give the same bits and leave the same state as with it off."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepinfer_adapters.model_impl import overlap
+from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
+from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
+
+MAX_LEN = 256
+SLOTS = [1, 0, 2]
+
+
+def _run(model):
+    """Prefill 3 prompts, then 4 graph-replayed decode steps: (logits of each, state after)."""
+    g = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(3, 128000, (n,), generator=g).tolist() for n in (40, 9, 70)]
+    state = model.new_state(4, MAX_LEN)  # slot 3: padding
+    with torch.inference_mode():
+        logits = [model(ForwardBatch.build([(s, 0, p) for s, p in zip(SLOTS, prompts)], device="cuda"),
+                        state).logits.clone()]
+        graphs = DecodeGraphs(model, state, pad_slot=3, max_batch=4, max_len=MAX_LEN, device="cuda")
+        tokens, pos = [p[-1] for p in prompts], [len(p) for p in prompts]
+        for _ in range(4):
+            out = graphs.run(torch.tensor(tokens, device="cuda"), torch.tensor(pos, device="cuda"),
+                             torch.tensor(SLOTS, device="cuda"), max(pos) + 1).clone()
+            logits.append(out)
+            tokens, pos = out.argmax(-1).tolist(), [p + 1 for p in pos]
+    torch.cuda.synchronize()
+    return logits, {k: t.clone() for k, t in state._tensors.items()}
+
+
+def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch):
+    model = DeepseekV41ForCausalLM.from_pretrained(tiny_checkpoint("v41"), Numerics.reference(), device="cuda",
+                                                   progress=False, weights="fp8", with_draft=False)
+    assert model.layers[0].ffn.shared_experts is not None  # both overlaps apply
+    monkeypatch.setattr(overlap, "_STREAMS", {})
+    monkeypatch.setattr(overlap, "ENABLED", False)
+    off, state_off = _run(model)
+    assert not overlap._STREAMS
+    monkeypatch.setattr(overlap, "ENABLED", True)
+    on, state_on = _run(model)
+    assert overlap._STREAMS, "the side stream was never used"
+    same = [torch.equal(a, b) for a, b in zip(on, off)]
+    print(f"REPORT overlap: prefill + {len(on) - 1} graph decode steps bit-identical {same}")
+    assert all(same), [float((a - b).abs().max()) for a, b in zip(on, off)]
+    for key, t in state_off.items():
+        assert torch.equal(state_on[key], t), f"state {key}"
