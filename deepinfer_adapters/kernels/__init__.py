@@ -108,6 +108,10 @@ def topk_lowest_index(*args: Any, **kwargs: Any) -> Any:
     return call("topk_lowest_index", *args, **kwargs)
 
 
+def softmax_pool(*args: Any, **kwargs: Any) -> Any:
+    return call("softmax_pool", *args, **kwargs)
+
+
 def sort_rows(*args: Any, **kwargs: Any) -> Any:
     return call("sort_rows", *args, **kwargs)
 
@@ -150,3 +154,4 @@ from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe  # noqa: E402
 from deepinfer_adapters.kernels import triton_hc, triton_norm_rope  # noqa: E402,F401
 from deepinfer_adapters.kernels import cublas_linear, flashmla_sparse, triton_index  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_linear, triton_quant, triton_route, triton_topk  # noqa: E402,F401
+from deepinfer_adapters.kernels import triton_pool  # noqa: E402,F401

@@ -17,7 +17,7 @@ from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
-       "index_scores", "topk_lowest_index", "sort_rows", "swiglu", "moe_route")
+       "index_scores", "topk_lowest_index", "sort_rows", "swiglu", "moe_route", "softmax_pool")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -209,6 +209,12 @@ def topk_lowest_index(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch
     order = torch.sort(-scores.float(), dim=-1, stable=True).indices[..., :k]
     picked = order.sort(dim=-1).values
     return picked, scores.gather(-1, picked)
+
+
+def softmax_pool(kv: torch.Tensor, score: torch.Tensor) -> torch.Tensor:
+    """The compressors' pooling: sum over rows (dim 1) of kv * softmax over rows of score, fp32
+    (the softmax in fp64 in batch-invariant mode, as every fp32-valued reference step)."""
+    return (kv * wide(score).softmax(dim=1).float()).sum(dim=1)
 
 
 def sort_rows(x: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 Same signature and meaning as ``reference_fp8.moe_experts``. One step, no host sync:
 1. route: the T x k (token, expert) pairs sorted by expert (stable), and a table of
-   row tiles, each inside one expert's rows (torch ops on the device); one token
+   row tiles, each inside one expert's rows (one Triton program, ``triton_moe_sort``,
+   up to its ``MAX_PAIRS``; torch ops on the device beyond); one token
    (decode at batch 1): each pair its own tile, no sort across tokens (``pair_route``);
 2. act_quant: each token's activation quantized to E4M3 once (not once per expert);
 3. grouped GEMM w13: sorted row r reads token row r // k through an index, so the
@@ -65,7 +66,12 @@ def _kernels():
 def route(expert_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch.Tensor, fp8.Groups, torch.Tensor]:
     """(order, tiles, combine positions). Sorted row r is pair ``order[r]`` (= token * k + slot);
     tile i covers sorted rows [row0, row1) of one expert; ``positions[t]`` lists the sorted
-    rows of token t in ascending expert order."""
+    rows of token t in ascending expert order. One Triton program where the pairs fit it
+    (``triton_moe_sort``), else torch ops."""
+    from deepinfer_adapters.kernels import triton_moe_sort  # imports triton
+
+    if triton_moe_sort.fits(expert_ids, n_experts):
+        return triton_moe_sort.sort_pairs(expert_ids, n_experts, block_m)
     T, k = expert_ids.shape
     flat = expert_ids.flatten()
     order = torch.argsort(flat, stable=True)

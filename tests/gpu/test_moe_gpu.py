@@ -116,6 +116,24 @@ def test_routing_tiles_cover_every_pair():
     assert bool((flat[order[positions]].diff(dim=1) > 0).all())
 
 
+@pytest.mark.parametrize("T,E,bm", [(1, 384, 16), (8, 384, 16), (32, 256, 16), (37, 16, 16), (600, 384, 128)])
+def test_pair_sort_kernel_equals_torch_route(T, E, bm, monkeypatch):
+    """The one-program pair sort (triton_moe_sort) gives the torch route's order, active tiles
+    and combine positions, compiled on the GPU."""
+    from deepinfer_adapters.kernels import triton_moe, triton_moe_sort
+
+    _, ids = _routing(T, E, 6, seed=T, skew=T == 37)
+    assert triton_moe_sort.fits(ids, E)
+    order, tiles, positions = triton_moe.route(ids, E, bm)
+    monkeypatch.setattr(triton_moe_sort, "MAX_PAIRS", 0)
+    o2, t2, p2 = triton_moe.route(ids, E, bm)
+    active = t2.expert >= 0
+    assert torch.equal(order, o2) and torch.equal(positions, p2) and torch.equal(tiles.row_idx, t2.row_idx)
+    assert torch.equal(tiles.expert >= 0, active)
+    for a, b in ((tiles.expert, t2.expert), (tiles.row0, t2.row0), (tiles.row1, t2.row1)):
+        assert torch.equal(a[active], b[active])
+
+
 @pytest.mark.parametrize("T", [1, 8, 40])
 def test_pair_routing_equals_sorted_routing_bitwise(T):
     """Decode routing by pair (no sort across tokens) against the sorted tiles: each row's

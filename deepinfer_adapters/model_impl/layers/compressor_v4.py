@@ -25,7 +25,6 @@ from torch import nn
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.config import ModelConfig
-from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.model_impl.batch import DecodeBatch
 from deepinfer_adapters.model_impl.layers.linear import Linear, MergedLinear, same_input
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
@@ -121,7 +120,7 @@ class CompressorV4(nn.Module):
                 bscore = torch.cat([prev_score[..., :w], bscore[..., w:]], dim=1)
                 kv_state[:r] = kv[complete - r : complete]
                 score_state[:r] = score[complete - r : complete]
-            pooled = (bkv * wide(bscore).softmax(dim=1).float()).sum(dim=1)
+            pooled = kernels.softmax_pool(bkv, bscore)
         tail = torch.arange(first + complete, start + n, device=x.device) % r + off
         kv_state[tail] = kv[complete:]
         score_state[tail] = score[complete:]
@@ -159,7 +158,7 @@ class CompressorV4(nn.Module):
         row = off + at  # the token joins the block in progress, unless it completes it
         kv_state[slots, row] = torch.where(complete.unsqueeze(1), kv_state[slots, row], kv)
         score_state[slots, row] = torch.where(complete.unsqueeze(1), score_state[slots, row], score)
-        pooled = (bkv * wide(bscore).softmax(dim=1).float()).sum(dim=1)
+        pooled = kernels.softmax_pool(bkv, bscore)
         freqs = self.rope.lookup(pos - at, batch.max_len)  # entry p // r sits at its block's first position
         return self.cache_form(pooled.to(numerics.dtype), freqs, numerics), complete
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from deepinfer_adapters import kernels
 from deepinfer_adapters.config import ModelConfig
-from deepinfer_adapters.kernels.invariance import wide
 from deepinfer_adapters.model_impl.layers.linear import Linear, MergedLinear, same_input
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.batch import DecodeBatch
@@ -65,7 +65,7 @@ class CompressorV41(nn.Module):
         if complete <= 0:
             return x.new_zeros(0, kv.shape[-1])
         kv, score = kv[:complete].unflatten(0, (-1, r)), score[:complete].unflatten(0, (-1, r))
-        pooled = (kv * wide(score).softmax(dim=1).float()).sum(dim=1)
+        pooled = kernels.softmax_pool(kv, score)
         return self.norm(pooled.to(numerics.dtype))
 
     def decode(self, x: torch.Tensor, numerics: Numerics, state: StateCache,
@@ -85,5 +85,5 @@ class CompressorV41(nn.Module):
         score_state[batch.slots, at] = score
         group = ((pos - pos % r).unsqueeze(1) + torch.arange(r, device=x.device)) % size
         kv, score = kv_state[batch.slots.unsqueeze(1), group], score_state[batch.slots.unsqueeze(1), group]
-        pooled = (kv * wide(score).softmax(dim=1).float()).sum(dim=1)
+        pooled = kernels.softmax_pool(kv, score)
         return self.norm(pooled.to(numerics.dtype)), (pos + 1) % r == 0

@@ -1,0 +1,104 @@
+"""The MoE's token-expert pairs sorted into expert row tiles in one Triton program.
+
+``sort_pairs`` returns what ``triton_moe.route`` returns -- the stable order of the pairs
+by expert, the row tiles (each inside one expert's rows, at most ``block_m`` rows) and
+each token's sorted rows in ascending expert order -- with the same values, from one
+launch where the torch version is ~45 small kernels (an argsort, scans, a searchsorted,
+gathers, scatters, a second argsort): ~90 us per MoE layer of a 32-token decode step
+against ~3 us of work (H200 profile, V4-Flash widths, session 6).
+
+One program holds every pair (up to ``MAX_PAIRS``; larger batches keep the torch
+version, whose sorts scale better):
+1. key = expert x P + pair, sorted: the pairs in stable expert order;
+2. key = token x P + sorted row, sorted: each token's rows ascending, which is ascending
+   expert order (a token's experts are distinct; with repeated experts, pair order);
+3. a row starts its expert's group where the expert differs from the row before, ends it
+   where it differs from the row after (the sorted experts go through a scratch buffer
+   to read the neighbours); a tile starts every ``block_m`` rows of a group, and a running
+   count of tile starts numbers the tiles in expert order, as the torch version does.
+Tiles past the last are idle (expert -1, no rows). Imports Triton at its top: import it
+where Triton runs (``triton_moe.route`` does, lazily).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
+
+MAX_PAIRS = 4096  # pairs one program sorts (keys stay int32: experts x pairs < 2^31)
+
+
+@triton.jit
+def _max(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _min(a, b):
+    return tl.minimum(a, b)
+
+
+@triton.jit
+def sort_pairs_kernel(IDS, ORDER, ROW_IDX, EXPERT, ROW0, ROW1, POS, SCRATCH, P, n_experts, max_tiles,
+                      K: tl.constexpr, BM: tl.constexpr, P_PAD: tl.constexpr, TILES_PAD: tl.constexpr):
+    r = tl.arange(0, P_PAD)
+    inside = r < P
+    ids = tl.load(IDS + r, mask=inside, other=n_experts).to(tl.int32)  # padding sorts last
+    key = tl.sort(ids * P_PAD + r, 0)
+    pair = key % P_PAD
+    expert = key // P_PAD
+    tl.store(ORDER + r, pair.to(tl.int64), mask=inside)
+    tl.store(ROW_IDX + r, pair // K, mask=inside)
+    rows = tl.sort(tl.where(inside, (pair // K) * P_PAD + r, 2**30 + r), 0)
+    tl.store(POS + r, (rows % P_PAD).to(tl.int64), mask=inside)
+    # neighbours through memory: SCRATCH[1 + r] = expert of sorted row r, -1 on both sides
+    tl.store(SCRATCH + 1 + r, tl.where(inside, expert, -1))
+    tl.store(SCRATCH + r * 0, -1, mask=r == 0)
+    tl.store(SCRATCH + P_PAD + 1 + r * 0, -1, mask=r == 0)
+    tl.debug_barrier()
+    before = tl.load(SCRATCH + r)
+    after = tl.load(SCRATCH + 2 + r)
+    first = inside & (expert != before)
+    last = inside & (expert != after)
+    start = tl.associative_scan(tl.where(first, r, 0), 0, _max)
+    end = tl.associative_scan(tl.where(last, r + 1, P_PAD), 0, _min, reverse=True)
+    tile_start = inside & ((r - start) % BM == 0)
+    tile = tl.cumsum(tile_start.to(tl.int32), 0) - 1
+    tl.store(EXPERT + tile, expert, mask=tile_start)
+    tl.store(ROW0 + tile, r, mask=tile_start)
+    tl.store(ROW1 + tile, end, mask=tile_start)
+    t = tl.arange(0, TILES_PAD)
+    idle = (t > tl.max(tile, 0)) & (t < max_tiles)
+    tl.store(EXPERT + t, -1, mask=idle)
+    tl.store(ROW0 + t, 0, mask=idle)
+    tl.store(ROW1 + t, 0, mask=idle)
+
+
+def fits(expert_ids: torch.Tensor, n_experts: int) -> bool:
+    P = expert_ids.numel()
+    return 0 < P <= MAX_PAIRS and (n_experts + 1) * _padded(P) < 2**30
+
+
+def _padded(n: int) -> int:
+    return 1 << max(4, (n - 1).bit_length())
+
+
+def sort_pairs(expert_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch.Tensor, fp8.Groups, torch.Tensor]:
+    """(order, tiles, positions) as ``triton_moe.route`` (which checks ``fits`` first)."""
+    T, k = expert_ids.shape
+    P = T * k
+    p_pad = _padded(P)
+    max_tiles = P // block_m + min(n_experts, P)
+    dev = expert_ids.device
+    order = torch.empty(P, device=dev, dtype=torch.int64)
+    positions = torch.empty(T, k, device=dev, dtype=torch.int64)
+    row_idx, expert, row0, row1 = (torch.empty(n, device=dev, dtype=torch.int32)
+                                   for n in (P, max_tiles, max_tiles, max_tiles))
+    scratch = torch.empty(p_pad + 2, device=dev, dtype=torch.int32)
+    sort_pairs_kernel[(1,)](expert_ids.contiguous(), order, row_idx, expert, row0, row1, positions, scratch, P, n_experts,
+                 max_tiles, K=k, BM=block_m, P_PAD=p_pad, TILES_PAD=_padded(max_tiles),
+                 num_warps=max(1, min(16, p_pad // 256)))
+    return order, fp8.Groups(expert=expert, row0=row0, row1=row1, row_idx=row_idx), positions
