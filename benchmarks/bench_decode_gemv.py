@@ -47,6 +47,12 @@ def configs(M: int, quick: bool = False) -> dict[str, tuple[bool | None, tg.Gemm
         c["rows_first"] = (False, None)
     if quick:
         return c
+    if M <= tg.SWAPPED_ROWS:  # the swapped kernel's tiles: weight rows, scale steps, stages, split-K target
+        for n, sub, stages, programs in ((64, 4, 4, 528), (64, 4, 4, 1056), (64, 8, 3, 264), (64, 2, 6, 264),
+                                         (64, 4, 6, 264), (128, 4, 4, 264), (128, 4, 3, 528), (128, 2, 4, 264),
+                                         (64, 4, 4, 132), (32, 4, 4, 528)):
+            c[f"sw_n{n}_s{sub}_p{stages}_t{programs}"] = (True, tg.GemmConfig(16, n, sub, 4, stages, programs=programs))
+        return c
     for n in (16, 32, 64, 128):
         for programs in (0, 132, 264, 528):
             c[f"n{n}_p{programs}"] = (False, tg.GemmConfig(bm, n, 4, 4, 4, programs=programs))
@@ -104,12 +110,59 @@ def run_wo_a(M, c, g):
                                  BLOCK, x.dtype)
         return out
 
+    def unsplit(x, w, s):
+        tg.GROUPED_SPLIT_K = False
+        try:
+            return tg.fp8_grouped_linear(x, w, s, BLOCK)
+        finally:
+            tg.GROUPED_SPLIT_K = True
+
     row = {"op": "wo_a (8 groups)", "M": M, "floor_us": floor,
            "one_launch_us": time_graph([lambda x=x, w=w: tg.fp8_grouped_linear(x, *w, BLOCK) for x, w in zip(xs, ws)]),
+           "one_launch_unsplit_us": time_graph([lambda x=x, w=w: unsplit(x, *w) for x, w in zip(xs, ws)]),
            "per_group_us": time_graph([lambda x=x, w=w: per_group(x, *w) for x, w in zip(xs, ws)]),
            "rel": rel(tg.fp8_grouped_linear(xs[0], *ws[0], BLOCK), ref)}
-    log(f"wo_a        M={M:3d} floor {floor:6.1f} us | one launch {row['one_launch_us']:6.1f} | "
+    log(f"wo_a        M={M:3d} floor {floor:6.1f} us | one launch {row['one_launch_us']:6.1f} "
+        f"(K not split {row['one_launch_unsplit_us']:6.1f}) | "
         f"per group {row['per_group_us']:6.1f} | rel {row['rel']:.1e}")
+    return row
+
+
+MOE_CONFIGS = {  # the fp8 path's decode tiles (rows per expert x weight rows, steps, warps, stages), split-K
+    "default": (None, False), "split": (None, True),
+    "n128": (tg.GemmConfig(16, 128, 4, 4, 4), False), "n128_split": (tg.GemmConfig(16, 128, 4, 4, 4), True),
+    "st6": (tg.GemmConfig(16, 64, 4, 4, 6), False), "s8_st3": (tg.GemmConfig(16, 64, 8, 4, 3), False),
+}
+
+
+def run_moe(T, c, experts, g):
+    """The routed experts of one layer (384 x 2304, top-6, uniform routing) at a decode step."""
+    from deepinfer_adapters import kernels
+
+    E, k = experts.w13.shape[0], 6
+    sets = 4
+    xs = [torch.randn(T, experts.w13.shape[-1], device="cuda", generator=g).bfloat16() for _ in range(sets)]
+    ids = [torch.rand(T, E, device="cuda", generator=g).topk(k, dim=1).indices for _ in range(sets)]
+    ws = [torch.rand(T, k, device="cuda", generator=g) for _ in range(sets)]
+    touched = sum(int(i.unique().numel()) for i in ids) / sets
+    per_expert = experts.w13[0].numel() + experts.w2[0].numel()
+    floor = touched * per_expert / c["copy_bw"] * 1e6
+    row = {"op": "moe", "M": T, "floor_us": floor, "experts_touched": touched, "us": {}}
+    args = lambda i: (xs[i], ws[i], ids[i], experts.w13, experts.w13_scale, experts.w2, experts.w2_scale,  # noqa: E731
+                      experts.block, experts.act_block, experts.limit)
+    ref = kernels.moe_experts(*args(0), path="fp8")
+    for name, (cfg, split) in MOE_CONFIGS.items():
+        try:
+            out = kernels.moe_experts(*args(0), path="fp8", config=cfg, split_groups=split)
+            row["us"][name] = time_graph([lambda i=i, cfg=cfg, split=split: kernels.moe_experts(
+                *args(i), path="fp8", config=cfg, split_groups=split) for i in range(sets)])
+            row.setdefault("rel", {})[name] = rel(out, ref)
+        except Exception as e:
+            row["us"][name] = float("nan")
+            log(f"moe T={T} {name}: {type(e).__name__}: {str(e)[:160]}")
+    log(f"moe         T={T:3d} floor {floor:6.1f} us ({touched:.0f} experts) | "
+        + " | ".join(f"{k} {v:6.1f}" for k, v in row["us"].items()) + f" | max rel vs default "
+        f"{max(row['rel'].values()):.1e}")
     return row
 
 
@@ -118,6 +171,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
     ap.add_argument("--quick", action="store_true", help="the default config only (no sweep)")
+    ap.add_argument("--moe", type=int, nargs="*", default=[], metavar="T",
+                    help="also the routed experts of a layer at these token counts, by tile and split-K")
     args = ap.parse_args()
     props = torch.cuda.get_device_properties(0)
     info = {"device": props.name, "torch": torch.__version__, "command": " ".join(sys.argv),
@@ -132,12 +187,19 @@ def main():
             rows.append(run_linear(name, N, K, M, c, g, args.quick))
         rows.append(run_wo_a(M, c, g))
         torch.cuda.empty_cache()
+    if args.moe:
+        from benchmarks.bench_moe_blocks import experts
+
+        routed = experts(128)
+        for T in args.moe:
+            rows.append(run_moe(T, c, routed, g))
+        del routed
     with open(os.path.join(args.out, "bench_decode_gemv.json"), "w") as fh:
         json.dump({"info": info, "rows": rows}, fh, indent=1)
     log("\nSUMMARY decode GEMVs (us, CUDA-graph replays): per config, the layer's calls today "
         f"({' + '.join(PER_LAYER)})")
     for M in args.rows:
-        lin = {r["op"]: r for r in rows if r["M"] == M and "us" in r}
+        lin = {r["op"]: r for r in rows if r["M"] == M and "us" in r and r["op"] != "moe"}
         names = next(iter(lin.values()))["us"].keys()
         totals = {n: sum(lin[op]["us"][n] for op in PER_LAYER) for n in names}
         best_each = sum(min(v for v in lin[op]["us"].values() if v == v) for op in PER_LAYER)

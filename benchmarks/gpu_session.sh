@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
-#   bash benchmarks/gpu_session.sh [tests] [kernels] [linear] [peer] [attn] [model] [decode] [prefill] [engine]
+#   bash benchmarks/gpu_session.sh [tests] [kernels] [sweep] [linear] [peer] [attn] [model] [decode] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT as session.tgz (the device tool brings back 8 files at most). Summaries are printed last.
 set -u
@@ -23,6 +23,13 @@ fi
 if has kernels; then  # decode GEMVs at 1, 8, 32 rows (~1.5 min)
   timeout 200 python benchmarks/bench_decode_gemv.py --quick --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/decode_gemv.log"; grep -E "^(wq_b|wo_b|wkv|shared_w13) " "$OUT/decode_gemv.log"
+fi
+if has sweep; then  # the session's new kernels' tests, then decode GEMV tiles (swapped) and the MoE at decode (~4 min)
+  timeout 150 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_pool_gpu.py tests/gpu/test_topk_gpu.py \
+    "tests/gpu/test_moe_gpu.py::test_pair_sort_kernel_equals_torch_route" > "$OUT/gpu_tests_new.log" 2>&1
+  echo "new kernels' tests: $(tail -1 "$OUT/gpu_tests_new.log")"; grep -hE "REPORT|FAILED|Error" "$OUT/gpu_tests_new.log" | head
+  timeout 200 python benchmarks/bench_decode_gemv.py --rows 1 8 --moe 1 8 32 --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
+  grep -E "^(wq_a\+wkv|wq_b|wo_b|shared_w13|shared_w2|wo_a|moe) " "$OUT/decode_gemv.log"; sed -n '/^SUMMARY/,$p' "$OUT/decode_gemv.log"
 fi
 if has linear; then  # the batch-invariant bf16 linear (head, gate) by tile config (~1 min)
   timeout 150 python benchmarks/bench_invariant_linear.py --out "$OUT" > "$OUT/invariant_linear.log" 2>&1

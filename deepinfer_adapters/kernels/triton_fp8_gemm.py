@@ -204,11 +204,11 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     if swapped is None:
         swapped = (not grouped and not invariant and config is None and M <= SWAPPED_ROWS
                    and (a_scale is not None or quantize_a))
-    if swapped and (grouped or M > SWAPPED_CONFIG.block_m or (a_scale is None and not quantize_a)):
-        raise ValueError(f"fp8 gemm: the swapped kernel takes up to {SWAPPED_CONFIG.block_m} rows of FP8 "
+    if swapped and (grouped or M > (config or SWAPPED_CONFIG).block_m or (a_scale is None and not quantize_a)):
+        raise ValueError(f"fp8 gemm: the swapped kernel takes up to {(config or SWAPPED_CONFIG).block_m} rows of FP8 "
                          "activations, ungrouped")
     rows_per_tile = max(1, M // weight.shape[0]) if grouped else M
-    cfg = SWAPPED_CONFIG if swapped else config or (
+    cfg = (config or SWAPPED_CONFIG) if swapped else config or (
         invariant_config(kstep) if invariant else default_config(rows_per_tile, kstep))
     ws, e8m0 = _scale_arg(w_scale)
     sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
