@@ -59,7 +59,7 @@ import torch
 from benchmarks.profiling import profile_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.config import parse_config
-from deepinfer_adapters.model_impl import native_format
+from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.engram_hash import EngramHasher
@@ -312,6 +312,20 @@ def run(args):
         graph_ms = timed(lambda: graphs.run(dev_ids, dev_pos, dev_slots, context + 1), device,
                          reps=args.reps * 4)[0] * 1e3
         row["graph_ms"] = graph_ms
+        if B in args.ab_overlap:  # the same step with the side stream off (model_impl/overlap.py)
+            overlap.ENABLED = False
+            try:
+                plain = DecodeGraphs(model, state, pad_slot=B, max_batch=B, max_len=context + 8, device=device)
+                plain.capture_all(context + 1)
+                row["graph_ms_no_overlap"] = timed(lambda: plain.run(dev_ids, dev_pos, dev_slots, context + 1),
+                                                   device, reps=args.reps * 4)[0] * 1e3
+                del plain
+            finally:
+                overlap.ENABLED = True
+            row["graph_ms_overlap_again"] = timed(lambda: graphs.run(dev_ids, dev_pos, dev_slots, context + 1),
+                                                  device, reps=args.reps * 4)[0] * 1e3
+            log(f"overlap A/B B={B}: side stream on {graph_ms:.3f} ms, off {row['graph_ms_no_overlap']:.3f}, "
+                f"on again {row['graph_ms_overlap_again']:.3f}")
         for k, t in saved.items():
             state._tensors[k].copy_(t)
         logits_graph = graphs.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
@@ -423,6 +437,8 @@ def main():
                     help="the engine's default numerics (Numerics.reference().invariant())")
     ap.add_argument("--prefill-backends", nargs="*", default=[],
                     help="extra prefill runs with backends pinned, each 'op=name[,op=name]'")
+    ap.add_argument("--ab-overlap", type=int, nargs="*", default=[], metavar="B",
+                    help="graph decode also with the side stream off (model_impl/overlap.py) at these batch sizes")
     ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
     ap.add_argument("--profile", type=int, nargs="*", default=None, metavar="B",
                     help="torch.profiler over one decode step at these batch sizes (bare flag: B=1)")

@@ -53,8 +53,10 @@ if has model; then  # reduced V4.1-Flash at real widths: decode (graphs), prefil
   grep -A12 "^profile " "$OUT/real_width.log"
 fi
 if has decode; then  # the model part's decode only (graphs, B = 1 .. 128) with the B=1 profile (~1.5 min)
-  timeout 200 $RW --batches 1 8 32 128 --prefill 0 --moe-paths bf16 --profile 1 8 > "$OUT/real_width.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width.log"; grep -A12 "^profile " "$OUT/real_width.log"
+  timeout 200 $RW --batches 1 8 32 128 --prefill 0 --moe-paths bf16 --profile 1 8 --ab-overlap 1 8 \
+    > "$OUT/real_width.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width.log"; grep -E "^overlap A/B" "$OUT/real_width.log"
+  grep -A12 "^profile " "$OUT/real_width.log"
 fi
 if has prefill; then  # the 8192-token prefill (bf16 MoE path) next to decode B=1 (~1.5 min)
   timeout 200 $RW --batches 1 --moe-paths bf16 > "$OUT/real_width_prefill.log" 2>&1

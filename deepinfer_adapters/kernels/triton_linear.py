@@ -44,6 +44,7 @@ class LinearConfig:
     num_warps: int = 4
     num_stages: int = 3
     programs: int = TARGET_PROGRAMS  # split K (by N and K alone) while fewer column tiles than this
+    min_steps: int = 4  # K steps a split keeps at least (the gate: 10 splits of 512, not 40 of 128)
 
 
 # H200 (benchmarks/bench_invariant_linear.py, session 5): the head at 1 row 304 us with 128-deep
@@ -101,7 +102,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch
     x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
     M, N = x2.shape[0], weight.shape[0]
     n_tiles = triton.cdiv(N, cfg.block_n)
-    split, k_per_split = split_k(n_tiles, K, cfg.block_k, cfg.programs)  # by N and K alone
+    split, k_per_split = split_k(n_tiles, K, cfg.block_k * cfg.min_steps, cfg.programs)  # by N and K alone
     parts = torch.empty((split, M, N), device=x.device, dtype=torch.float32)
     if M and N:
         bm = row_tile(M)
