@@ -17,7 +17,7 @@ RW="python benchmarks/bench_real_width.py --out $OUT --ref-batches 1 --no-prefil
 if has tests; then  # GPU parity and invariance tests (all of tests/gpu: ~2.5 min)
   timeout 300 python -m pytest -q tests/gpu -p no:cacheprovider -s > "$OUT/gpu_tests.log" 2>&1
   echo "tests/gpu: $(tail -1 "$OUT/gpu_tests.log")"
-  grep -hE "REPORT (flashmla|index_scores|model|moe128|moe pairs|quantize_a|linear triton|overlap|pool)|FAILED|Error" \
+  grep -hE "REPORT (flashmla|index_scores|model|moe128|moe pairs|quantize_a|linear triton|overlap|pool|hc_pre_norm)|FAILED|Error" \
     "$OUT/gpu_tests.log" | head -40
 fi
 if has kernels; then  # decode GEMVs at 1, 8, 32 rows (~1.5 min)

@@ -96,6 +96,10 @@ def hc_pre(*args: Any, **kwargs: Any) -> Any:
     return call("hc_pre", *args, **kwargs)
 
 
+def hc_pre_norm(*args: Any, **kwargs: Any) -> Any:
+    return call("hc_pre_norm", *args, **kwargs)
+
+
 def hc_post(*args: Any, **kwargs: Any) -> Any:
     return call("hc_post", *args, **kwargs)
 

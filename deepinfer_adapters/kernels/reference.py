@@ -17,7 +17,7 @@ from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
-       "index_scores", "topk_lowest_index", "sort_rows", "swiglu", "moe_route", "softmax_pool")
+       "hc_pre_norm", "index_scores", "topk_lowest_index", "sort_rows", "swiglu", "moe_route", "softmax_pool")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -164,6 +164,11 @@ def hc_mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> torch.T
 def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
     """Collapse [T, hc, D] with weights [T, hc] -> [T, D] (fp32 sum, cast back)."""
     return _stream_sum(pre.unsqueeze(-1) * x.float(), dim=-2).to(x.dtype)
+
+
+def hc_pre_norm(x: torch.Tensor, pre: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """rms_norm(hc_pre(x, pre), weight, eps): a sublayer's input from the hc streams."""
+    return rms_norm(hc_pre(x, pre), weight, eps)
 
 
 def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Triton backends of ``rms_norm`` and ``apply_rope`` (CUDA tensors only; registered as "triton").
+"""Triton backends of ``rms_norm``, ``hc_pre_norm`` and ``apply_rope`` (CUDA tensors only; registered
+as "triton").
 
 Same signatures and meaning as ``kernels.reference``. The torch versions are 6-10
 small kernels each (casts, square, mean, rsqrt, products; complex view, multiply,
@@ -10,7 +11,8 @@ Design.
 - ``rms_norm`` x [..., N]: rows of one program each when N >= 2048, else several
   rows per program (a [rows, N] tile of ~4096 values); the whole row sits in
   registers (N <= 16384), one read and one write. The tile shape depends on N only,
-  so a row's result does not depend on how many rows share the call.
+  so a row's result does not depend on how many rows share the call. ``hc_pre_norm``: the same
+  kernel, each row first collapsed from its hc streams (the sublayers' input: one launch, not two).
 - ``apply_rope`` x [S, ..., dim], freqs [S, rd/2] complex64 (read as fp32 pairs):
   one program per (position, block of heads); the first dim - rd values of each
   row are copied, the last rd are loaded as one contiguous tile, split into
@@ -61,14 +63,26 @@ def _kernels():
     import triton.language as tl
 
     @triton.jit
-    def rms_norm(X, W, OUT, R, N, stride_x, stride_o, inv_n, eps,
+    def rms_norm(X, PRE, W, OUT, R, N, stride_x, stride_xh, stride_p, stride_o, inv_n, eps, HC: tl.constexpr,
                  HAS_WEIGHT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+        """HC > 0: each row is first the hc_pre collapse of X's HC streams (products rounded,
+        streams added in order, cast to OUT's dtype), as ``triton_hc.hc_pre`` computes it."""
         rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
         cols = tl.arange(0, BLOCK_N)
         mask_c = cols < N
-        mask = (rows < R)[:, None] & mask_c[None, :]
+        mask_r = rows < R
+        mask = mask_r[:, None] & mask_c[None, :]
         rows = rows.to(tl.int64)
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x_ptr = X + rows[:, None] * stride_x + cols[None, :]
+        if HC == 0:
+            x = tl.load(x_ptr, mask=mask, other=0.0).to(tl.float32)
+        else:
+            pre = PRE + rows * stride_p
+            x = tl.load(pre, mask=mask_r, other=0.0)[:, None] * tl.load(x_ptr, mask=mask, other=0.0).to(tl.float32)
+            for a in tl.static_range(1, HC):
+                x += (tl.load(pre + a, mask=mask_r, other=0.0)[:, None]
+                      * tl.load(x_ptr + a * stride_xh, mask=mask, other=0.0).to(tl.float32))
+            x = x.to(OUT.dtype.element_ty).to(tl.float32)
         r = tl.rsqrt(tl.sum(x * x, axis=1) * inv_n + eps)
         y = x * r[:, None]
         if HAS_WEIGHT:
@@ -108,24 +122,49 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
     N = x.shape[-1]
     x2 = x.reshape(-1, N)
     x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
-    R = x2.shape[0]
+    return _norm(x2, None, weight, eps).view(x.shape)
+
+
+def hc_pre_norm(x: torch.Tensor, pre: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """See ``reference.hc_pre_norm``: x [..., hc, D], pre [..., hc] fp32 -> [..., D] in x's dtype;
+    one launch where hc_pre + rms_norm are two, the same arithmetic (the same bits as the two
+    Triton kernels, tests/gpu/test_hc_norm_rope_gpu.py)."""
+    hc, D = x.shape[-2:]
+    x3 = x.reshape(-1, hc, D)
+    x3 = x3 if x3.stride(-1) == 1 else x3.contiguous()
+    p = pre.reshape(-1, hc)
+    p = p if p.stride(-1) == 1 else p.contiguous()
+    return _norm(x3, p, weight, eps).view(*x.shape[:-2], D)
+
+
+def _norm(x: torch.Tensor, pre: torch.Tensor | None, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """x [R, N] (pre None) or [R, hc, N] collapsed with pre [R, hc] first."""
+    R, N = x.shape[0], x.shape[-1]
     out = torch.empty(R, N, device=x.device, dtype=x.dtype)
     if R and N:
         triton, k_norm, _ = _kernels()
         block_n = _pow2(N)
         block_r = max(1, NORM_TILE // block_n)
-        w = x2 if weight is None else weight.contiguous()  # unused when weightless
-        k_norm[(triton.cdiv(R, block_r),)](x2, w, out, R, N, x2.stride(0), out.stride(0), 1.0 / N, float(eps),
-                                           HAS_WEIGHT=weight is not None, BLOCK_R=block_r, BLOCK_N=block_n,
-                                           num_warps=max(4, min(16, block_r * block_n // 1024)),
-                                           enable_fp_fusion=False)
-    return out.view(x.shape)
+        w = x if weight is None else weight.contiguous()  # unused when weightless
+        hc = 0 if pre is None else x.shape[1]
+        k_norm[(triton.cdiv(R, block_r),)](
+            x, x if pre is None else pre, w, out, R, N, x.stride(0), x.stride(1) if hc else 0,
+            pre.stride(0) if hc else 0, out.stride(0), 1.0 / N, float(eps), HC=hc, HAS_WEIGHT=weight is not None,
+            BLOCK_R=block_r, BLOCK_N=block_n, num_warps=max(4, min(16, block_r * block_n // 1024)),
+            enable_fp_fusion=False)
+    return out
 
 
 def supports_rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> bool:
     return (x.is_cuda and x.dim() >= 1 and x.dtype in _FLOAT and 0 < x.shape[-1] <= NORM_MAX_WIDTH
             and (weight is None or (weight.is_cuda and weight.shape == x.shape[-1:]))
             and triton_available())
+
+
+def supports_hc_pre_norm(x: torch.Tensor, pre: torch.Tensor, weight: torch.Tensor | None, eps: float) -> bool:
+    return (x.is_cuda and pre.is_cuda and x.dim() >= 2 and x.dtype in _FLOAT and pre.dtype == torch.float32
+            and pre.shape == x.shape[:-1] and 0 < x.shape[-1] <= NORM_MAX_WIDTH and 1 <= x.shape[-2] <= 16
+            and (weight is None or (weight.is_cuda and weight.shape == x.shape[-1:])) and triton_available())
 
 
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -> torch.Tensor:
@@ -156,4 +195,5 @@ def supports_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -
 
 
 register("rms_norm", "triton", rms_norm, supports=supports_rms_norm, priority=10)
+register("hc_pre_norm", "triton", hc_pre_norm, supports=supports_hc_pre_norm, priority=10)
 register("apply_rope", "triton", apply_rope, supports=supports_rope, priority=10)

@@ -31,7 +31,7 @@ from deepinfer_adapters.model_impl.base import CausalLMBase, ModelOutput, in_num
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_v4 import AttentionV4
 from deepinfer_adapters.model_impl.layers.linear import Linear
-from deepinfer_adapters.model_impl.layers.hyper_connection import HyperConnection, hc_head_collapse, hc_post, hc_pre
+from deepinfer_adapters.model_impl.layers.hyper_connection import HyperConnection, hc_head_collapse, hc_post, hc_pre_norm
 from deepinfer_adapters.model_impl.layers.moe import MoE
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -89,10 +89,10 @@ class BlockV4(nn.Module):
     def _run(self, x: torch.Tensor, attention: Callable[[torch.Tensor], torch.Tensor], numerics: Numerics,
              input_ids: torch.Tensor, image_mask: torch.Tensor | None) -> torch.Tensor:
         pre, post, comb = self.hc_attn.mixes(x)
-        y = attention(self.attn_norm(hc_pre(x, pre)))
+        y = attention(hc_pre_norm(x, pre, self.attn_norm))
         x = hc_post(y, x, post, comb)
         pre, post, comb = self.hc_ffn.mixes(x)
-        y = self.ffn(self.ffn_norm(hc_pre(x, pre)), numerics, input_ids, image_mask)
+        y = self.ffn(hc_pre_norm(x, pre, self.ffn_norm), numerics, input_ids, image_mask)
         return hc_post(y, x, post, comb)
 
 

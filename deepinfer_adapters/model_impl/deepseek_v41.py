@@ -20,7 +20,7 @@ from deepinfer_adapters.model_impl.engram_hash import (BLOCKED, EngramHasher, co
 from deepinfer_adapters.model_impl.layers.block_v41 import BlockV41
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.dspark import DSparkStage
-from deepinfer_adapters.model_impl.layers.hyper_connection import hc_pre, identity_pre_mix
+from deepinfer_adapters.model_impl.layers.hyper_connection import hc_pre, hc_pre_norm, identity_pre_mix
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.replay import (Replay, compact_rows, compact_selections, compacted,
@@ -138,7 +138,7 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             if block.engram is not None:
                 h = block.engram(h, hash_ids[:, block.engram.table_index], num)
             h, pre = block.decode(h, pre, batch, state, num)
-        return self.head(self.norm(hc_pre(h, pre)).float(), num)
+        return self.head(hc_pre_norm(h, pre, self.norm).float(), num)
 
     def forward(self, batch: ForwardBatch, state: StateCache, replay: Replay | None = None) -> ModelOutput:
         """One step. ``replay`` (mask / compact) bounds the consumer layers' prefill work;
@@ -166,7 +166,7 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             if attn_batch is not None:
                 compact_selections(batch.scratch, clips)
         rows = self._logits_rows(full, kept)
-        logits = self.head(self.norm(hc_pre(h, pre)[rows]).float(), num)
+        logits = self.head(hc_pre_norm(h[rows], pre[rows], self.norm).float(), num)
         main_hidden = torch.cat(targets, -1) if targets else None
         if self.with_draft:
             self.observe(main_hidden, batch if self._targets_after(boundary) else full, state)

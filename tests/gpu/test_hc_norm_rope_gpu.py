@@ -253,6 +253,24 @@ def test_rms_norm(T, width, dtype, weighted):
                        f"rms_norm T={T} N={width} {dtype} weighted={weighted}")
 
 
+@pytest.mark.parametrize("T", TOKENS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hc_pre_norm(T, dtype):
+    """One kernel for rms_norm(hc_pre(x, pre)): within the norm's bound of the reference, and
+    against the two Triton kernels it replaces (the same arithmetic: reported bit for bit)."""
+    g = _gen(T + 5)
+    x = _stream(T, 5120, dtype, g)
+    pre = torch.sigmoid(torch.randn(T, HC, device="cuda", generator=g)) + HC_EPS
+    w = 0.5 + torch.rand(5120, device="cuda", generator=g)
+    assert kernels.chosen("hc_pre_norm", x, pre, w, NORM_EPS) == "triton"
+    fused = _nr().hc_pre_norm(x, pre, w, NORM_EPS)
+    two = _nr().rms_norm(_hc().hc_pre(x, pre), w, NORM_EPS)
+    print(f"REPORT hc_pre_norm T={T} {dtype}: bit-equal to hc_pre + rms_norm (Triton) {torch.equal(fused, two)}")
+    _assert_norm_close(fused, reference.hc_pre_norm(x, pre, w, NORM_EPS), f"hc_pre_norm T={T} {dtype}")
+    if T > 1:  # a token alone == batched
+        assert torch.equal(_nr().hc_pre_norm(x[1:2], pre[1:2], w, NORM_EPS), fused[1:2])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rms_norm_heads_strided_bf16_weight(dtype):
     """Per-head weightless norm of q [T, 64, 512], a strided row view, a bf16 weight."""

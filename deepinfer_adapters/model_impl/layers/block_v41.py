@@ -12,7 +12,7 @@ from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase
 from deepinfer_adapters.model_impl.layers.attention_v41 import AttentionV41
 from deepinfer_adapters.model_impl.layers.engram import Engram
-from deepinfer_adapters.model_impl.layers.hyper_connection import HyperConnection, hc_post, hc_pre
+from deepinfer_adapters.model_impl.layers.hyper_connection import HyperConnection, hc_post, hc_pre_norm
 from deepinfer_adapters.model_impl.layers.moe import MoE
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -55,12 +55,12 @@ class BlockV41(nn.Module):
              numerics: Numerics, input_ids: torch.Tensor, image_mask: torch.Tensor | None,
              keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         # each sublayer reads the previous mix, so this one's mixes run next to it (overlap.py)
-        y, (attn_pre, post, comb) = side_by_side(x, lambda: attention(self.attn_norm(hc_pre(x, pre_mix))),
+        y, (attn_pre, post, comb) = side_by_side(x, lambda: attention(hc_pre_norm(x, pre_mix, self.attn_norm)),
                                                  lambda: self.hc_attn.mixes(x))
         if keep is not None:
             y, x, attn_pre, post, comb = y[keep], x[keep], attn_pre[keep], post[keep], comb[keep]
         x = hc_post(y, x, post, comb)
         y, (ffn_pre, post, comb) = side_by_side(
-            x, lambda: self.ffn(self.ffn_norm(hc_pre(x, attn_pre)), numerics, input_ids, image_mask),
+            x, lambda: self.ffn(hc_pre_norm(x, attn_pre, self.ffn_norm), numerics, input_ids, image_mask),
             lambda: self.hc_ffn.mixes(x))
         return hc_post(y, x, post, comb), ffn_pre

@@ -51,6 +51,11 @@ def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
     return kernels.hc_pre(x, pre)
 
 
+def hc_pre_norm(x: torch.Tensor, pre: torch.Tensor, norm: nn.Module) -> torch.Tensor:
+    """norm(hc_pre(x, pre)) for an RMSNorm ``norm``: a sublayer's input, one kernel op."""
+    return kernels.hc_pre_norm(x, pre, norm.weight, norm.eps)
+
+
 def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
     """Expand y [T, D] to [T, hc, D]: post_b * y + sum_a comb[a, b] * residual_a."""
     return kernels.hc_post(y, residual, post, comb)
