@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
-#   bash benchmarks/gpu_session.sh [tests] [kernels] [sweep] [linear] [peer] [attn] [model] [decode] [prefill] [engine]
+#   bash benchmarks/gpu_session.sh [tests] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT as session.tgz (the device tool brings back 8 files at most). Summaries are printed last.
 set -u
@@ -30,6 +30,9 @@ if has sweep; then  # the session's new kernels' tests, then decode GEMV tiles (
   echo "new kernels' tests: $(tail -1 "$OUT/gpu_tests_new.log")"; grep -hE "REPORT|FAILED|Error" "$OUT/gpu_tests_new.log" | head
   timeout 200 python benchmarks/bench_decode_gemv.py --rows 1 8 --moe 1 8 32 --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
   grep -E "^(wq_a\+wkv|wq_b|wo_b|shared_w13|shared_w2|wo_a|moe) " "$OUT/decode_gemv.log"; sed -n '/^SUMMARY/,$p' "$OUT/decode_gemv.log"
+fi
+if has gather; then  # decode row gathers by method (~20 s)
+  timeout 60 python benchmarks/bench_gather.py > "$OUT/gather.log" 2>&1; cat "$OUT/gather.log" | tail -9
 fi
 if has linear; then  # the batch-invariant bf16 linear (head, gate) by tile config (~1 min)
   timeout 150 python benchmarks/bench_invariant_linear.py --out "$OUT" > "$OUT/invariant_linear.log" 2>&1
