@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
-#   bash benchmarks/gpu_session.sh [tests] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [prefill] [engine]
+#   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [prefill] [engine]
 #   (default: tests kernels model)
-# Results land in $OUT as session.tgz (the device tool brings back 8 files at most). Summaries are printed last.
+# Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+# the device tool brings back at most 8 files: the parts write under /tmp/session_work, packed into $OUT/session.tgz
+# after each part (a call cut short still returns what the finished parts wrote)
+RESULT=${OUT:-/tmp/out}
+OUT=/tmp/session_work
+mkdir -p "$OUT" "$RESULT"
+pack() { tar czf "$RESULT/session.tgz.part" -C "$OUT" . && mv "$RESULT/session.tgz.part" "$RESULT/session.tgz"; }
+trap pack EXIT
 PARTS=${*:-tests kernels model}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -19,10 +24,21 @@ if has tests; then  # GPU parity and invariance tests (all of tests/gpu: ~2.5 mi
   echo "tests/gpu: $(tail -1 "$OUT/gpu_tests.log")"
   grep -hE "REPORT (flashmla|index_scores|model|moe128|moe pairs|quantize_a|linear triton|overlap|pool|hc_pre_norm)|FAILED|Error" \
     "$OUT/gpu_tests.log" | head -40
+  pack
 fi
 if has kernels; then  # decode GEMVs at 1, 8, 32 rows (~1.5 min)
   timeout 200 python benchmarks/bench_decode_gemv.py --quick --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/decode_gemv.log"; grep -E "^(wq_b|wo_b|wkv|shared_w13) " "$OUT/decode_gemv.log"
+  pack
+fi
+if has quick; then  # the GPU tests of what changed this session (~1.5 min)
+  timeout 200 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_pool_gpu.py tests/gpu/test_topk_gpu.py \
+    tests/gpu/test_moe_gpu.py tests/gpu/test_linear_gpu.py tests/gpu/test_overlap_gpu.py \
+    tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_model_gpu.py tests/gpu/test_batch_invariance_gpu.py \
+    "tests/gpu/test_hc_norm_rope_gpu.py::test_hc_pre_norm" > "$OUT/gpu_tests_quick.log" 2>&1
+  echo "changed areas' GPU tests: $(tail -1 "$OUT/gpu_tests_quick.log")"
+  grep -hE "REPORT (hc_pre_norm|overlap|pool|model)|FAILED|Error" "$OUT/gpu_tests_quick.log" | head -30
+  pack
 fi
 if has sweep; then  # the session's new kernels' tests, then decode GEMV tiles (swapped) and the MoE at decode (~4 min)
   timeout 150 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_pool_gpu.py tests/gpu/test_topk_gpu.py \
@@ -30,22 +46,27 @@ if has sweep; then  # the session's new kernels' tests, then decode GEMV tiles (
   echo "new kernels' tests: $(tail -1 "$OUT/gpu_tests_new.log")"; grep -hE "REPORT|FAILED|Error" "$OUT/gpu_tests_new.log" | head
   timeout 200 python benchmarks/bench_decode_gemv.py --rows 1 8 --moe 1 8 32 --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
   grep -E "^(wq_a\+wkv|wq_b|wo_b|shared_w13|shared_w2|wo_a|moe) " "$OUT/decode_gemv.log"; sed -n '/^SUMMARY/,$p' "$OUT/decode_gemv.log"
+  pack
 fi
 if has gather; then  # decode row gathers by method (~20 s)
   timeout 60 python benchmarks/bench_gather.py > "$OUT/gather.log" 2>&1; cat "$OUT/gather.log" | tail -9
+  pack
 fi
 if has linear; then  # the batch-invariant bf16 linear (head, gate) by tile config (~1 min)
   timeout 150 python benchmarks/bench_invariant_linear.py --out "$OUT" > "$OUT/invariant_linear.log" 2>&1
   cat "$OUT/invariant_linear.log" | tail -6
+  pack
 fi
 if has peer; then  # V4-Flash widths against transformers' DeepseekV4ForCausalLM (~2 min)
   mkdir -p "$OUT/v4"
   timeout 300 python benchmarks/bench_v4_width.py --out "$OUT/v4" --profile 32 > "$OUT/v4_width.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/v4_width.log" | head -30
+  pack
 fi
 if has attn; then  # sparse attention: our Triton kernel and FlashMLA (~2 min)
   timeout 150 python benchmarks/bench_sparse_attn.py --out "$OUT" --configs h64_w8 > "$OUT/sparse_attn.log" 2>&1
   grep -E "^\| (decode|prefill)|^flashmla" "$OUT/sparse_attn.log"
+  pack
 fi
 if has model; then  # reduced V4.1-Flash at real widths: decode (graphs), prefill by MoE path and expert block (~3 min)
   timeout 200 $RW --batches 1 8 32 128 --moe-paths fp8 bf16 --profile > "$OUT/real_width.log" 2>&1
@@ -54,16 +75,19 @@ if has model; then  # reduced V4.1-Flash at real widths: decode (graphs), prefil
   timeout 120 $RW --batches 1 --moe-paths fp8 bf16 --expert-block 32 > "$OUT/real_width_e32.log" 2>&1
   echo "expert block 32:"; grep "^prefill {" "$OUT/real_width_e32.log" | tr ',' '\n' | grep fast_ms
   grep -A12 "^profile " "$OUT/real_width.log"
+  pack
 fi
 if has decode; then  # the model part's decode only (graphs, B = 1 .. 128) with the B=1 profile (~1.5 min)
   timeout 200 $RW --batches 1 8 32 128 --prefill 0 --moe-paths bf16 --profile 1 8 --ab-overlap 1 8 \
     > "$OUT/real_width.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width.log"; grep -E "^overlap A/B" "$OUT/real_width.log"
   grep -A12 "^profile " "$OUT/real_width.log"
+  pack
 fi
 if has prefill; then  # the 8192-token prefill (bf16 MoE path) next to decode B=1 (~1.5 min)
   timeout 200 $RW --batches 1 --moe-paths bf16 > "$OUT/real_width_prefill.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_prefill.log" | grep -E "decode B=1|prefill"
+  pack
 fi
 if has engine; then  # the engine's default numerics (batch-invariant) at decode (~1 min)
   mkdir -p "$OUT/invariant"
@@ -71,6 +95,5 @@ if has engine; then  # the engine's default numerics (batch-invariant) at decode
     > "$OUT/real_width_invariant.log" 2>&1
   echo "batch-invariant:"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_invariant.log" | grep decode
   sed -n '/Self CUDA time total/,$p' "$OUT/invariant/profile_decode_b1.txt" | head -30
+  pack
 fi
-# the device tool brings back at most 8 files: everything goes back as one archive
-(cd "$OUT" && tar czf /tmp/session.tgz . && find . -mindepth 1 -delete && mv /tmp/session.tgz .)
