@@ -128,10 +128,15 @@ def run_wo_a(M, c, g):
     return row
 
 
-MOE_CONFIGS = {  # the fp8 path's decode tiles (rows per expert x weight rows, steps, warps, stages), split-K
-    "default": (None, False), "split": (None, True),
-    "n128": (tg.GemmConfig(16, 128, 4, 4, 4), False), "n128_split": (tg.GemmConfig(16, 128, 4, 4, 4), True),
-    "st6": (tg.GemmConfig(16, 64, 4, 4, 6), False), "s8_st3": (tg.GemmConfig(16, 64, 8, 4, 3), False),
+# the routed experts' decode tiles by path: (path, GemmConfig(rows per expert, weight rows, steps, warps,
+# stages) or None for the path's default). Session 6 also tried split-K for the fp8 path's grouped GEMMs:
+# the same time at T = 8 and 32 (RESULTS_decode_gemv_sweep_s6.json); at T = 1 there are more tiles than
+# the split target, so it did not split. The bf16 path with 16-row tiles (the batch-invariant decode
+# tiles) ran ~20% faster than the fp8 path at T = 2-32 in a 96-expert check (BENCHMARKS.md, session 6).
+MOE_CONFIGS = {
+    "default": ("fp8", None), "n128": ("fp8", tg.GemmConfig(16, 128, 4, 4, 4)),
+    "st6": ("fp8", tg.GemmConfig(16, 64, 4, 4, 6)), "s8_st3": ("fp8", tg.GemmConfig(16, 64, 8, 4, 3)),
+    "bf16_rows16": ("bf16", tg.bf16_invariant_config(1)),
 }
 
 
@@ -151,11 +156,11 @@ def run_moe(T, c, experts, g):
     args = lambda i: (xs[i], ws[i], ids[i], experts.w13, experts.w13_scale, experts.w2, experts.w2_scale,  # noqa: E731
                       experts.block, experts.act_block, experts.limit)
     ref = kernels.moe_experts(*args(0), path="fp8")
-    for name, (cfg, split) in MOE_CONFIGS.items():
+    for name, (path, cfg) in MOE_CONFIGS.items():
         try:
-            out = kernels.moe_experts(*args(0), path="fp8", config=cfg, split_groups=split)
-            row["us"][name] = time_graph([lambda i=i, cfg=cfg, split=split: kernels.moe_experts(
-                *args(i), path="fp8", config=cfg, split_groups=split) for i in range(sets)])
+            out = kernels.moe_experts(*args(0), path=path, config=cfg)
+            row["us"][name] = time_graph([lambda i=i, path=path, cfg=cfg: kernels.moe_experts(
+                *args(i), path=path, config=cfg) for i in range(sets)])
             row.setdefault("rel", {})[name] = rel(out, ref)
         except Exception as e:
             row["us"][name] = float("nan")
@@ -172,7 +177,7 @@ def main():
     ap.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
     ap.add_argument("--quick", action="store_true", help="the default config only (no sweep)")
     ap.add_argument("--moe", type=int, nargs="*", default=[], metavar="T",
-                    help="also the routed experts of a layer at these token counts, by tile and split-K")
+                    help="also the routed experts of a layer at these token counts, by path and tile")
     args = ap.parse_args()
     props = torch.cuda.get_device_properties(0)
     info = {"device": props.name, "torch": torch.__version__, "command": " ".join(sys.argv),

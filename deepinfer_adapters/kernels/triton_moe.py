@@ -153,13 +153,13 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
                 w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
                 block: tuple[int, int], act_block: int, limit: float, shared: torch.Tensor | None = None, *,
                 config: fp8.GemmConfig | None = None, path: str | None = None,
-                routing: str | None = None, split_groups: bool = False) -> torch.Tensor:
+                routing: str | None = None) -> torch.Tensor:
     """See ``reference_fp8.moe_experts``: fp32 [T, D]. ``path``: "fp8" or "bf16" (see the
     module doc; default by the number of token-expert pairs; batch-invariant mode: always
     "bf16", whose row tiles give a row the same bits, so a token's result never depends on the
     others).
     ``routing``: "pairs" (``pair_route``; the fp8 path's default for one token) or "sorted"
-    (``route``). ``split_groups``: the fp8 path's GEMMs may split K (``triton_fp8_gemm.gemm``)."""
+    (``route``)."""
     T, k = expert_ids.shape
     E = w13.shape[0]
     if path is None:
@@ -188,11 +188,9 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
                        kstep=fp8.bf16_kstep(w2.shape[-1], block))
     else:
         q, s = fp8.act_quant(x, act_block)
-        h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
-                       split_groups=split_groups)
+        h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
         h8, hs = swiglu_quant(h13, rw, limit, act_block)
-        out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
-                       split_groups=split_groups)
+        out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg)
     return combine(out, T, k, positions, shared)
 
 
