@@ -83,7 +83,7 @@ def fits(expert_ids: torch.Tensor, n_experts: int) -> bool:
 
 
 def _padded(n: int) -> int:
-    return 1 << max(4, (n - 1).bit_length())
+    return max(16, triton.next_power_of_2(n))
 
 
 def sort_pairs(expert_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch.Tensor, fp8.Groups, torch.Tensor]:
