@@ -129,14 +129,16 @@ def run_wo_a(M, c, g):
 
 
 # the routed experts' decode tiles by path: (path, GemmConfig(rows per expert, weight rows, steps, warps,
-# stages) or None for the path's default). Session 6 also tried split-K for the fp8 path's grouped GEMMs:
-# the same time at T = 8 and 32 (RESULTS_decode_gemv_sweep_s6.json); at T = 1 there are more tiles than
-# the split target, so it did not split. The bf16 path with 16-row tiles (the batch-invariant decode
-# tiles) ran ~20% faster than the fp8 path at T = 2-32 in a 96-expert check (BENCHMARKS.md, session 6).
+# stages) or None for the path's default, routing or None for the default). Session 6 also tried split-K
+# for the fp8 path's grouped GEMMs: the same time at T = 8 and 32 (RESULTS_decode_gemv_sweep_s6.json).
+# Session 7 made the bf16 path with 16-row tiles the decode default (triton_moe.DECODE_PATH): ~20% faster
+# than the fp8 path at T = 1-32.
 MOE_CONFIGS = {
-    "default": ("fp8", None), "n128": ("fp8", tg.GemmConfig(16, 128, 4, 4, 4)),
-    "st6": ("fp8", tg.GemmConfig(16, 64, 4, 4, 6)), "s8_st3": ("fp8", tg.GemmConfig(16, 64, 8, 4, 3)),
-    "bf16_rows16": ("bf16", tg.bf16_invariant_config(1)),
+    "fp8": ("fp8", None, None), "fp8_n128": ("fp8", tg.GemmConfig(16, 128, 4, 4, 4), None),
+    "fp8_st6": ("fp8", tg.GemmConfig(16, 64, 4, 4, 6), None),
+    "bf16": ("bf16", None, None), "bf16_sorted": ("bf16", None, "sorted"),
+    "bf16_n64": ("bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
+    "bf16_st4": ("bf16", tg.GemmConfig(16, 128, 1, 4, 4), None),
 }
 
 
@@ -156,17 +158,19 @@ def run_moe(T, c, experts, g):
     args = lambda i: (xs[i], ws[i], ids[i], experts.w13, experts.w13_scale, experts.w2, experts.w2_scale,  # noqa: E731
                       experts.block, experts.act_block, experts.limit)
     ref = kernels.moe_experts(*args(0), path="fp8")
-    for name, (path, cfg) in MOE_CONFIGS.items():
+    for name, (path, cfg, routing) in MOE_CONFIGS.items():
+        if routing == "sorted" and T > 1:  # the default there
+            continue
         try:
-            out = kernels.moe_experts(*args(0), path=path, config=cfg)
-            row["us"][name] = time_graph([lambda i=i, path=path, cfg=cfg: kernels.moe_experts(
-                *args(i), path=path, config=cfg) for i in range(sets)])
+            out = kernels.moe_experts(*args(0), path=path, config=cfg, routing=routing)
+            row["us"][name] = time_graph([lambda i=i, path=path, cfg=cfg, routing=routing: kernels.moe_experts(
+                *args(i), path=path, config=cfg, routing=routing) for i in range(sets)])
             row.setdefault("rel", {})[name] = rel(out, ref)
         except Exception as e:
             row["us"][name] = float("nan")
             log(f"moe T={T} {name}: {type(e).__name__}: {str(e)[:160]}")
     log(f"moe         T={T:3d} floor {floor:6.1f} us ({touched:.0f} experts) | "
-        + " | ".join(f"{k} {v:6.1f}" for k, v in row["us"].items()) + f" | max rel vs default "
+        + " | ".join(f"{k} {v:6.1f}" for k, v in row["us"].items()) + f" | max rel vs fp8 "
         f"{max(row['rel'].values()):.1e}")
     return row
 

@@ -58,6 +58,7 @@ import torch
 
 from benchmarks.profiling import profile_step
 from deepinfer_adapters import kernels
+from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -253,6 +254,21 @@ def pin_reference(on: bool):
         kernels.use_backend(op, "torch" if on else None)
 
 
+# decode switches an A/B run (--ab) turns off and back on: the side stream (model_impl/overlap.py)
+# and the routed experts' bf16 decode path (triton_moe.DECODE_PATH)
+AB_SWITCHES = {
+    "overlap": (lambda: setattr(overlap, "ENABLED", False), lambda: setattr(overlap, "ENABLED", True)),
+    "moe_bf16": (lambda: setattr(triton_moe, "DECODE_PATH", "fp8"), lambda: setattr(triton_moe, "DECODE_PATH", "bf16")),
+}
+
+
+def ab_spec(text: str) -> tuple[str, list[int]]:
+    name, _, batches = text.partition(":")
+    if name not in AB_SWITCHES or not batches:
+        raise argparse.ArgumentTypeError(f"--ab takes SWITCH:B[,B...] with SWITCH one of {sorted(AB_SWITCHES)}")
+    return name, [int(b) for b in batches.split(",")]
+
+
 @torch.no_grad()
 def run(args):
     device = args.device
@@ -313,20 +329,21 @@ def run(args):
         graph_ms = timed(lambda: graphs.run(dev_ids, dev_pos, dev_slots, context + 1), device,
                          reps=args.reps * 4)[0] * 1e3
         row["graph_ms"] = graph_ms
-        if B in args.ab_overlap:  # the same step with the side stream off (model_impl/overlap.py)
-            overlap.ENABLED = False
+        for name in (n for n, bs in args.ab.items() if B in bs):  # the same step with a switch off
+            off, on = AB_SWITCHES[name]
+            off()
             try:
                 plain = DecodeGraphs(model, state, pad_slot=B, max_batch=B, max_len=context + 8, device=device)
                 plain.capture_all(context + 1)
-                row["graph_ms_no_overlap"] = timed(lambda: plain.run(dev_ids, dev_pos, dev_slots, context + 1),
+                row[f"graph_ms_no_{name}"] = timed(lambda: plain.run(dev_ids, dev_pos, dev_slots, context + 1),
                                                    device, reps=args.reps * 4)[0] * 1e3
                 del plain
             finally:
-                overlap.ENABLED = True
-            row["graph_ms_overlap_again"] = timed(lambda: graphs.run(dev_ids, dev_pos, dev_slots, context + 1),
+                on()
+            row[f"graph_ms_{name}_again"] = timed(lambda: graphs.run(dev_ids, dev_pos, dev_slots, context + 1),
                                                   device, reps=args.reps * 4)[0] * 1e3
-            log(f"overlap A/B B={B}: side stream on {graph_ms:.3f} ms, off {row['graph_ms_no_overlap']:.3f}, "
-                f"on again {row['graph_ms_overlap_again']:.3f}")
+            log(f"A/B {name} B={B}: on {graph_ms:.3f} ms, off {row[f'graph_ms_no_{name}']:.3f}, "
+                f"on again {row[f'graph_ms_{name}_again']:.3f}")
         for k, t in saved.items():
             state._tensors[k].copy_(t)
         logits_graph = graphs.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
@@ -371,10 +388,6 @@ def run(args):
     batch = lambda: ForwardBatch.build([(0, 0, ids)], device=device)
     floor = fp8_f / c["fp8_flops"] + bf16_f / c["bf16_flops"]
     row = {"case": f"prefill S={S}", "S": S, "flops_fp8": fp8_f, "flops_bf16": bf16_f, "floor_ms": floor * 1e3}
-    from deepinfer_adapters.kernels import triton_fp8_gemm
-
-    from deepinfer_adapters.kernels import triton_moe
-
     default_path, default_moe = triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH
     for path in args.large_m_paths:  # how fp8_linear runs prefill-sized row counts
         for moe in args.moe_paths:  # and the MoE experts
@@ -438,13 +451,14 @@ def main():
                     help="the engine's default numerics (Numerics.reference().invariant())")
     ap.add_argument("--prefill-backends", nargs="*", default=[],
                     help="extra prefill runs with backends pinned, each 'op=name[,op=name]'")
-    ap.add_argument("--ab-overlap", type=int, nargs="*", default=[], metavar="B",
-                    help="graph decode also with the side stream off (model_impl/overlap.py) at these batch sizes")
+    ap.add_argument("--ab", type=ab_spec, nargs="*", default=[], metavar="SWITCH:B,B",
+                    help=f"graph decode also with SWITCH off at these batch sizes; switches: {sorted(AB_SWITCHES)}")
     ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
     ap.add_argument("--profile", type=int, nargs="*", default=None, metavar="B",
                     help="torch.profiler over one decode step at these batch sizes (bare flag: B=1)")
     args = ap.parse_args()
     args.profile = [1] if args.profile == [] else args.profile or []
+    args.ab = dict(args.ab)
     info = {"command": " ".join(sys.argv), "torch": torch.__version__,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if args.device == "cuda":

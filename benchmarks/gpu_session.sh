@@ -75,9 +75,9 @@ if has model; then  # reduced V4.1-Flash at real widths: decode (graphs), prefil
   pack
 fi
 if has decode; then  # the model part's decode only (graphs, B = 1 .. 128) with the B=1 profile (~1.5 min)
-  timeout 200 $RW --batches 1 8 32 128 --prefill 0 --moe-paths bf16 --profile 1 8 --ab-overlap 1 8 \
+  timeout 200 $RW --batches 1 8 32 128 --prefill 0 --moe-paths bf16 --profile 1 8 --ab moe_bf16:8,32,128 \
     > "$OUT/real_width.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width.log"; grep -E "^overlap A/B" "$OUT/real_width.log"
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width.log"; grep -E "^A/B" "$OUT/real_width.log"
   grep -A12 "^profile " "$OUT/real_width.log"
   pack
 fi

@@ -110,11 +110,12 @@ BF16_KSTEP = 128  # K per bf16 tensor-core product where K allows (weight scales
 BF16_LARGE_CONFIG = GemmConfig(128, 128, 1, 8, 3)  # bf16 activations, prefill-sized (the MoE's measured best)
 
 
-def bf16_invariant_config(m: int) -> GemmConfig:
-    """Batch-invariant tiles of the bf16 path (the MoE's, in that mode, for any batch): only the
-    row tile follows ``m``, rows per expert; the K step, N tile and products stay, so a row's
-    result is the same in each (tests/gpu/test_batch_invariance_gpu.py checks every tile bit
-    for bit). A decode step's few rows per expert then do not pay for 128-row products."""
+def bf16_row_config(m: int) -> GemmConfig:
+    """Tiles of the bf16 path by ``m``, rows per expert: the MoE's in batch-invariant mode (any
+    batch) and below ``triton_moe.LARGE_PAIRS`` (decode). Only the row tile follows ``m``; the
+    K step, N tile and products stay, so a row's result is the same in each
+    (tests/gpu/test_batch_invariance_gpu.py checks every tile bit for bit). A decode step's
+    few rows per expert then do not pay for 128-row products."""
     if m <= 16:
         return GemmConfig(16, 128, 1, 4, 3)
     if m <= 64:

@@ -52,6 +52,14 @@ from deepinfer_adapters.kernels.triton_support import interpreting, triton_avail
 
 LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)
 LARGE_PATH = "bf16"
+# Below LARGE_PAIRS pairs, with activation scales finer than 128 (V4.1's per 32): the bf16 path
+# with row tiles by rows per expert (``bf16_row_config``). The fp8 path rescales its products
+# after every 32-deep step there. H200, one layer of the real width (BENCHMARKS.md, session 7):
+# 1 / 2 / 8 / 32 tokens 91.5 / 149 / 436 / 1356 us against the fp8 path's 112 / 178 / 528 /
+# 1687; the model's decode step at B = 8 / 32 / 128 5.74 / 12.62 / 23.14 ms against 6.71 /
+# 14.70 / 27.37. V4's per-128 scales make the fp8 path's products 128 deep: it keeps that path,
+# at the copy rate (~4.1 TB/s at 32 tokens).
+DECODE_PATH = "bf16"
 
 
 @functools.cache
@@ -155,21 +163,24 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
                 config: fp8.GemmConfig | None = None, path: str | None = None,
                 routing: str | None = None) -> torch.Tensor:
     """See ``reference_fp8.moe_experts``: fp32 [T, D]. ``path``: "fp8" or "bf16" (see the
-    module doc; default by the number of token-expert pairs; batch-invariant mode: always
-    "bf16", whose row tiles give a row the same bits, so a token's result never depends on the
-    others).
-    ``routing``: "pairs" (``pair_route``; the fp8 path's default for one token) or "sorted"
-    (``route``)."""
+    module doc; default by the number of token-expert pairs and the activation scales'
+    width, ``DECODE_PATH``; batch-invariant mode: always "bf16", whose row tiles give a row
+    the same bits, so a token's result never depends on the others).
+    ``routing``: "pairs" (``pair_route``; the default for one token) or "sorted" (``route``)."""
     T, k = expert_ids.shape
     E = w13.shape[0]
-    if path is None:
-        path = LARGE_PATH if T * k >= LARGE_PAIRS or invariance.enabled() else "fp8"
-    if routing is None:
-        routing = "pairs" if path == "fp8" and T == 1 else "sorted"
     kstep = fp8.kstep_for(block, act_block)
+    large = T * k >= LARGE_PAIRS
+    if path is None:
+        if large or invariance.enabled():
+            path = LARGE_PATH
+        else:
+            path = DECODE_PATH if kstep < 128 else "fp8"
+    if routing is None:
+        routing = "pairs" if T == 1 else "sorted"
     if path == "bf16":
-        cfg = config or (fp8.bf16_invariant_config(max(1, T * k // E)) if invariance.enabled()
-                         else fp8.BF16_LARGE_CONFIG)
+        cfg = config or (fp8.BF16_LARGE_CONFIG if large and not invariance.enabled()
+                         else fp8.bf16_row_config(max(1, T * k // E)))
     else:
         cfg = config or fp8.default_config(1 if routing == "pairs" else max(1, T * k // E), kstep)
     if routing == "pairs":

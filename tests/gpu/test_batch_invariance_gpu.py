@@ -4,7 +4,7 @@ must not depend on the rows it shares a call with, bit for bit.
 - the Triton FP8 GEMM, the grouped MoE (which otherwise pick tiles and split-K by the
   number of rows) and the HC mix logits (which otherwise split K by the number of tokens)
   on subsets of a 600-row batch; the MoE with experts in per-32 and per-128 scale blocks;
-- the bf16 path's row tiles (``bf16_invariant_config``: the MoE's tile follows the rows per
+- the bf16 path's row tiles (``bf16_row_config``: the MoE's tile follows the rows per
   expert in this mode): each tile gives a row the same bits;
 - the tiny V4.1 model with native FP8 weights and the engine's numerics
   (``Numerics.reference().invariant()``): a batched decode step of three sequences against
@@ -82,13 +82,13 @@ def test_moe_rows_do_not_depend_on_the_batch(k_block):
 @pytest.mark.parametrize("k_block", [32, 128])
 def test_bf16_path_row_tiles_agree_bitwise(k_block):
     """The grouped bf16-path GEMM (bf16 activations, 128-deep products) with each row tile of
-    ``bf16_invariant_config``: the same rows, the same bits."""
+    ``bf16_row_config``: the same rows, the same bits."""
     g = _gen(3)
     E, D, I, T = 4, 1024, 512, 200
     w13, s13, _, _ = _experts(g, E, D, I, k_block)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
     ids = torch.randint(0, E, (T, 1), device="cuda", generator=g)
-    configs = {cfg.block_m: cfg for cfg in (fp8.bf16_invariant_config(m) for m in (1, 32, 1000))}
+    configs = {cfg.block_m: cfg for cfg in (fp8.bf16_row_config(m) for m in (1, 32, 1000))}
     assert sorted(configs) == [16, 64, 128]
     outs = {}
     for block_m, cfg in configs.items():
