@@ -133,45 +133,51 @@ def run_wo_a(M, c, g):
 # for the fp8 path's grouped GEMMs: the same time at T = 8 and 32 (RESULTS_decode_gemv_sweep_s6.json).
 # Session 7 made the bf16 path with 16-row tiles the decode default (triton_moe.DECODE_PATH): ~20% faster
 # than the fp8 path at T = 1-32.
-MOE_CONFIGS = {
-    "fp8": ("fp8", None, None), "fp8_n128": ("fp8", tg.GemmConfig(16, 128, 4, 4, 4), None),
-    "fp8_st6": ("fp8", tg.GemmConfig(16, 64, 4, 4, 6), None),
-    "bf16": ("bf16", None, None), "bf16_sorted": ("bf16", None, "sorted"),
-    "bf16_n64": ("bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
-    "bf16_st4": ("bf16", tg.GemmConfig(16, 128, 1, 4, 4), None),
+MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed E2M1, the same values
+    "fp8": ("fp8", "fp8", None, None), "fp8_n128": ("fp8", "fp8", tg.GemmConfig(16, 128, 4, 4, 4), None),
+    "bf16": ("fp8", "bf16", None, None), "bf16_sorted": ("fp8", "bf16", None, "sorted"),
+    "bf16_n64": ("fp8", "bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
+    "fp4": ("fp4", "bf16", None, None), "fp4_n64": ("fp4", "bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
+    "fp4_st4": ("fp4", "bf16", tg.GemmConfig(16, 128, 1, 4, 4), None),
 }
 
 
-def run_moe(T, c, experts, g):
-    """The routed experts of one layer (384 x 2304, top-6, uniform routing) at a decode step."""
+def run_moe(T, c, stores, g):
+    """The routed experts of one layer (384 x 2304, top-6, uniform routing) at a decode step, by
+    storage (``stores``: "fp8" (1, 128) E4M3 and "fp4" packed, the same values), path and tile."""
     from deepinfer_adapters import kernels
 
+    experts = stores["fp8"]
     E, k = experts.w13.shape[0], 6
     sets = 4
     xs = [torch.randn(T, experts.w13.shape[-1], device="cuda", generator=g).bfloat16() for _ in range(sets)]
     ids = [torch.rand(T, E, device="cuda", generator=g).topk(k, dim=1).indices for _ in range(sets)]
     ws = [torch.rand(T, k, device="cuda", generator=g) for _ in range(sets)]
     touched = sum(int(i.unique().numel()) for i in ids) / sets
-    per_expert = experts.w13[0].numel() + experts.w2[0].numel()
-    floor = touched * per_expert / c["copy_bw"] * 1e6
-    row = {"op": "moe", "M": T, "floor_us": floor, "experts_touched": touched, "us": {}}
-    args = lambda i: (xs[i], ws[i], ids[i], experts.w13, experts.w13_scale, experts.w2, experts.w2_scale,  # noqa: E731
-                      experts.block, experts.act_block, experts.limit)
-    ref = kernels.moe_experts(*args(0), path="fp8")
-    for name, (path, cfg, routing) in MOE_CONFIGS.items():
+    floor = {name: touched * (m.w13[0].nbytes + m.w2[0].nbytes) / c["copy_bw"] * 1e6 for name, m in stores.items()}
+    row = {"op": "moe", "M": T, "floor_us": floor["fp8"], "floor_us_fp4": floor["fp4"], "experts_touched": touched,
+           "us": {}}
+
+    def args(i, store):
+        m = stores[store]
+        return xs[i], ws[i], ids[i], m.w13, m.w13_scale, m.w2, m.w2_scale, m.block, m.act_block, m.limit
+
+    ref = kernels.moe_experts(*args(0, "fp8"), path="bf16")
+    for name, (store, path, cfg, routing) in MOE_CONFIGS.items():
         if routing == "sorted" and T > 1:  # the default there
             continue
         try:
-            out = kernels.moe_experts(*args(0), path=path, config=cfg, routing=routing)
-            row["us"][name] = time_graph([lambda i=i, path=path, cfg=cfg, routing=routing: kernels.moe_experts(
-                *args(i), path=path, config=cfg, routing=routing) for i in range(sets)])
+            out = kernels.moe_experts(*args(0, store), path=path, config=cfg, routing=routing)
+            row["us"][name] = time_graph([lambda i=i, store=store, path=path, cfg=cfg, routing=routing:
+                                          kernels.moe_experts(*args(i, store), path=path, config=cfg, routing=routing)
+                                          for i in range(sets)])
             row.setdefault("rel", {})[name] = rel(out, ref)
         except Exception as e:
             row["us"][name] = float("nan")
             log(f"moe T={T} {name}: {type(e).__name__}: {str(e)[:160]}")
-    log(f"moe         T={T:3d} floor {floor:6.1f} us ({touched:.0f} experts) | "
-        + " | ".join(f"{k} {v:6.1f}" for k, v in row["us"].items()) + f" | max rel vs fp8 "
-        f"{max(row['rel'].values()):.1e}")
+    log(f"moe         T={T:3d} floor {floor['fp8']:6.1f} us, fp4 {floor['fp4']:6.1f} ({touched:.0f} experts) | "
+        + " | ".join(f"{k} {v:6.1f}" for k, v in row["us"].items()) + " | rel vs bf16 "
+        + " ".join(f"{k} {v:.0e}" for k, v in row.get("rel", {}).items()))
     return row
 
 
@@ -199,10 +205,10 @@ def main():
     if args.moe:
         from benchmarks.bench_moe_blocks import experts
 
-        routed = experts(128)
+        stores = {"fp8": experts(128), "fp4": experts(0)}
         for T in args.moe:
-            rows.append(run_moe(T, c, routed, g))
-        del routed
+            rows.append(run_moe(T, c, stores, g))
+        del stores
     with open(os.path.join(args.out, "bench_decode_gemv.json"), "w") as fh:
         json.dump({"info": info, "rows": rows}, fh, indent=1)
     log("\nSUMMARY decode GEMVs (us, CUDA-graph replays): per config, the layer's calls today "

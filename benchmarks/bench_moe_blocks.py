@@ -57,8 +57,9 @@ def log(*a):
 
 
 def experts(block: int) -> Fp8Experts:
-    mod = Fp8Experts(E, D, I, block=(1, block), scale_dtype=torch.float8_e8m0fnu, act_block=ACT_BLOCK, limit=LIMIT,
-                     device="cuda")
+    """One layer's experts, (1, block) E4M3, or block 0: packed FP4 (scale per 32); the same values."""
+    mod = Fp8Experts(E, D, I, block=(1, block or 32), scale_dtype=torch.float8_e8m0fnu, act_block=ACT_BLOCK,
+                     limit=LIMIT, packed_fp4=block == 0, device="cuda")
     fill_experts(mod, torch.Generator(device="cuda").manual_seed(0))  # same seed: the same values
     return mod
 

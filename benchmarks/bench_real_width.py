@@ -143,21 +143,25 @@ def fill_random(model, cfg, seed=0):
 
 def fill_experts(experts, g, chunk=8):
     """FP4 checkpoint tensors ~ N(0, 1/fan_in), converted to the layer's storage as
-    native_format converts them (its block: (1, 32) as stored, or (1, 128) re-encoded)."""
+    native_format converts them (its block: (1, 32) as stored, or (1, 128) re-encoded; or
+    kept packed): the same values for the same generator state, whatever the storage."""
     for weight, scale in ((experts.w13, experts.w13_scale), (experts.w2, experts.w2_scale)):
         E, N, K = weight.shape
+        K *= 2 if experts.packed_fp4 else 1
         for e0 in range(0, E, chunk):
             e1 = min(E, e0 + chunk)
             dense = torch.randn((e1 - e0) * N, K, device=weight.device, generator=g) / math.sqrt(K)
             packed, fp4_scale = quant_fp4_blocks(dense)
-            if experts.block[1] == 32:
+            if experts.packed_fp4:
+                codes, s = packed.view(torch.uint8), fp4_scale
+            elif experts.block[1] == 32:
                 codes, s = unpack_fp4(packed).to(torch.float8_e4m3fn), fp4_scale
             else:
                 converted = fp4_to_fp8_blocks(packed, fp4_scale, experts.block[1])
                 if converted is None:
                     raise RuntimeError(f"random FP4 experts not convertible to {experts.block} blocks")
                 codes, s = converted
-            weight[e0:e1].copy_(codes.view(e1 - e0, N, K))
+            weight[e0:e1].copy_(codes.view(e1 - e0, N, -1))
             scale[e0:e1].copy_(s.view(e1 - e0, N, -1))
 
 
@@ -277,7 +281,7 @@ def run(args):
     num = Numerics.reference().invariant() if args.batch_invariant else Numerics.reference()
     t0 = time.perf_counter()
     block = args.expert_block
-    if cfg.hidden_size % block or cfg.moe_intermediate_size % block:
+    if block and (cfg.hidden_size % block or cfg.moe_intermediate_size % block):
         log(f"expert widths {cfg.hidden_size}, {cfg.moe_intermediate_size} not multiples of {block}: "
             f"experts keep the checkpoint's scales per 32")
         block = 32
@@ -285,7 +289,8 @@ def run(args):
                                 hasher=random_hasher(cfg, device), with_draft=False, expert_blocks=block)
     fill_random(model, cfg)
     sync(device)
-    log(f"built {len(model.layers)} layers in {time.perf_counter() - t0:.1f} s; experts in (1, {block}) blocks; "
+    log(f"built {len(model.layers)} layers in {time.perf_counter() - t0:.1f} s; experts "
+        f"{f'in (1, {block}) blocks' if block else 'packed FP4'}; "
         f"roles: {[(l.index, l.attn.value, l.compress_ratio, l.engram) for l in cfg.main_layers]}")
     pb = param_bytes(model)
     log(f"parameter GB: {json.dumps({k: round(v / 1e9, 2) for k, v in pb.items()})}")
@@ -440,8 +445,9 @@ def main():
     ap.add_argument("--ref-batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--context", type=int, default=CONTEXT)
     ap.add_argument("--prefill", type=int, default=PREFILL)
-    ap.add_argument("--expert-block", type=int, choices=[32, 128], default=native_format.EXPERT_BLOCK,
-                    help="inputs per scale of the routed experts (128: re-encoded as a load does; 32: as stored)")
+    ap.add_argument("--expert-block", type=int, choices=[0, 32, 128], default=native_format.EXPERT_BLOCK,
+                    help="inputs per scale of the routed experts (128: re-encoded as a load does; 32: as stored; "
+                         "0: packed FP4 as stored, weights='fp4')")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--prefill-reps", type=int, default=3)
     ap.add_argument("--no-prefill-ref", dest="prefill_ref", action="store_false")

@@ -106,10 +106,9 @@ def fill_hash_routes(model, cfg, seed=3):
             gate.tid2eid.copy_(scores.topk(gate.topk, dim=-1).indices)
 
 
-def build_ours(raw: dict, device: str, numerics: Numerics):
+def build_ours(raw: dict, device: str, numerics: Numerics, expert_block: int = native_format.EXPERT_BLOCK):
     cfg = our_config(raw)
-    model = native_format.build(DeepseekV4ForCausalLM, cfg, numerics, device=device,
-                                expert_blocks=native_format.EXPERT_BLOCK)
+    model = native_format.build(DeepseekV4ForCausalLM, cfg, numerics, device=device, expert_blocks=expert_block)
     fill_random(model, cfg)
     fill_hash_routes(model, cfg)
     return model, cfg
@@ -337,7 +336,7 @@ def run(args) -> dict:
     raw = reduced_config(args.tiny)
     num = Numerics.reference()
     t0 = time.perf_counter()
-    model, cfg = build_ours(raw, device, num)
+    model, cfg = build_ours(raw, device, num, args.expert_block)
     sync(device)
     log(f"ours: built {len(model.layers)} layers in {time.perf_counter() - t0:.1f} s; roles "
         f"{[(l.index, l.attn.value, l.compress_ratio, l.routing.value) for l in cfg.main_layers]}")
@@ -438,6 +437,9 @@ def main():
     ap.add_argument("--new", type=int, help="tokens generated per timed run (N); N - 1 decode steps")
     ap.add_argument("--reps", type=int, default=3, help="transformers: best of this many generate calls")
     ap.add_argument("--noise-batch", type=int, default=8, help="batch of the logits yardstick (0: none)")
+    ap.add_argument("--expert-block", type=int, choices=[0, 128], default=native_format.EXPERT_BLOCK,
+                    help="our routed experts: E4M3 with a scale per 128 inputs (a load's conversion) or 0: "
+                         "packed FP4 as stored (weights='fp4'); transformers gets the same values in bf16")
     ap.add_argument("--hf-experts", default=None, help="transformers' experts_implementation (default: its own)")
     ap.add_argument("--profile", type=int, nargs="*", default=None, metavar="B",
                     help="torch.profiler over one eager model.decode step at these batch sizes (bare flag: the "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
-#   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [prefill] [engine]
+#   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
+#                                  [peer_fp4] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -79,6 +80,25 @@ if has decode; then  # the model part's decode only (graphs, B = 1 .. 128) with 
     > "$OUT/real_width.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width.log"; grep -E "^A/B" "$OUT/real_width.log"
   grep -A12 "^profile " "$OUT/real_width.log"
+  pack
+fi
+if has fp4; then  # packed FP4 experts: the MoE tests, the routed experts by storage, the model's decode (~3 min)
+  timeout 150 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_moe_gpu.py tests/gpu/test_batch_invariance_gpu.py \
+    > "$OUT/gpu_tests_moe.log" 2>&1
+  echo "MoE GPU tests: $(tail -1 "$OUT/gpu_tests_moe.log")"; grep -hE "REPORT moe packed|FAILED|Error" "$OUT/gpu_tests_moe.log" | head
+  timeout 120 python benchmarks/bench_decode_gemv.py --rows 1 --quick --moe 1 8 32 --out "$OUT" > "$OUT/moe_storage.log" 2>&1
+  grep -E "^moe" "$OUT/moe_storage.log"
+  mkdir -p "$OUT/fp4"
+  timeout 200 ${RW/--out $OUT/--out $OUT/fp4} --batches 1 8 32 128 --prefill 0 --moe-paths bf16 --expert-block 0 \
+    --profile 8 > "$OUT/real_width_fp4.log" 2>&1
+  echo "packed FP4 experts:"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_fp4.log" | grep decode
+  pack
+fi
+if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
+  mkdir -p "$OUT/v4_fp4"
+  timeout 300 python benchmarks/bench_v4_width.py --out "$OUT/v4_fp4" --expert-block 0 --profile 32 \
+    > "$OUT/v4_width_fp4.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/v4_width_fp4.log" | head -30
   pack
 fi
 if has prefill; then  # the 8192-token prefill (bf16 MoE path) next to decode B=1 (~1.5 min)

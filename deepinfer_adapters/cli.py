@@ -160,8 +160,9 @@ def _add_generate_parser(sub) -> None:
     g.add_argument("--replay-keep", type=int, help="positions the consumer layers keep (default 140)")
     g.add_argument("--decode", choices=("auto", "graphs", "eager", "forward"),
                    help="decode steps: CUDA graphs of the batched decode (auto on CUDA), eager, or forward")
-    g.add_argument("--weights", choices=("auto", "dense", "fp8"),
-                   help="weight storage: fp8 as stored (auto on CUDA) or dense float64 (auto on the CPU)")
+    g.add_argument("--weights", choices=("auto", "dense", "fp8", "fp4"),
+                   help="weight storage: fp8 as stored (auto on CUDA), fp4 (fp8, and FP4 experts kept packed) "
+                        "or dense float64 (auto on the CPU)")
     g.add_argument("--speculative-tokens", type=int,
                    help="draft tokens verified per step with the model's DSpark stages (0 = off, up to 5)")
     g.add_argument("--speculative-min-confidence", type=float,

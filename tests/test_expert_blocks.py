@@ -102,7 +102,8 @@ def _logits(model) -> torch.Tensor:
 
 def test_converted_model_is_bitwise_the_per_32_model(tiny_checkpoint):
     """A tiny V4.1 whose expert width allows (1, 128) blocks; one layer made unconvertible
-    keeps (1, 32); logits equal the all-(1, 32) model's bit for bit (torch reference ops)."""
+    keeps (1, 32); logits equal the all-(1, 32) model's bit for bit (torch reference ops), and
+    so do the packed FP4 model's (weights="fp4": the reference unpacks each expert it runs)."""
     raw_cfg = tiny_config("v41")
     raw_cfg["text_config"]["moe_intermediate_size"] = 128
     cfg = parse_config(raw_cfg)
@@ -114,7 +115,7 @@ def test_converted_model_is_bitwise_the_per_32_model(tiny_checkpoint):
     scale[0, :2] = torch.tensor([97, 127], dtype=torch.uint8)
     hasher = make_engram_hasher(cfg, tiny_checkpoint("v41"))
     models = {}
-    for block in (128, 32):
+    for block in (128, 32, native_format.PACKED_FP4):
         tensors = native_format.native_tensors(raw, cfg, expert_block=block)
         blocks = native_format.expert_blocks(tensors)
         models[block] = native_format.build(DeepseekV41ForCausalLM, cfg, Numerics.reference(), device="cpu",
@@ -126,4 +127,9 @@ def test_converted_model_is_bitwise_the_per_32_model(tiny_checkpoint):
     ffn = models[128].layers[2].ffn.routed
     assert ffn.w13_scale.shape[-1] == cfg.hidden_size // 128 and ffn.w2_scale.shape[-1] == 1
     assert all(m.routed.block == (1, 32) for m in models[32].modules() if getattr(m, "routed", None))
-    assert torch.equal(_logits(models[128]), _logits(models[32]))
+    packed = models[native_format.PACKED_FP4].layers[2].ffn.routed
+    assert packed.w13.dtype == torch.uint8 and packed.w13.shape[-1] == cfg.hidden_size // 2
+    assert packed.block == (1, 32) and packed.w13_scale.shape[-1] == cfg.hidden_size // 32
+    per32 = _logits(models[32])
+    assert torch.equal(_logits(models[128]), per32)
+    assert torch.equal(_logits(models[native_format.PACKED_FP4]), per32)

@@ -86,6 +86,21 @@ def scaled_activation(a, as_ptr, kb, mask_m, A_SB: tl.constexpr, QUANT_A: tl.con
     return q, sa
 
 
+@triton.jit
+def e2m1_tile(w_ptr, kb, mask_n, KSTEP: tl.constexpr):
+    """A [KSTEP, BLOCK_N] fp32 weight tile from packed E2M1 (two values a byte, the even K index
+    in the low nibble, bit 3 the sign: quant.unpack_fp4; ``w_ptr`` [1, BLOCK_N] at K byte 0).
+    A magnitude code c = (e, m) >= 2 is 2^(e-1) (1 + m/2): fp32 bits (c << 22) + (126 << 23);
+    c = 1 is 0.5 (126 << 23), c = 0 is 0. Exact, from the bits (no table)."""
+    kp = kb // 2 + tl.arange(0, KSTEP // 2)
+    packed = tl.load(w_ptr + kp[:, None], mask=mask_n[None, :], other=0).to(tl.int32)  # [KSTEP / 2, BLOCK_N]
+    pairs = tl.join(packed & 0xF, (packed >> 4) & 0xF)  # [KSTEP / 2, BLOCK_N, 2]: K index 2i, 2i + 1
+    codes = tl.reshape(tl.permute(pairs, (0, 2, 1)), (KSTEP, pairs.shape[1]))
+    mag = codes & 7
+    bits = tl.where(mag >= 2, (mag << 22) + (126 << 23), tl.where(mag == 1, 126 << 23, 0))
+    return (bits | ((codes & 8) << 28)).to(tl.float32, bitcast=True)
+
+
 @triton.jit(do_not_specialize=["M"])  # one compile for every batch size
 def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1,
                     M, N, K, k_per_split,
@@ -94,13 +109,14 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                     A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
                     GROUPED: tl.constexpr, GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr,
-                    QUANT_A: tl.constexpr):
+                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = False):
     """OUT[r, n] = sum_k A[r, k] W[e, n, k] with block scales. GROUPED: program row
     tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
     GATHER_A: A's row for output row r is ROW_IDX[r]; SCATTER_OUT: so is OUT's. A_SB == 0:
     A is bf16, unscaled, and KSTEP may span several weight scale blocks (each weight value
     gets its own block's scale). QUANT_A (A_SB == KSTEP): A is bf16 and each step's A tile is
-    quantized here, per row, exactly as act_quant_kernel would (decode rows: one launch less)."""
+    quantized here, per row, exactly as act_quant_kernel would (decode rows: one launch less).
+    W_FP4 (A_SB == 0 only): W holds packed E2M1, K / 2 bytes a row (``e2m1_tile``)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -150,7 +166,10 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     kb = k0 + j * KSTEP
                     ks = kb + tl.arange(0, KSTEP)
                     a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
-                    w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
+                    if W_FP4:
+                        w = e2m1_tile(w_ptr, kb, mask_n, KSTEP)
+                    else:
+                        w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
                     if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
                         sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
                     else:

@@ -191,8 +191,11 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     ``swapped``: run ``fp8_gemm_rows_kernel`` (W A^T; None: where ``SWAPPED_ROWS`` says).
     ``split_groups``: a grouped GEMM may split K too (as an ungrouped one does while few tiles run)."""
     triton, _, kernel, _, rows_kernel = _kernels()
-    N, K = weight.shape[-2:]
+    fp4 = weight.dtype == torch.uint8  # packed E2M1, two values a byte (quant.unpack_fp4)
+    N, K = weight.shape[-2], weight.shape[-1] * (2 if fp4 else 1)
     M = a.shape[0] if rows is None else rows
+    if fp4 and (a_scale is not None or quantize_a or swapped):
+        raise ValueError("fp8 gemm: packed E2M1 weights take a bf16 activation (the bf16 path)")
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
         raise ValueError(f"fp8 gemm: kstep {kstep} needs a bf16 activation and a multiple of {weight_block[1]}")
     kstep = kstep or kstep_for(weight_block, act_block)
@@ -236,7 +239,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     else:
         _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
-                    m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a)
+                    m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4)
     return out if split == 1 else sum_splits(out, out_dtype)
 
 
@@ -264,7 +267,7 @@ def sum_splits(parts: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
 
 
 def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
-                m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a) -> None:
+                m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4) -> None:
     """Launch ``fp8_gemm_kernel`` (tiles of rows x weight rows; grouped or not)."""
     tiles = groups if grouped else Groups(out, out, out)  # unused pointers when not grouped
     w_strides = (weight.stride(0), weight.stride(1)) if grouped else (0, weight.stride(0))
@@ -278,7 +281,7 @@ def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, KSTEP=kstep, SUB=sub,
         A_SB=act_block if a_scale is not None or quantize_a else 0, W_BN=weight_block[0], W_BK=weight_block[1],
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
-        SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a,
+        SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a, W_FP4=fp4,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
@@ -349,7 +352,7 @@ def shape_cached(key: tuple, build):
     value = _SHAPE_TENSORS.get(key)
     if value is None:
         value = build()
-        if not torch.cuda.is_current_stream_capturing():
+        if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
             if len(_SHAPE_TENSORS) >= 256:
                 _SHAPE_TENSORS.clear()
             _SHAPE_TENSORS[key] = value

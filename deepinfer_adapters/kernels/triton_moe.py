@@ -171,8 +171,13 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     E = w13.shape[0]
     kstep = fp8.kstep_for(block, act_block)
     large = T * k >= LARGE_PAIRS
+    fp4 = w13.dtype == torch.uint8  # packed E2M1 (the checkpoint's own bytes): the bf16 path only
+    if fp4 and path == "fp8":
+        raise ValueError("moe_experts: packed E2M1 experts run the bf16 path, not 'fp8'")
     if path is None:
-        if large or invariance.enabled():
+        if fp4:
+            path = "bf16"
+        elif large or invariance.enabled():
             path = LARGE_PATH
         else:
             path = DECODE_PATH if kstep < 128 else "fp8"
@@ -193,10 +198,10 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     if path == "bf16":
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
         h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
-                       kstep=fp8.bf16_kstep(w13.shape[-1], block))
+                       kstep=fp8.bf16_kstep(x.shape[-1], block))
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
         out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
-                       kstep=fp8.bf16_kstep(w2.shape[-1], block))
+                       kstep=fp8.bf16_kstep(w2.shape[-1] * (2 if fp4 else 1), block))
     else:
         q, s = fp8.act_quant(x, act_block)
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
@@ -231,10 +236,14 @@ def supports_swiglu(gate, up, limit, route_w=None) -> bool:
 
 def supports(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit, shared=None,
              **_) -> bool:
-    inter = w2.shape[-1]
+    fp4 = w13.dtype == torch.uint8
+    inter = w2.shape[-1] * (2 if fp4 else 1)
     shared_ok = shared is None or (shared.shape == x.shape and shared.stride(-1) == 1)
+    weights_ok = (fp8._fp8_weight_ok(x, w13, block, act_block) if not fp4 else
+                  x.is_cuda and x.dtype == torch.bfloat16 and w2.dtype == torch.uint8 and block[1] % 2 == 0
+                  and x.shape[-1] % block[1] == 0 and triton_available())
     return (shared_ok and act_block > 0 and w13.dim() == 3 and inter % act_block == 0 and inter % block[0] == 0
-            and fp8._fp8_weight_ok(x, w13, block, act_block))
+            and weights_ok)
 
 
 register("moe_experts", "triton", moe_experts, supports=supports, priority=10)

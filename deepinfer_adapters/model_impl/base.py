@@ -69,14 +69,16 @@ class CausalLMBase(nn.Module):
     def from_pretrained(cls, model_dir: str | Path, numerics: Numerics | None = None, *,
                         device: str | torch.device = "cpu", progress: bool = True, weights: str = "dense",
                         **model_kwargs: Any):
-        """``weights``: "dense" (float64 dequantized, the reference path) or "fp8" (as
-        stored, for the GPU kernels; model_impl/native_format.py). ``model_kwargs`` go to
-        the model class (e.g. ``with_draft=False``)."""
+        """``weights``: "dense" (float64 dequantized, the reference path), "fp8" (as stored,
+        for the GPU kernels, FP4 experts converted to E4M3) or "fp4" (FP4 experts packed as
+        stored too); model_impl/native_format.py. ``model_kwargs`` go to the model class
+        (e.g. ``with_draft=False``)."""
         cfg = load_config(model_dir)
         native_format.check_format(weights)
-        if weights == "fp8":
+        if weights in ("fp8", "fp4"):
+            block = native_format.PACKED_FP4 if weights == "fp4" else native_format.EXPERT_BLOCK
             return native_format.load(cls, cfg, Path(model_dir), numerics or Numerics.reference(), device=device,
-                                      progress=progress, **model_kwargs)
+                                      progress=progress, expert_block=block, **model_kwargs)
         model = cls(cfg, numerics or Numerics.reference(), model_dir=Path(model_dir), **model_kwargs)
         model.load_weights(load_checkpoint(model_dir, cfg, dequantize=torch.float32, progress=progress))
         return model.to(device)

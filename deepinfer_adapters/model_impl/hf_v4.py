@@ -393,10 +393,8 @@ def _dense_weight(ours: nn.Module, official: str) -> torch.Tensor:
 
 def _expert_weights(ffn: nn.Module, e: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Routed expert e as transformers stores it: ([w1; w3] [2I, D], w2 [D, I]), dense."""
-    if ffn.routed is not None:  # native: stacked E4M3 with block scales
-        r = ffn.routed
-        return (dequant_fp8_blocks(r.w13[e], r.w13_scale[e], r.block, torch.float32),
-                dequant_fp8_blocks(r.w2[e], r.w2_scale[e], r.block, torch.float32))
+    if ffn.routed is not None:  # native: stacked E4M3 (or packed E2M1) with block scales
+        return ffn.routed.dense(e)
     expert = ffn.experts[e]
     w1, w2, w3 = (_linear_weight(lin) for lin in (expert.w1, expert.w2, expert.w3))
     return torch.cat([w1, w3]), w2

@@ -11,7 +11,9 @@ dequantized. ``weights="fp8"`` keeps what the kernels can read directly:
   rescale once per 128-deep step instead of per 32), else the checkpoint's scale per 32
   as a (1, 32) block scale (always exact: every E2M1 value is an E4M3 value). The choice
   is per layer, made from the data in ``native_tensors``; the layer's storage follows the
-  tensors' shapes (``build(..., expert_blocks=...)``). V4-Flash-Base FP8 experts stay as stored;
+  tensors' shapes (``build(..., expert_blocks=...)``). V4-Flash-Base FP8 experts stay as stored.
+  ``weights="fp4"``: the same, but FP4 experts kept as stored (packed E2M1, scale per 32;
+  expert block ``PACKED_FP4``): half the expert bytes, read by the GPU kernels directly;
 - bf16 tensors (embeddings, head, gate, compressor, ...) bf16; the Engram table bf16
   (E4M3 x E8M0 is exact in bf16);
 - everything else (norms, hyper-connections, sinks) as in the dense model;
@@ -43,8 +45,9 @@ from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.quant import dequant_fp8_blocks, fp4_to_fp8_blocks, unpack_fp4
 from deepinfer_adapters.model_impl.weights import load_checkpoint
 
-WEIGHT_FORMATS = ("dense", "fp8")
+WEIGHT_FORMATS = ("dense", "fp8", "fp4")
 EXPERT_BLOCK = 128  # FP4 experts: inputs per E8M0 scale after conversion, where exact (FP4_GROUP: as stored)
+PACKED_FP4 = 0  # expert "block" of FP4 experts kept packed, with the checkpoint's scale per FP4_GROUP
 _EXPERT = re.compile(r"^(?P<ffn>.+\.ffn)\.experts\.(?P<e>\d+)\.(?P<w>w[123])\.(?P<part>weight|scale)$")
 
 
@@ -99,7 +102,8 @@ def to_native_storage(model: nn.Module, cfg: ModelConfig, expert_blocks: int | M
             weight, scale = specs[f"{name}.experts.0.w1.weight"], specs[f"{name}.experts.0.w1.scale"]
             if weight.kind == "fp4_weight":
                 k_block = expert_blocks if isinstance(expert_blocks, int) else expert_blocks.get(name, FP4_GROUP)
-                module.use_fp8_experts((1, k_block), torch.float8_e8m0fnu)
+                packed = k_block == PACKED_FP4
+                module.use_fp8_experts((1, FP4_GROUP if packed else k_block), torch.float8_e8m0fnu, packed_fp4=packed)
             else:
                 module.use_fp8_experts(cfg.quant.fp8_block, _torch_dtype(scale))
     for name, module in model.named_modules():
@@ -120,7 +124,8 @@ def native_tensors(raw: dict[str, torch.Tensor], cfg: ModelConfig, *,
                    expert_block: int = EXPERT_BLOCK) -> dict[str, torch.Tensor]:
     """Checkpoint tensors as stored (``load_checkpoint(dequantize=None)``) -> the native
     model's tensors by name: experts converted and stacked (FP4: one scale per
-    ``expert_block`` inputs where exact for the whole layer, else per 32), Engram tables
+    ``expert_block`` inputs where exact for the whole layer, else per 32; ``PACKED_FP4``:
+    kept packed, uint8), Engram tables
     dequantized, the rest unchanged."""
     specs = expected_tensors(cfg)
     out: dict[str, torch.Tensor] = {}
@@ -146,13 +151,15 @@ def _stacked_experts(ffn: str, parts: dict[tuple[int, str, str], torch.Tensor],
     names = [(e, w) for e in range(n) for w in ("w1", "w2", "w3")]
     fp4 = parts[(0, "w1", "weight")].dtype in (torch.int8, torch.uint8)
     pairs: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
-    if fp4 and expert_block != FP4_GROUP:
+    if fp4 and expert_block not in (FP4_GROUP, PACKED_FP4):
         for e, w in names:
             converted = fp4_to_fp8_blocks(parts[(e, w, "weight")], parts[(e, w, "scale")], expert_block, FP4_GROUP)
             if converted is None:  # not exact for this layer: keep the checkpoint's scales
                 pairs = {}
                 break
             pairs[(e, w)] = converted
+    if fp4 and expert_block == PACKED_FP4:
+        pairs = {(e, w): (parts[(e, w, "weight")].view(torch.uint8), parts[(e, w, "scale")]) for e, w in names}
     if not pairs:
         for e, w in names:
             weight = parts[(e, w, "weight")]
@@ -166,6 +173,10 @@ def _stacked_experts(ffn: str, parts: dict[tuple[int, str, str], torch.Tensor],
 
 
 def expert_blocks(tensors: Mapping[str, torch.Tensor]) -> dict[str, int]:
-    """Inputs per scale of each layer's stacked experts, by MoE module name (``build``)."""
-    return {name.removesuffix(".routed.w13_scale"): tensors[name.removesuffix("_scale")].shape[-1] // t.shape[-1]
+    """Inputs per scale of each layer's stacked experts, by MoE module name (``build``);
+    ``PACKED_FP4`` where they are packed E2M1."""
+    def block(weight: torch.Tensor, scale: torch.Tensor) -> int:
+        return PACKED_FP4 if weight.dtype == torch.uint8 else weight.shape[-1] // scale.shape[-1]
+
+    return {name.removesuffix(".routed.w13_scale"): block(tensors[name.removesuffix("_scale")], t)
             for name, t in tensors.items() if name.endswith(".routed.w13_scale")}

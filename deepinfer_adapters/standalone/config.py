@@ -37,7 +37,7 @@ class EngineConfig:
     # graphs (standalone/cuda_graphs.py), "eager" = model.decode without graphs, "forward" = the
     # general forward; "auto" = graphs on CUDA when the model has decode(), else forward
     decode: str = "auto"
-    weights: str = "auto"  # dense (float64, the reference path) | fp8 (as stored) | auto: fp8 on CUDA
+    weights: str = "auto"  # dense (float64, the reference path) | fp8 (as stored) | fp4 (FP4 experts packed) | auto: fp8 on CUDA
     # kernels whose results do not depend on the batch (seeded sampling is then reproducible
     # whatever else runs); off lets the GPU use its fastest kernels
     batch_invariant: bool = True
@@ -73,8 +73,8 @@ class EngineConfig:
         if self.replay not in REPLAY_MODES:
             raise ConfigError(f"replay is {self.replay!r}; valid: {list(REPLAY_MODES)}", "replay")
         _positive_int("replay_keep", self.replay_keep)
-        if self.weights not in ("auto", "dense", "fp8"):
-            raise ConfigError(f"weights is {self.weights!r}; valid: auto, dense, fp8", "weights")
+        if self.weights not in ("auto", "dense", "fp8", "fp4"):
+            raise ConfigError(f"weights is {self.weights!r}; valid: auto, dense, fp8, fp4", "weights")
         if not isinstance(self.batch_invariant, bool):
             raise ConfigError(f"batch_invariant must be true or false, got {self.batch_invariant!r}",
                               "batch_invariant")

@@ -30,13 +30,15 @@ def _rel(a, b):
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
-def _experts(E, D, I, seed):
-    """FP4 experts converted to FP8 as native_format does: (w13, w13_scale, w2, w2_scale)."""
+def _experts(E, D, I, seed, packed=False):
+    """FP4 experts converted to FP8 as native_format does: (w13, w13_scale, w2, w2_scale);
+    ``packed``: kept packed as stored (weights="fp4"), the same values."""
     g = torch.Generator(device="cuda").manual_seed(seed)
 
     def fp8_from_fp4(out_f, in_f):
-        packed, scale = quant_fp4_blocks(torch.randn(E * out_f, in_f, device="cuda", generator=g) / in_f**0.5)
-        return unpack_fp4(packed).to(torch.float8_e4m3fn).view(E, out_f, in_f), scale.view(E, out_f, -1)
+        codes, scale = quant_fp4_blocks(torch.randn(E * out_f, in_f, device="cuda", generator=g) / in_f**0.5)
+        weight = codes.view(torch.uint8) if packed else unpack_fp4(codes).to(torch.float8_e4m3fn)
+        return weight.view(E, out_f, -1), scale.view(E, out_f, -1)
 
     w13, s13 = fp8_from_fp4(2 * I, D)
     w2, s2 = fp8_from_fp4(D, I)
@@ -72,6 +74,36 @@ def test_moe_experts_matches_reference(T, skew, path):
     assert out.dtype == torch.float32 and out.shape == ref.shape
     assert torch.isfinite(out).all()
     assert rel <= NORM_RTOL
+
+
+@pytest.mark.parametrize("act_block", [32, 128])
+@pytest.mark.parametrize("T", [1, 8, 57, 600, 2000])
+def test_packed_fp4_experts_are_the_converted_ones_bit_for_bit(T, act_block):
+    """Packed E2M1 experts (weights="fp4"): each GEMM unpacks its weight tile in registers
+    (``e2m1_tile``) to the values the E4M3 conversion holds, so on the bf16 path the result is
+    the converted experts' bit for bit, at decode (16-row tiles, pair routing at one token) and
+    prefill sizes (2000 tokens: 128-row tiles); and near the reference, which unpacks them."""
+    from deepinfer_adapters.kernels import triton_moe
+
+    E, D, I, k = 32, 512, 256, 6
+    packed = _experts(E, D, I, seed=T, packed=True)
+    converted = _experts(E, D, I, seed=T)
+    assert packed[0].dtype == torch.uint8 and packed[0].shape[-1] == D // 2
+    g = torch.Generator(device="cuda").manual_seed(300 + T)
+    x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
+    w, ids = _routing(T, E, k, seed=T)
+    args = (x, w, ids)
+    assert kernels.chosen("moe_experts", *args, *packed, (1, 32), act_block, 10.0) == "triton"
+    out = triton_moe.moe_experts(*args, *packed, (1, 32), act_block, 10.0)
+    want = triton_moe.moe_experts(*args, *converted, (1, 32), act_block, 10.0, path="bf16")
+    ref = reference_fp8.moe_experts(*args, *packed, (1, 32), act_block, 10.0)
+    rel = _rel(out, ref)
+    print(f"REPORT moe packed fp4 T={T} act_block={act_block}: rel={rel:.2e}, equal to converted "
+          f"{torch.equal(out, want)}")
+    assert torch.equal(out, want)
+    assert rel <= NORM_RTOL
+    with pytest.raises(ValueError, match="bf16 path"):
+        triton_moe.moe_experts(*args, *packed, (1, 32), act_block, 10.0, path="fp8")
 
 
 @pytest.mark.parametrize("T", [1, 8, 300])

@@ -5,8 +5,11 @@ expert loop of layers/moe.py; the CUDA backend a grouped GEMM, kernels/triton_mo
 FP4 checkpoint experts convert exactly (model_impl/native_format.py): to E4M3 with
 one E8M0 scale per 128 inputs, a (1, 128) block, where every value of the layer has an
 exact code under it (quant.fp4_to_fp8_blocks); otherwise each E2M1 value (0, .5, .., 6)
-as its E4M3 value with the checkpoint's scale per 32 inputs, a (1, 32) block. w1 and w3
-are stacked as w13 = [w1; w3] so one GEMM computes both.
+as its E4M3 value with the checkpoint's scale per 32 inputs, a (1, 32) block. Or
+(``packed_fp4``, weights="fp4") kept as stored: packed E2M1, two values a byte (uint8
+[E, out, in / 2]), with the checkpoint's E8M0 scale per 32 inputs: half the bytes, which a
+decode step reads (the GPU kernel unpacks a tile in registers, kernels/fp8_triton_jit.py
+``e2m1_tile``). w1 and w3 are stacked as w13 = [w1; w3] so one GEMM computes both.
 """
 
 from __future__ import annotations
@@ -18,17 +21,20 @@ from torch import nn
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.quant import dequant_fp4_experts, dequant_fp8_blocks
 
 
 class Fp8Experts(nn.Module):
     def __init__(self, n_experts: int, dim: int, inter: int, *, block: tuple[int, int], scale_dtype: torch.dtype,
-                 act_block: int, limit: float, device: torch.device | str | None = None) -> None:
+                 act_block: int, limit: float, packed_fp4: bool = False,
+                 device: torch.device | str | None = None) -> None:
         super().__init__()
         self.block, self.act_block, self.limit = block, act_block, limit
 
         def weight(out_f: int, in_f: int) -> nn.Parameter:
-            return nn.Parameter(torch.empty(n_experts, out_f, in_f, dtype=torch.float8_e4m3fn, device=device),
-                                requires_grad=False)
+            shape, dtype = ((n_experts, out_f, in_f // 2), torch.uint8) if packed_fp4 else \
+                ((n_experts, out_f, in_f), torch.float8_e4m3fn)
+            return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
 
         def scale(out_f: int, in_f: int) -> nn.Parameter:
             shape = (n_experts, math.ceil(out_f / block[0]), math.ceil(in_f / block[1]))
@@ -36,6 +42,18 @@ class Fp8Experts(nn.Module):
 
         self.w13, self.w13_scale = weight(2 * inter, dim), scale(2 * inter, dim)
         self.w2, self.w2_scale = weight(dim, inter), scale(dim, inter)
+
+    @property
+    def packed_fp4(self) -> bool:
+        return self.w13.dtype == torch.uint8
+
+    def dense(self, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Expert e's weights dequantized exactly, float32: (w13 [2I, D], w2 [D, I])."""
+        if self.packed_fp4:
+            return tuple(dequant_fp4_experts(w[e], s[e], torch.float32, self.block[1])
+                         for w, s in ((self.w13, self.w13_scale), (self.w2, self.w2_scale)))
+        return tuple(dequant_fp8_blocks(w[e], s[e], self.block, torch.float32)
+                     for w, s in ((self.w13, self.w13_scale), (self.w2, self.w2_scale)))
 
     def forward(self, x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
                 numerics: Numerics, shared: torch.Tensor | None = None) -> torch.Tensor:

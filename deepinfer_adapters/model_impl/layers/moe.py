@@ -81,12 +81,12 @@ class MoE(nn.Module):
         )
         self.routed: Fp8Experts | None = None  # native format: replaces ``experts``
 
-    def use_fp8_experts(self, block: tuple[int, int], scale_dtype: torch.dtype) -> None:
-        """Swap the per-expert dense Linears for stacked FP8 weights (native format)."""
+    def use_fp8_experts(self, block: tuple[int, int], scale_dtype: torch.dtype, packed_fp4: bool = False) -> None:
+        """Swap the per-expert dense Linears for stacked FP8 (or packed FP4) weights (native format)."""
         first = self.experts[0]
         self.routed = Fp8Experts(len(self.experts), first.w1.in_features, first.w1.out_features, block=block,
                                  scale_dtype=scale_dtype, act_block=first.act_block, limit=first.limit,
-                                 device=first.w1.weight.device)
+                                 packed_fp4=packed_fp4, device=first.w1.weight.device)
         self.experts = nn.ModuleList()
 
     def forward(self, x: torch.Tensor, numerics: Numerics, input_ids: torch.Tensor,
