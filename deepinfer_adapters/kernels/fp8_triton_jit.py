@@ -87,18 +87,33 @@ def scaled_activation(a, as_ptr, kb, mask_m, A_SB: tl.constexpr, QUANT_A: tl.con
 
 
 @triton.jit
-def e2m1_tile(w_ptr, kb, mask_n, KSTEP: tl.constexpr):
-    """A [KSTEP, BLOCK_N] fp32 weight tile from packed E2M1 (two values a byte, the even K index
-    in the low nibble, bit 3 the sign: quant.unpack_fp4; ``w_ptr`` [1, BLOCK_N] at K byte 0).
-    A magnitude code c = (e, m) >= 2 is 2^(e-1) (1 + m/2): fp32 bits (c << 22) + (126 << 23);
-    c = 1 is 0.5 (126 << 23), c = 0 is 0. Exact, from the bits (no table)."""
-    kp = kb // 2 + tl.arange(0, KSTEP // 2)
-    packed = tl.load(w_ptr + kp[:, None], mask=mask_n[None, :], other=0).to(tl.int32)  # [KSTEP / 2, BLOCK_N]
-    pairs = tl.join(packed & 0xF, (packed >> 4) & 0xF)  # [KSTEP / 2, BLOCK_N, 2]: K index 2i, 2i + 1
-    codes = tl.reshape(tl.permute(pairs, (0, 2, 1)), (KSTEP, pairs.shape[1]))
+def e2m1_values(codes):
+    """fp32 values of E2M1 codes (int32, 0..15; bit 3 the sign). A magnitude code c = (e, m) >= 2
+    is 2^(e-1) (1 + m/2): fp32 bits (c << 22) + (126 << 23); c = 1 is 0.5 (126 << 23), c = 0 is 0."""
     mag = codes & 7
     bits = tl.where(mag >= 2, (mag << 22) + (126 << 23), tl.where(mag == 1, 126 << 23, 0))
     return (bits | ((codes & 8) << 28)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def e2m1_halves(w_ptr, kb, mask_n, KSTEP: tl.constexpr):
+    """The two halves of a [KSTEP, BLOCK_N] weight tile of packed E2M1 in the span layout
+    (quant.to_span_pairs, span = KSTEP): byte j of a span holds input j in its low nibble and
+    input j + KSTEP / 2 in its high one, so a loaded [KSTEP / 2, BLOCK_N] byte tile splits into
+    inputs kb .. kb + KSTEP/2 - 1 and the next KSTEP / 2 with no interleave (an interleave of the
+    nibbles through join / permute / reshape ran 50-100x slower on the H200). fp32, exact.
+    ``w_ptr`` [1, BLOCK_N]: the weight rows at K byte 0."""
+    kp = kb // 2 + tl.arange(0, KSTEP // 2)
+    packed = tl.load(w_ptr + kp[:, None], mask=mask_n[None, :], other=0).to(tl.int32)
+    return e2m1_values(packed & 0xF), e2m1_values((packed >> 4) & 0xF)
+
+
+@triton.jit
+def half_product(acc, w, a_ptr, ws_ptr, kh, mask_m, mask_n, W_BK: tl.constexpr, W_E8M0: tl.constexpr):
+    """acc + A[:, kh] (W[kh] x its block scales, as bf16): one half of an ``e2m1_halves`` tile."""
+    a = tl.load(a_ptr + kh[None, :], mask=mask_m[:, None], other=0.0)
+    sw = weight_scale(tl.load(ws_ptr[None, :] + (kh // W_BK)[:, None], mask=mask_n[None, :], other=0), W_E8M0)
+    return tl.dot(a, (w * sw).to(tl.bfloat16), acc)
 
 
 @triton.jit(do_not_specialize=["M"])  # one compile for every batch size
@@ -116,7 +131,8 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
     A is bf16, unscaled, and KSTEP may span several weight scale blocks (each weight value
     gets its own block's scale). QUANT_A (A_SB == KSTEP): A is bf16 and each step's A tile is
     quantized here, per row, exactly as act_quant_kernel would (decode rows: one launch less).
-    W_FP4 (A_SB == 0 only): W holds packed E2M1, K / 2 bytes a row (``e2m1_tile``)."""
+    W_FP4 (A_SB == 0 only): W holds packed E2M1 in the span layout, K / 2 bytes a row
+    (``e2m1_halves``; span KSTEP)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -164,24 +180,27 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
             else:
                 for j in tl.static_range(SUB):
                     kb = k0 + j * KSTEP
-                    ks = kb + tl.arange(0, KSTEP)
-                    a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
-                    if W_FP4:
-                        w = e2m1_tile(w_ptr, kb, mask_n, KSTEP)
+                    if W_FP4:  # two chained half-depth products: the order of one KSTEP-deep product
+                        lo, hi = e2m1_halves(w_ptr, kb, mask_n, KSTEP)
+                        kh = kb + tl.arange(0, KSTEP // 2)
+                        acc = half_product(acc, lo, a_ptr, ws_ptr, kh, mask_m, mask_n, W_BK, W_E8M0)
+                        acc = half_product(acc, hi, a_ptr, ws_ptr, kh + KSTEP // 2, mask_m, mask_n, W_BK, W_E8M0)
                     else:
+                        ks = kb + tl.arange(0, KSTEP)
+                        a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
                         w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
-                    if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
-                        sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
-                    else:
-                        sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
-                    sw = weight_scale(sw, W_E8M0)
-                    if A_SB > 0:
-                        a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
-                        acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
-                    elif KSTEP > W_BK:
-                        acc = tl.dot(a, (w.to(tl.float32) * sw).to(tl.bfloat16), acc)
-                    else:
-                        acc = tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
+                        if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
+                            sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
+                        else:
+                            sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
+                        sw = weight_scale(sw, W_E8M0)
+                        if A_SB > 0:
+                            a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
+                            acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
+                        elif KSTEP > W_BK:
+                            acc = tl.dot(a, (w.to(tl.float32) * sw).to(tl.bfloat16), acc)
+                        else:
+                            acc = tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
         out_rows = a_rows if SCATTER_OUT else rows.to(tl.int64)
         out_ptr = OUT + pid_k * stride_os + out_rows[:, None] * stride_om + cols[None, :]
         tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])

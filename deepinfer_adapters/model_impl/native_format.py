@@ -12,8 +12,9 @@ dequantized. ``weights="fp8"`` keeps what the kernels can read directly:
   as a (1, 32) block scale (always exact: every E2M1 value is an E4M3 value). The choice
   is per layer, made from the data in ``native_tensors``; the layer's storage follows the
   tensors' shapes (``build(..., expert_blocks=...)``). V4-Flash-Base FP8 experts stay as stored.
-  ``weights="fp4"``: the same, but FP4 experts kept as stored (packed E2M1, scale per 32;
-  expert block ``PACKED_FP4``): half the expert bytes, read by the GPU kernels directly;
+  ``weights="fp4"``: the same, but FP4 experts kept packed (E2M1, the checkpoint's scale per
+  32, nibbles reordered per 128 inputs: quant.to_span_pairs; expert block ``PACKED_FP4``):
+  half the expert bytes, read by the GPU kernels directly;
 - bf16 tensors (embeddings, head, gate, compressor, ...) bf16; the Engram table bf16
   (E4M3 x E8M0 is exact in bf16);
 - everything else (norms, hyper-connections, sinks) as in the dense model;
@@ -42,7 +43,7 @@ from deepinfer_adapters.model_impl.layers.engram import EngramEmbed
 from deepinfer_adapters.model_impl.layers.linear import Linear, merge_same_input
 from deepinfer_adapters.model_impl.layers.moe import Gate, MoE
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import dequant_fp8_blocks, fp4_to_fp8_blocks, unpack_fp4
+from deepinfer_adapters.model_impl.quant import dequant_fp8_blocks, fp4_to_fp8_blocks, to_span_pairs, unpack_fp4
 from deepinfer_adapters.model_impl.weights import load_checkpoint
 
 WEIGHT_FORMATS = ("dense", "fp8", "fp4")
@@ -159,7 +160,7 @@ def _stacked_experts(ffn: str, parts: dict[tuple[int, str, str], torch.Tensor],
                 break
             pairs[(e, w)] = converted
     if fp4 and expert_block == PACKED_FP4:
-        pairs = {(e, w): (parts[(e, w, "weight")].view(torch.uint8), parts[(e, w, "scale")]) for e, w in names}
+        pairs = {(e, w): (to_span_pairs(parts[(e, w, "weight")]), parts[(e, w, "scale")]) for e, w in names}
     if not pairs:
         for e, w in names:
             weight = parts[(e, w, "weight")]

@@ -247,6 +247,37 @@ def pack_fp4(codes_or_values: torch.Tensor) -> torch.Tensor:
     return (codes[..., 0::2] | (codes[..., 1::2] << 4)).view(torch.int8)
 
 
+def fp4_span(k: int) -> int:
+    """Inputs per span of packed FP4 experts held for the GPU (``to_span_pairs``): the bf16 GEMM's
+    K step (kernels/triton_fp8_gemm.py ``bf16_kstep``), 128 where it divides ``k``, else 32."""
+    return 128 if k % 128 == 0 else 32
+
+
+def _span_view(codes: torch.Tensor) -> torch.Tensor:
+    k = codes.shape[-1]
+    span = fp4_span(k)
+    return codes.reshape(*codes.shape[:-1], k // span, 2, span // 2)
+
+
+def to_span_pairs(packed: torch.Tensor) -> torch.Tensor:
+    """Packed E2M1 as stored (byte j: inputs 2j, 2j + 1) -> the span layout (uint8, same shape):
+    within each span of ``fp4_span(K)`` inputs, byte j holds input j (low nibble) and input
+    j + span / 2 (high nibble), so a GEMM step unpacks its two halves with no interleave
+    (kernels/fp8_triton_jit.py ``e2m1_halves``)."""
+    b = _as_bytes(packed)
+    codes = _span_view(torch.stack([b & 0xF, b >> 4], -1).flatten(-2))
+    return (codes[..., 0, :] | (codes[..., 1, :] << 4)).flatten(-2)
+
+
+def from_span_pairs(packed: torch.Tensor) -> torch.Tensor:
+    """``to_span_pairs``' inverse: the span layout -> packed E2M1 as stored (uint8)."""
+    b = _as_bytes(packed)
+    span = fp4_span(b.shape[-1] * 2)
+    halves = b.reshape(*b.shape[:-1], -1, 1, span // 2)
+    codes = torch.cat([halves & 0xF, halves >> 4], -2).flatten(-3)
+    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+
+
 def dequant_fp4_experts(
     packed: torch.Tensor,
     scale: torch.Tensor,

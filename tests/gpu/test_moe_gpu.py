@@ -19,7 +19,7 @@ import torch
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import reference_fp8
-from deepinfer_adapters.model_impl.quant import quant_fp4_blocks, unpack_fp4
+from deepinfer_adapters.model_impl.quant import quant_fp4_blocks, to_span_pairs, unpack_fp4
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
 
@@ -37,7 +37,7 @@ def _experts(E, D, I, seed, packed=False):
 
     def fp8_from_fp4(out_f, in_f):
         codes, scale = quant_fp4_blocks(torch.randn(E * out_f, in_f, device="cuda", generator=g) / in_f**0.5)
-        weight = codes.view(torch.uint8) if packed else unpack_fp4(codes).to(torch.float8_e4m3fn)
+        weight = to_span_pairs(codes) if packed else unpack_fp4(codes).to(torch.float8_e4m3fn)
         return weight.view(E, out_f, -1), scale.view(E, out_f, -1)
 
     w13, s13 = fp8_from_fp4(2 * I, D)
@@ -80,8 +80,8 @@ def test_moe_experts_matches_reference(T, skew, path):
 @pytest.mark.parametrize("T", [1, 8, 57, 600, 2000])
 def test_packed_fp4_experts_are_the_converted_ones_bit_for_bit(T, act_block):
     """Packed E2M1 experts (weights="fp4"): each GEMM unpacks its weight tile in registers
-    (``e2m1_tile``) to the values the E4M3 conversion holds, so on the bf16 path the result is
-    the converted experts' bit for bit, at decode (16-row tiles, pair routing at one token) and
+    (``e2m1_halves``) to the values the E4M3 conversion holds, in two chained half-depth
+    products, so on the bf16 path the result is the converted experts' bit for bit, at decode (16-row tiles, pair routing at one token) and
     prefill sizes (2000 tokens: 128-row tiles); and near the reference, which unpacks them."""
     from deepinfer_adapters.kernels import triton_moe
 

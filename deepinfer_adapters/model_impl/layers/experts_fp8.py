@@ -6,10 +6,11 @@ FP4 checkpoint experts convert exactly (model_impl/native_format.py): to E4M3 wi
 one E8M0 scale per 128 inputs, a (1, 128) block, where every value of the layer has an
 exact code under it (quant.fp4_to_fp8_blocks); otherwise each E2M1 value (0, .5, .., 6)
 as its E4M3 value with the checkpoint's scale per 32 inputs, a (1, 32) block. Or
-(``packed_fp4``, weights="fp4") kept as stored: packed E2M1, two values a byte (uint8
-[E, out, in / 2]), with the checkpoint's E8M0 scale per 32 inputs: half the bytes, which a
-decode step reads (the GPU kernel unpacks a tile in registers, kernels/fp8_triton_jit.py
-``e2m1_tile``). w1 and w3 are stacked as w13 = [w1; w3] so one GEMM computes both.
+(``packed_fp4``, weights="fp4") kept packed: E2M1, two values a byte (uint8 [E, out, in / 2]),
+the nibbles of each 128 inputs reordered so that a GEMM step's two halves unpack without an
+interleave (quant.to_span_pairs), with the checkpoint's E8M0 scale per 32 inputs: half the
+bytes, which a decode step reads (the GPU kernel unpacks each tile in registers,
+kernels/fp8_triton_jit.py ``e2m1_halves``). w1 and w3 are stacked as w13 = [w1; w3] so one GEMM computes both.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch import nn
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import dequant_fp4_experts, dequant_fp8_blocks
+from deepinfer_adapters.model_impl.quant import dequant_fp4_experts, dequant_fp8_blocks, from_span_pairs
 
 
 class Fp8Experts(nn.Module):
@@ -50,7 +51,7 @@ class Fp8Experts(nn.Module):
     def dense(self, e: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Expert e's weights dequantized exactly, float32: (w13 [2I, D], w2 [D, I])."""
         if self.packed_fp4:
-            return tuple(dequant_fp4_experts(w[e], s[e], torch.float32, self.block[1])
+            return tuple(dequant_fp4_experts(from_span_pairs(w[e]), s[e], torch.float32, self.block[1])
                          for w, s in ((self.w13, self.w13_scale), (self.w2, self.w2_scale)))
         return tuple(dequant_fp8_blocks(w[e], s[e], self.block, torch.float32)
                      for w, s in ((self.w13, self.w13_scale), (self.w2, self.w2_scale)))
