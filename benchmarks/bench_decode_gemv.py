@@ -139,6 +139,7 @@ MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed 
     "bf16_n64": ("fp8", "bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
     "fp4": ("fp4", "bf16", None, None), "fp4_n64": ("fp4", "bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
     "fp4_st4": ("fp4", "bf16", tg.GemmConfig(16, 128, 1, 4, 4), None),
+    "fp4_int": ("fp4", "bf16", None, None),  # the integer unpack (triton_fp8_gemm.FP4_UNPACK = "int")
 }
 
 
@@ -166,6 +167,7 @@ def run_moe(T, c, stores, g):
     for name, (store, path, cfg, routing) in MOE_CONFIGS.items():
         if routing == "sorted" and T > 1:  # the default there
             continue
+        tg.FP4_UNPACK = "int" if name.endswith("_int") else "ptx"
         try:
             out = kernels.moe_experts(*args(0, store), path=path, config=cfg, routing=routing)
             row["us"][name] = time_graph([lambda i=i, store=store, path=path, cfg=cfg, routing=routing:
@@ -175,6 +177,8 @@ def run_moe(T, c, stores, g):
         except Exception as e:
             row["us"][name] = float("nan")
             log(f"moe T={T} {name}: {type(e).__name__}: {str(e)[:160]}")
+        finally:
+            tg.FP4_UNPACK = "ptx"
     log(f"moe         T={T:3d} floor {floor['fp8']:6.1f} us, fp4 {floor['fp4']:6.1f} ({touched:.0f} experts) | "
         + " | ".join(f"{k} {v:6.1f}" for k, v in row["us"].items()) + " | rel vs bf16 "
         + " ".join(f"{k} {v:.0e}" for k, v in row.get("rel", {}).items()))

@@ -1,7 +1,8 @@
 """The packed-FP4 weight tile of the Triton GEMM (fp8_triton_jit.py ``e2m1_halves``: the MoE's
 packed experts, unpacked in registers) under Triton's CPU interpreter: every byte value, both
 nibbles, in the span layout (quant.to_span_pairs), against ``quant.unpack_fp4`` of the stored
-bytes, bit for bit. (The whole MoE cannot run here: the interpreter's FP8 casts, which the
+bytes, bit for bit: the integer unpack (the GPU runs the PTX one, ``_E2M1_LOW_PTX``, which the
+GPU MoE test checks). (The whole MoE cannot run here: the interpreter's FP8 casts, which the
 activation round trip uses, do not round as the GPU does.) tests/gpu/test_moe_gpu.py runs the
 packed experts through the compiled MoE: the same bits as the same experts converted to E4M3,
 and close to the reference."""
@@ -26,13 +27,13 @@ def unpack_kernel(W, OUT, N, stride_wn, stride_on, KSTEP: tl.constexpr, BLOCK_N:
     cols = tl.arange(0, BLOCK_N)
     mask_n = cols < N
     kb = tl.program_id(0) * KSTEP
-    lo, hi = e2m1_halves(W + cols[None, :] * stride_wn, kb, mask_n, KSTEP)  # [KSTEP / 2, BLOCK_N] each
+    lo, hi = e2m1_halves(W + cols[None, :] * stride_wn, kb, mask_n, KSTEP, False)  # [KSTEP / 2, BLOCK_N] each
     kh = kb + tl.arange(0, KSTEP // 2)
     tl.store(OUT + cols[None, :] * stride_on + kh[:, None], lo, mask=mask_n[None, :])
     tl.store(OUT + cols[None, :] * stride_on + (kh + KSTEP // 2)[:, None], hi, mask=mask_n[None, :])
 
 checked = 0
-for K in (256, 96):  # spans of 128, and of 32 where 128 does not divide K
+for K in (256, 96):  # spans of 64, and of 32 where 64 does not divide K
     N, span = 6, fp4_span(K)
     stored = torch.arange(N * K // 2, dtype=torch.int64).remainder(256).to(torch.uint8).view(N, K // 2)
     stored = stored[:, torch.randperm(K // 2, generator=torch.Generator().manual_seed(K))].contiguous()

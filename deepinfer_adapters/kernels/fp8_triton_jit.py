@@ -86,6 +86,35 @@ def scaled_activation(a, as_ptr, kb, mask_m, A_SB: tl.constexpr, QUANT_A: tl.con
     return q, sa
 
 
+# Packed E2M1 bytes -> E4M3 bytes holding each value / 64, four bytes a register, then the hardware
+# E4M3x2 -> f16x2 conversion (sm_89+): a nibble's exponent and mantissa bits go to E4M3's low exponent
+# and top mantissa bits, its sign to bit 7. E2M1's bias is 1 and E4M3's 7, so 2^(e-1) (1 + m/2) becomes
+# 2^(e-7) (1 + m/2), and the subnormal m/2 E4M3's subnormal m 2^-7: every value / 64, exactly.
+_E2M1_LOW_PTX = tl.constexpr("""{
+.reg .b32 e, t;
+.reg .b16 a, b;
+and.b32 e, $2, 0x07070707;
+shl.b32 e, e, 2;
+and.b32 t, $2, 0x08080808;
+shl.b32 t, t, 4;
+or.b32 e, e, t;
+mov.b32 {a, b}, e;
+cvt.rn.f16x2.e4m3x2 $0, a;
+cvt.rn.f16x2.e4m3x2 $1, b;
+}""")
+_E2M1_HIGH_PTX = tl.constexpr("""{
+.reg .b32 e, t;
+.reg .b16 a, b;
+shr.b32 e, $2, 2;
+and.b32 e, e, 0x1C1C1C1C;
+and.b32 t, $2, 0x80808080;
+or.b32 e, e, t;
+mov.b32 {a, b}, e;
+cvt.rn.f16x2.e4m3x2 $0, a;
+cvt.rn.f16x2.e4m3x2 $1, b;
+}""")
+
+
 @triton.jit
 def e2m1_values(codes):
     """fp32 values of E2M1 codes (int32, 0..15; bit 3 the sign). A magnitude code c = (e, m) >= 2
@@ -96,24 +125,39 @@ def e2m1_values(codes):
 
 
 @triton.jit
-def e2m1_halves(w_ptr, kb, mask_n, KSTEP: tl.constexpr):
+def e2m1_halves(w_ptr, kb, mask_n, KSTEP: tl.constexpr, PTX: tl.constexpr):
     """The two halves of a [KSTEP, BLOCK_N] weight tile of packed E2M1 in the span layout
     (quant.to_span_pairs, span = KSTEP): byte j of a span holds input j in its low nibble and
     input j + KSTEP / 2 in its high one, so a loaded [KSTEP / 2, BLOCK_N] byte tile splits into
     inputs kb .. kb + KSTEP/2 - 1 and the next KSTEP / 2 with no interleave (an interleave of the
-    nibbles through join / permute / reshape ran 50-100x slower on the H200). fp32, exact.
-    ``w_ptr`` [1, BLOCK_N]: the weight rows at K byte 0."""
+    nibbles through join / permute / reshape ran 50-100x slower on the H200). ``w_ptr``
+    [1, BLOCK_N]: the weight rows at K byte 0. PTX: f16 values / 64, four bytes per register
+    operation (``_E2M1_LOW_PTX``); else fp32 values from integer operations on each nibble (the
+    CPU interpreter's way; ~4x slower than the E4M3 tile on the H200, BENCHMARKS.md session 7).
+    Exact either way."""
     kp = kb // 2 + tl.arange(0, KSTEP // 2)
-    packed = tl.load(w_ptr + kp[:, None], mask=mask_n[None, :], other=0).to(tl.int32)
-    return e2m1_values(packed & 0xF), e2m1_values((packed >> 4) & 0xF)
+    packed = tl.load(w_ptr + kp[:, None], mask=mask_n[None, :], other=0)
+    if PTX:
+        lo = tl.inline_asm_elementwise(_E2M1_LOW_PTX, "=r,=r,r", [packed], dtype=tl.float16, is_pure=True, pack=4)
+        hi = tl.inline_asm_elementwise(_E2M1_HIGH_PTX, "=r,=r,r", [packed], dtype=tl.float16, is_pure=True, pack=4)
+    else:
+        packed = packed.to(tl.int32)
+        lo = e2m1_values(packed & 0xF)
+        hi = e2m1_values((packed >> 4) & 0xF)
+    return lo, hi
 
 
 @triton.jit
-def half_product(acc, w, a_ptr, ws_ptr, kh, mask_m, mask_n, W_BK: tl.constexpr, W_E8M0: tl.constexpr):
-    """acc + A[:, kh] (W[kh] x its block scales, as bf16): one half of an ``e2m1_halves`` tile."""
-    a = tl.load(a_ptr + kh[None, :], mask=mask_m[:, None], other=0.0)
-    sw = weight_scale(tl.load(ws_ptr[None, :] + (kh // W_BK)[:, None], mask=mask_n[None, :], other=0), W_E8M0)
-    return tl.dot(a, (w * sw).to(tl.bfloat16), acc)
+def half_product(acc, w, a_ptr, ws_ptr, k0, mask_m, mask_n, HALF: tl.constexpr, W_BK: tl.constexpr,
+                 W_E8M0: tl.constexpr, DIV64: tl.constexpr):
+    """acc + A[:, k0 .. k0 + HALF) (W x its block's scale, as bf16): one half of an ``e2m1_halves``
+    tile, inside one scale block (HALF <= W_BK), so one scale per column. DIV64: w holds value / 64
+    (the scale times 64: exact while the scale is below 2^122)."""
+    a = tl.load(a_ptr + (k0 + tl.arange(0, HALF))[None, :], mask=mask_m[:, None], other=0.0)
+    sw = weight_scale(tl.load(ws_ptr + k0 // W_BK, mask=mask_n, other=0), W_E8M0)
+    if DIV64:
+        sw = sw * 64.0
+    return tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
 
 
 @triton.jit(do_not_specialize=["M"])  # one compile for every batch size
@@ -124,15 +168,15 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                     A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
                     GROUPED: tl.constexpr, GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr,
-                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = False):
+                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0):
     """OUT[r, n] = sum_k A[r, k] W[e, n, k] with block scales. GROUPED: program row
     tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
     GATHER_A: A's row for output row r is ROW_IDX[r]; SCATTER_OUT: so is OUT's. A_SB == 0:
     A is bf16, unscaled, and KSTEP may span several weight scale blocks (each weight value
     gets its own block's scale). QUANT_A (A_SB == KSTEP): A is bf16 and each step's A tile is
     quantized here, per row, exactly as act_quant_kernel would (decode rows: one launch less).
-    W_FP4 (A_SB == 0 only): W holds packed E2M1 in the span layout, K / 2 bytes a row
-    (``e2m1_halves``; span KSTEP)."""
+    W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX): W holds packed E2M1 in the span layout,
+    K / 2 bytes a row (``e2m1_halves``; span KSTEP, each half inside one scale block)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -181,10 +225,11 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                 for j in tl.static_range(SUB):
                     kb = k0 + j * KSTEP
                     if W_FP4:  # two chained half-depth products: the order of one KSTEP-deep product
-                        lo, hi = e2m1_halves(w_ptr, kb, mask_n, KSTEP)
-                        kh = kb + tl.arange(0, KSTEP // 2)
-                        acc = half_product(acc, lo, a_ptr, ws_ptr, kh, mask_m, mask_n, W_BK, W_E8M0)
-                        acc = half_product(acc, hi, a_ptr, ws_ptr, kh + KSTEP // 2, mask_m, mask_n, W_BK, W_E8M0)
+                        lo, hi = e2m1_halves(w_ptr, kb, mask_n, KSTEP, W_FP4 == 2)
+                        acc = half_product(acc, lo, a_ptr, ws_ptr, kb, mask_m, mask_n, KSTEP // 2, W_BK, W_E8M0,
+                                           W_FP4 == 2)
+                        acc = half_product(acc, hi, a_ptr, ws_ptr, kb + KSTEP // 2, mask_m, mask_n, KSTEP // 2, W_BK,
+                                           W_E8M0, W_FP4 == 2)
                     else:
                         ks = kb + tl.arange(0, KSTEP)
                         a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)

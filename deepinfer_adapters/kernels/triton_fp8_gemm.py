@@ -53,7 +53,8 @@ from dataclasses import dataclass
 import torch
 
 from deepinfer_adapters.kernels import invariance, register
-from deepinfer_adapters.kernels.triton_support import triton_available
+from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
+from deepinfer_adapters.model_impl.quant import fp4_span
 
 FP8_MAX = 448.0
 ACT_AMAX_FLOOR = 1e-4
@@ -67,6 +68,10 @@ QUANT_IN_GEMM_ROWS = 16
 QUANT_IN_GEMM_STEPS = 8  # K-loop iterations per program up to which it does
 # H200, 8192 rows (BENCHMARKS.md): the bf16 cuBLAS path 2.2x the FP8 floor, this kernel 4.4-4.8x
 LARGE_M_PATH = "bf16_cublas"
+# packed E2M1 weights: "ptx" unpacks four bytes per register operation and converts in hardware
+# (fp8_triton_jit.py ``_E2M1_LOW_PTX``); "int" per nibble with integer operations (Triton's CPU
+# interpreter always takes it)
+FP4_UNPACK = "ptx"
 
 
 @dataclass(frozen=True)
@@ -191,11 +196,12 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     ``swapped``: run ``fp8_gemm_rows_kernel`` (W A^T; None: where ``SWAPPED_ROWS`` says).
     ``split_groups``: a grouped GEMM may split K too (as an ungrouped one does while few tiles run)."""
     triton, _, kernel, _, rows_kernel = _kernels()
-    fp4 = weight.dtype == torch.uint8  # packed E2M1, two values a byte (quant.unpack_fp4)
+    fp4 = weight.dtype == torch.uint8  # packed E2M1, two values a byte, in quant.to_span_pairs' layout
     N, K = weight.shape[-2], weight.shape[-1] * (2 if fp4 else 1)
     M = a.shape[0] if rows is None else rows
-    if fp4 and (a_scale is not None or quantize_a or swapped):
-        raise ValueError("fp8 gemm: packed E2M1 weights take a bf16 activation (the bf16 path)")
+    if fp4 and (a_scale is not None or quantize_a or swapped or tuple(weight_block) != (1, 32) or kstep != fp4_span(K)):
+        raise ValueError(f"fp8 gemm: packed E2M1 weights take a bf16 activation (the bf16 path), (1, 32) scale "
+                         f"blocks and kstep {fp4_span(K)} (their span)")
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
         raise ValueError(f"fp8 gemm: kstep {kstep} needs a bf16 activation and a multiple of {weight_block[1]}")
     kstep = kstep or kstep_for(weight_block, act_block)
@@ -281,7 +287,8 @@ def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, KSTEP=kstep, SUB=sub,
         A_SB=act_block if a_scale is not None or quantize_a else 0, W_BN=weight_block[0], W_BK=weight_block[1],
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
-        SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a, W_FP4=fp4,
+        SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a,
+        W_FP4=0 if not fp4 else 2 if FP4_UNPACK == "ptx" and not interpreting() else 1,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 

@@ -48,6 +48,7 @@ import torch
 from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
 from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
+from deepinfer_adapters.model_impl.quant import fp4_span
 
 
 LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)
@@ -198,10 +199,10 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     if path == "bf16":
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
         h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
-                       kstep=fp8.bf16_kstep(x.shape[-1], block))
+                       kstep=fp4_span(x.shape[-1]) if fp4 else fp8.bf16_kstep(x.shape[-1], block))
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
         out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
-                       kstep=fp8.bf16_kstep(w2.shape[-1] * (2 if fp4 else 1), block))
+                       kstep=fp4_span(2 * w2.shape[-1]) if fp4 else fp8.bf16_kstep(w2.shape[-1], block))
     else:
         q, s = fp8.act_quant(x, act_block)
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
@@ -240,8 +241,8 @@ def supports(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_bl
     inter = w2.shape[-1] * (2 if fp4 else 1)
     shared_ok = shared is None or (shared.shape == x.shape and shared.stride(-1) == 1)
     weights_ok = (fp8._fp8_weight_ok(x, w13, block, act_block) if not fp4 else
-                  x.is_cuda and x.dtype == torch.bfloat16 and w2.dtype == torch.uint8 and block[1] % 2 == 0
-                  and x.shape[-1] % block[1] == 0 and triton_available())
+                  x.is_cuda and x.dtype == torch.bfloat16 and w2.dtype == torch.uint8 and tuple(block) == (1, 32)
+                  and x.shape[-1] % 32 == 0 and triton_available())
     return (shared_ok and act_block > 0 and w13.dim() == 3 and inter % act_block == 0 and inter % block[0] == 0
             and weights_ok)
 

@@ -248,9 +248,10 @@ def pack_fp4(codes_or_values: torch.Tensor) -> torch.Tensor:
 
 
 def fp4_span(k: int) -> int:
-    """Inputs per span of packed FP4 experts held for the GPU (``to_span_pairs``): the bf16 GEMM's
-    K step (kernels/triton_fp8_gemm.py ``bf16_kstep``), 128 where it divides ``k``, else 32."""
-    return 128 if k % 128 == 0 else 32
+    """Inputs per span of packed FP4 experts held for the GPU (``to_span_pairs``): the GEMM's K
+    step for them, 64 where it divides ``k``, else 32 -- two halves, each inside one scale
+    group of 32, so each half takes one scale per weight row (fp8_triton_jit.py ``half_product``)."""
+    return 64 if k % 64 == 0 else 32
 
 
 def _span_view(codes: torch.Tensor) -> torch.Tensor:

@@ -76,15 +76,18 @@ def test_moe_experts_matches_reference(T, skew, path):
     assert rel <= NORM_RTOL
 
 
+@pytest.mark.parametrize("unpack", ["ptx", "int"])
 @pytest.mark.parametrize("act_block", [32, 128])
 @pytest.mark.parametrize("T", [1, 8, 57, 600, 2000])
-def test_packed_fp4_experts_are_the_converted_ones_bit_for_bit(T, act_block):
+def test_packed_fp4_experts_are_the_converted_ones_bit_for_bit(T, act_block, unpack, monkeypatch):
     """Packed E2M1 experts (weights="fp4"): each GEMM unpacks its weight tile in registers
     (``e2m1_halves``) to the values the E4M3 conversion holds, in two chained half-depth
-    products, so on the bf16 path the result is the converted experts' bit for bit, at decode (16-row tiles, pair routing at one token) and
+    products, so on the bf16 path the result is the converted experts' bit for bit (both unpacks:
+    PTX, four bytes a register and the hardware E4M3 conversion; integer ops per nibble), at decode (16-row tiles, pair routing at one token) and
     prefill sizes (2000 tokens: 128-row tiles); and near the reference, which unpacks them."""
-    from deepinfer_adapters.kernels import triton_moe
+    from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe
 
+    monkeypatch.setattr(triton_fp8_gemm, "FP4_UNPACK", unpack)
     E, D, I, k = 32, 512, 256, 6
     packed = _experts(E, D, I, seed=T, packed=True)
     converted = _experts(E, D, I, seed=T)
@@ -98,7 +101,7 @@ def test_packed_fp4_experts_are_the_converted_ones_bit_for_bit(T, act_block):
     want = triton_moe.moe_experts(*args, *converted, (1, 32), act_block, 10.0, path="bf16")
     ref = reference_fp8.moe_experts(*args, *packed, (1, 32), act_block, 10.0)
     rel = _rel(out, ref)
-    print(f"REPORT moe packed fp4 T={T} act_block={act_block}: rel={rel:.2e}, equal to converted "
+    print(f"REPORT moe packed fp4 {unpack} T={T} act_block={act_block}: rel={rel:.2e}, equal to converted "
           f"{torch.equal(out, want)}")
     assert torch.equal(out, want)
     assert rel <= NORM_RTOL
