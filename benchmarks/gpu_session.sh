@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -93,6 +93,21 @@ if has fp4; then  # packed FP4 experts: the MoE tests, the routed experts by sto
     --profile 8 > "$OUT/real_width_fp4.log" 2>&1
   echo "packed FP4 experts:"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_fp4.log" | grep decode
   pack
+fi
+if has fp4check; then  # packed FP4 in brief (< 4.5 min): its MoE tests, the experts by storage, V4 B=8/32, V4.1 B=8/32
+  timeout 75 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_moe_gpu.py -k packed > "$OUT/gpu_tests_fp4.log" 2>&1
+  echo "packed FP4 GPU tests: $(tail -1 "$OUT/gpu_tests_fp4.log")"; grep -hE "REPORT moe packed|FAILED|Error" "$OUT/gpu_tests_fp4.log" | head -24
+  pack
+  timeout 60 python benchmarks/bench_decode_gemv.py --rows 1 --quick --moe 8 32 --out "$OUT" > "$OUT/moe_storage.log" 2>&1
+  grep -E "^moe" "$OUT/moe_storage.log"; pack
+  mkdir -p "$OUT/v4_fp4"
+  timeout 100 python benchmarks/bench_v4_width.py --out "$OUT/v4_fp4" --expert-block 0 --batches 8 32 --noise-batch 0 \
+    > "$OUT/v4_width_fp4.log" 2>&1
+  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_fp4.log"; pack
+  mkdir -p "$OUT/fp4"
+  timeout 60 ${RW/--out $OUT/--out $OUT/fp4} --batches 8 32 --ref-batches 0 --prefill 0 --expert-block 0 \
+    > "$OUT/real_width_fp4.log" 2>&1
+  echo "V4.1 packed FP4 experts:"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_fp4.log" | grep decode; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"
