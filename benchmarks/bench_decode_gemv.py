@@ -139,6 +139,9 @@ MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed 
     "bf16_n64": ("fp8", "bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
     "fp4": ("fp4", "bf16", None, None), "fp4_n64": ("fp4", "bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
     "fp4_st4": ("fp4", "bf16", tg.GemmConfig(16, 128, 1, 4, 4), None),
+    # several 64-input spans per K iteration: as many weight bytes in flight as the E4M3 tile's (not run yet)
+    "fp4_sub2": ("fp4", "bf16", tg.GemmConfig(16, 128, 2, 4, 3), None),
+    "fp4_sub4": ("fp4", "bf16", tg.GemmConfig(16, 128, 4, 4, 3), None),
     "fp4_int": ("fp4", "bf16", None, None),  # the integer unpack (triton_fp8_gemm.FP4_UNPACK = "int")
 }
 
