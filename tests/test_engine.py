@@ -363,3 +363,21 @@ def test_bounded_replay_settings_are_checked(ckpt, model, tiny_checkpoint):
     v4 = tiny_checkpoint("v4")
     with pytest.raises(ConfigError, match="needs a V4.1 model"):
         LLMEngine(v4, EngineConfig(replay="mask", numerics="float32", max_model_len=256))
+
+
+def test_weights_fp4_keeps_experts_packed_and_generates_the_fp8_tokens(ckpt):
+    """EngineConfig(weights="fp4") (--weights fp4): the engine loads the routed experts packed
+    (half their bytes) and, with the same arithmetic (the reference ops on the CPU), generates
+    the weights="fp8" engine's tokens and logprobs; an unknown storage is a named ConfigError."""
+    prompts, params = PROMPTS[:4], PARAMS[:4]
+    outs = {}
+    for weights in ("fp8", "fp4"):
+        engine = LLMEngine(ckpt, EngineConfig(weights=weights, numerics="float32", max_model_len=256, block_size=16,
+                                              max_num_seqs=4))
+        experts = [m.routed for m in engine.runner.model.modules() if getattr(m, "routed", None) is not None]
+        assert experts and all(e.packed_fp4 == (weights == "fp4") for e in experts)
+        outs[weights] = generate(engine, prompts, params)
+        engine.close()
+    _assert_same_outputs(outs["fp4"], outs["fp8"])
+    with pytest.raises(ConfigError, match="weights"):
+        EngineConfig(weights="int4")
