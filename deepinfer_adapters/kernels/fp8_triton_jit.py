@@ -90,29 +90,25 @@ def scaled_activation(a, as_ptr, kb, mask_m, A_SB: tl.constexpr, QUANT_A: tl.con
 # E4M3x2 -> f16x2 conversion (sm_89+): a nibble's exponent and mantissa bits go to E4M3's low exponent
 # and top mantissa bits, its sign to bit 7. E2M1's bias is 1 and E4M3's 7, so 2^(e-1) (1 + m/2) becomes
 # 2^(e-7) (1 + m/2), and the subnormal m/2 E4M3's subnormal m 2^-7: every value / 64, exactly.
-_E2M1_LOW_PTX = tl.constexpr("""{
+_E4M3X4_TO_F16 = """mov.b32 {a, b}, e;
+cvt.rn.f16x2.e4m3x2 $0, a;
+cvt.rn.f16x2.e4m3x2 $1, b;
+}"""
+_PTX_REGS = """{
 .reg .b32 e, t;
 .reg .b16 a, b;
-and.b32 e, $2, 0x07070707;
+"""
+_E2M1_LOW_PTX = tl.constexpr(_PTX_REGS + """and.b32 e, $2, 0x07070707;
 shl.b32 e, e, 2;
 and.b32 t, $2, 0x08080808;
 shl.b32 t, t, 4;
 or.b32 e, e, t;
-mov.b32 {a, b}, e;
-cvt.rn.f16x2.e4m3x2 $0, a;
-cvt.rn.f16x2.e4m3x2 $1, b;
-}""")
-_E2M1_HIGH_PTX = tl.constexpr("""{
-.reg .b32 e, t;
-.reg .b16 a, b;
-shr.b32 e, $2, 2;
+""" + _E4M3X4_TO_F16)
+_E2M1_HIGH_PTX = tl.constexpr(_PTX_REGS + """shr.b32 e, $2, 2;
 and.b32 e, e, 0x1C1C1C1C;
 and.b32 t, $2, 0x80808080;
 or.b32 e, e, t;
-mov.b32 {a, b}, e;
-cvt.rn.f16x2.e4m3x2 $0, a;
-cvt.rn.f16x2.e4m3x2 $1, b;
-}""")
+""" + _E4M3X4_TO_F16)
 
 
 @triton.jit
