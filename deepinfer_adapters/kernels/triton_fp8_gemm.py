@@ -69,9 +69,11 @@ QUANT_IN_GEMM_STEPS = 8  # K-loop iterations per program up to which it does
 # H200, 8192 rows (BENCHMARKS.md): the bf16 cuBLAS path 2.2x the FP8 floor, this kernel 4.4-4.8x
 LARGE_M_PATH = "bf16_cublas"
 # packed E2M1 weights: "ptx" unpacks four bytes per register operation and converts in hardware
-# (fp8_triton_jit.py ``_E2M1_LOW_PTX``); "int" per nibble with integer operations (Triton's CPU
-# interpreter always takes it)
+# (fp8_triton_jit.py ``_E2M1_LOW_PTX``); "ptx_bf16" builds bf16 values and applies the scale in
+# bf16x2 multiplies (``_E2M1_LOW_BF16_PTX``: fewer operations a value, scales up to 2 only;
+# compiled, not yet run on a GPU); "int" per nibble with integer operations (Triton's CPU interpreter always takes it)
 FP4_UNPACK = "ptx"
+_FP4_MODES = {"int": 1, "ptx": 2, "ptx_bf16": 3}
 
 
 @dataclass(frozen=True)
@@ -199,9 +201,10 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     fp4 = weight.dtype == torch.uint8  # packed E2M1, two values a byte, in quant.to_span_pairs' layout
     N, K = weight.shape[-2], weight.shape[-1] * (2 if fp4 else 1)
     M = a.shape[0] if rows is None else rows
-    if fp4 and (a_scale is not None or quantize_a or swapped or tuple(weight_block) != (1, 32) or kstep != fp4_span(K)):
+    if fp4 and (a_scale is not None or quantize_a or swapped or tuple(weight_block) != (1, 32) or kstep != fp4_span(K)
+                or (FP4_UNPACK == "ptx_bf16" and w_scale.dtype not in (torch.uint8, torch.float8_e8m0fnu))):
         raise ValueError(f"fp8 gemm: packed E2M1 weights take a bf16 activation (the bf16 path), (1, 32) scale "
-                         f"blocks and kstep {fp4_span(K)} (their span)")
+                         f"blocks and kstep {fp4_span(K)} (their span); 'ptx_bf16' E8M0 scales")
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
         raise ValueError(f"fp8 gemm: kstep {kstep} needs a bf16 activation and a multiple of {weight_block[1]}")
     kstep = kstep or kstep_for(weight_block, act_block)
@@ -288,7 +291,7 @@ def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups,
         A_SB=act_block if a_scale is not None or quantize_a else 0, W_BN=weight_block[0], W_BK=weight_block[1],
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
         SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a,
-        W_FP4=0 if not fp4 else 2 if FP4_UNPACK == "ptx" and not interpreting() else 1,
+        W_FP4=0 if not fp4 else 1 if interpreting() else _FP4_MODES[FP4_UNPACK],
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
