@@ -94,11 +94,11 @@ if has fp4; then  # packed FP4 experts: the MoE tests, the routed experts by sto
   echo "packed FP4 experts:"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_fp4.log" | grep decode
   pack
 fi
-if has fp4check; then  # packed FP4 in brief (< 4.5 min): its MoE tests, the experts by storage, V4 B=8/32, V4.1 B=8/32
+if has fp4check; then  # packed FP4 in brief (< 5.5 min): its MoE tests, the experts by storage, V4 B=8/32, V4.1 B=8/32
   timeout 75 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_moe_gpu.py -k packed > "$OUT/gpu_tests_fp4.log" 2>&1
   echo "packed FP4 GPU tests: $(tail -1 "$OUT/gpu_tests_fp4.log")"; grep -hE "REPORT moe packed|FAILED|Error" "$OUT/gpu_tests_fp4.log" | head -24
   pack
-  timeout 60 python benchmarks/bench_decode_gemv.py --rows 1 --quick --moe 8 32 --out "$OUT" > "$OUT/moe_storage.log" 2>&1
+  timeout 90 python benchmarks/bench_decode_gemv.py --rows 1 --quick --moe 8 32 --out "$OUT" > "$OUT/moe_storage.log" 2>&1
   grep -E "^moe" "$OUT/moe_storage.log"; pack
   mkdir -p "$OUT/v4_fp4"
   timeout 100 python benchmarks/bench_v4_width.py --out "$OUT/v4_fp4" --expert-block 0 --batches 8 32 --noise-batch 0 \
