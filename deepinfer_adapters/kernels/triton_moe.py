@@ -37,6 +37,12 @@ instead of a [128, BLOCK_N] tile of them; "fp8" multiplies the weight scale once
 32 deep either way (V4's per 128 make them 128 deep). Measured on the 8192-token prefill
 (BENCHMARKS.md, session 4): "bf16" 259.1 -> 253.2 ms, "fp8" 303.0 -> 264.0 ms, so "bf16"
 stays the prefill path; benchmarks/bench_moe_blocks.py times one layer by storage and tile.
+
+Decode too takes the "bf16" path where activation scales are per 32 (``DECODE_PATH``, V4.1),
+with row tiles by rows per expert; V4's per-128 scales keep the "fp8" path there. Packed E2M1
+experts (weights="fp4", uint8 in quant.to_span_pairs' layout) always take the "bf16" path: each
+GEMM step unpacks its weight tile in registers (fp8_triton_jit.py ``e2m1_halves``), to the same
+bf16 values as the E4M3 conversion, so the same bits.
 """
 
 from __future__ import annotations
