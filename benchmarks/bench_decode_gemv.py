@@ -142,9 +142,11 @@ MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed 
     # several 64-input spans per K iteration: as many weight bytes in flight as the E4M3 tile's (not run yet)
     "fp4_sub2": ("fp4", "bf16", tg.GemmConfig(16, 128, 2, 4, 3), None),
     "fp4_sub4": ("fp4", "bf16", tg.GemmConfig(16, 128, 4, 4, 3), None),
-    "fp4_int": ("fp4", "bf16", None, None),  # the integer unpack (triton_fp8_gemm.FP4_UNPACK = "int")
-    "fp4_ptx_bf16": ("fp4", "bf16", None, None),  # bf16 values scaled in bf16x2 multiplies (not run yet)
+    "fp4_int": ("fp4", "bf16", None, None),
+    "fp4_ptx_bf16": ("fp4", "bf16", None, None),
 }
+MOE_FP4_UNPACK = {"fp4_int": "int", "fp4_ptx_bf16": "ptx_bf16"}  # triton_fp8_gemm.FP4_UNPACK, else "ptx"
+# ("ptx_bf16": bf16 values scaled in bf16x2 multiplies, not run yet)
 
 
 def run_moe(T, c, stores, g):
@@ -171,7 +173,7 @@ def run_moe(T, c, stores, g):
     for name, (store, path, cfg, routing) in MOE_CONFIGS.items():
         if routing == "sorted" and T > 1:  # the default there
             continue
-        tg.FP4_UNPACK = "int" if name.endswith("_int") else "ptx_bf16" if name.endswith("_ptx_bf16") else "ptx"
+        tg.FP4_UNPACK = MOE_FP4_UNPACK.get(name, "ptx")
         try:
             out = kernels.moe_experts(*args(0, store), path=path, config=cfg, routing=routing)
             row["us"][name] = time_graph([lambda i=i, store=store, path=path, cfg=cfg, routing=routing:

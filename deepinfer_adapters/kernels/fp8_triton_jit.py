@@ -220,9 +220,9 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
     A is bf16, unscaled, and KSTEP may span several weight scale blocks (each weight value
     gets its own block's scale). QUANT_A (A_SB == KSTEP): A is bf16 and each step's A tile is
     quantized here, per row, exactly as act_quant_kernel would (decode rows: one launch less).
-    W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX, 3: PTX to scaled bf16; ``e2m1_halves``):
-    W holds packed E2M1 in the span layout,
-    K / 2 bytes a row (``e2m1_halves``; span KSTEP, each half inside one scale block)."""
+    W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX, 3: PTX to scaled bf16): W holds packed
+    E2M1 in the span layout, K / 2 bytes a row (``e2m1_halves``; span KSTEP, each half inside
+    one scale block)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)

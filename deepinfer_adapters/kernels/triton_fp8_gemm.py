@@ -71,7 +71,8 @@ LARGE_M_PATH = "bf16_cublas"
 # packed E2M1 weights: "ptx" unpacks four bytes per register operation and converts in hardware
 # (fp8_triton_jit.py ``_E2M1_LOW_PTX``); "ptx_bf16" builds bf16 values and applies the scale in
 # bf16x2 multiplies (``_E2M1_LOW_BF16_PTX``: fewer operations a value, scales up to 2 only;
-# compiled, not yet run on a GPU); "int" per nibble with integer operations (Triton's CPU interpreter always takes it)
+# compiled, not yet run on a GPU); "int" per nibble with integer operations (Triton's CPU
+# interpreter always takes it)
 FP4_UNPACK = "ptx"
 _FP4_MODES = {"int": 1, "ptx": 2, "ptx_bf16": 3}
 
@@ -192,7 +193,8 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     """out [rows, N] = A W^T with block scales (see the kernel). ``weight`` [N, K] or, with
     ``groups``, [E, N, K]. ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16.
     ``kstep``: K per tensor-core product; bf16 ``a`` only, a multiple of the weight's K block
-    (default: that block). ``quantize_a``: ``a`` is bf16 and quantized per ``act_block`` (the
+    (default: that block; packed E2M1 weights: their span, ``quant.fp4_span(K)``, the only one
+    they take). ``quantize_a``: ``a`` is bf16 and quantized per ``act_block`` (the
     same codes and scales as ``act_quant``; ``act_block`` must be the K step), inside the GEMM
     when its K loop is short (``QUANT_IN_GEMM_STEPS``), else by ``act_quant`` first.
     ``swapped``: run ``fp8_gemm_rows_kernel`` (W A^T; None: where ``SWAPPED_ROWS`` says).
@@ -201,10 +203,13 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     fp4 = weight.dtype == torch.uint8  # packed E2M1, two values a byte, in quant.to_span_pairs' layout
     N, K = weight.shape[-2], weight.shape[-1] * (2 if fp4 else 1)
     M = a.shape[0] if rows is None else rows
-    if fp4 and (a_scale is not None or quantize_a or swapped or tuple(weight_block) != (1, 32) or kstep != fp4_span(K)
-                or (FP4_UNPACK == "ptx_bf16" and w_scale.dtype not in (torch.uint8, torch.float8_e8m0fnu))):
-        raise ValueError(f"fp8 gemm: packed E2M1 weights take a bf16 activation (the bf16 path), (1, 32) scale "
-                         f"blocks and kstep {fp4_span(K)} (their span); 'ptx_bf16' E8M0 scales")
+    ws, e8m0 = _scale_arg(w_scale)
+    if fp4:
+        kstep = kstep or fp4_span(K)
+        if (a_scale is not None or quantize_a or swapped or tuple(weight_block) != (1, 32) or kstep != fp4_span(K)
+                or (FP4_UNPACK == "ptx_bf16" and not e8m0)):
+            raise ValueError(f"fp8 gemm: packed E2M1 weights take a bf16 activation (the bf16 path), (1, 32) scale "
+                             f"blocks and kstep {fp4_span(K)} (their span); 'ptx_bf16' E8M0 scales")
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
         raise ValueError(f"fp8 gemm: kstep {kstep} needs a bf16 activation and a multiple of {weight_block[1]}")
     kstep = kstep or kstep_for(weight_block, act_block)
@@ -223,7 +228,6 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     rows_per_tile = max(1, M // weight.shape[0]) if grouped else M
     cfg = (config or SWAPPED_CONFIG) if swapped else config or (
         invariant_config(kstep) if invariant else default_config(rows_per_tile, kstep))
-    ws, e8m0 = _scale_arg(w_scale)
     sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
     step = kstep * sub
     m_tiles = groups.expert.numel() if groups is not None else triton.cdiv(M, cfg.block_m)

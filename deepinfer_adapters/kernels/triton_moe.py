@@ -54,7 +54,6 @@ import torch
 from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
 from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
-from deepinfer_adapters.model_impl.quant import fp4_span
 
 
 LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)
@@ -205,10 +204,10 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     if path == "bf16":
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
         h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
-                       kstep=fp4_span(x.shape[-1]) if fp4 else fp8.bf16_kstep(x.shape[-1], block))
+                       kstep=None if fp4 else fp8.bf16_kstep(x.shape[-1], block))
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
         out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
-                       kstep=fp4_span(2 * w2.shape[-1]) if fp4 else fp8.bf16_kstep(w2.shape[-1], block))
+                       kstep=None if fp4 else fp8.bf16_kstep(w2.shape[-1], block))
     else:
         q, s = fp8.act_quant(x, act_block)
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)

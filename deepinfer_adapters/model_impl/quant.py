@@ -254,10 +254,9 @@ def fp4_span(k: int) -> int:
     return 64 if k % 64 == 0 else 32
 
 
-def _span_view(codes: torch.Tensor) -> torch.Tensor:
-    k = codes.shape[-1]
-    span = fp4_span(k)
-    return codes.reshape(*codes.shape[:-1], k // span, 2, span // 2)
+def _nibbles(b: torch.Tensor) -> torch.Tensor:
+    """Bytes [..., n] -> their E2M1 codes [..., n, 2], the low nibble first."""
+    return torch.stack([b & 0xF, b >> 4], -1)
 
 
 def to_span_pairs(packed: torch.Tensor) -> torch.Tensor:
@@ -266,17 +265,18 @@ def to_span_pairs(packed: torch.Tensor) -> torch.Tensor:
     j + span / 2 (high nibble), so a GEMM step unpacks its two halves with no interleave
     (kernels/fp8_triton_jit.py ``e2m1_halves``)."""
     b = _as_bytes(packed)
-    codes = _span_view(torch.stack([b & 0xF, b >> 4], -1).flatten(-2))
-    return (codes[..., 0, :] | (codes[..., 1, :] << 4)).flatten(-2)
+    k = b.shape[-1] * 2
+    span = fp4_span(k)
+    halves = _nibbles(b).reshape(*b.shape[:-1], k // span, 2, span // 2)  # inputs in order: [spans, half, j]
+    return pack_fp4(halves.transpose(-1, -2).flatten(-3)).view(torch.uint8)  # byte j: (first half, second half)
 
 
 def from_span_pairs(packed: torch.Tensor) -> torch.Tensor:
     """``to_span_pairs``' inverse: the span layout -> packed E2M1 as stored (uint8)."""
     b = _as_bytes(packed)
     span = fp4_span(b.shape[-1] * 2)
-    halves = b.reshape(*b.shape[:-1], -1, 1, span // 2)
-    codes = torch.cat([halves & 0xF, halves >> 4], -2).flatten(-3)
-    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+    pairs = _nibbles(b.reshape(*b.shape[:-1], -1, span // 2))  # [spans, j, half]
+    return pack_fp4(pairs.transpose(-1, -2).flatten(-3)).view(torch.uint8)
 
 
 def dequant_fp4_experts(

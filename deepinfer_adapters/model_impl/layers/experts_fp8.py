@@ -7,10 +7,11 @@ one E8M0 scale per 128 inputs, a (1, 128) block, where every value of the layer 
 exact code under it (quant.fp4_to_fp8_blocks); otherwise each E2M1 value (0, .5, .., 6)
 as its E4M3 value with the checkpoint's scale per 32 inputs, a (1, 32) block. Or
 (``packed_fp4``, weights="fp4") kept packed: E2M1, two values a byte (uint8 [E, out, in / 2]),
-the nibbles of each 128 inputs reordered so that a GEMM step's two halves unpack without an
+the nibbles of each 64 inputs reordered so that a GEMM step's two halves unpack without an
 interleave (quant.to_span_pairs), with the checkpoint's E8M0 scale per 32 inputs: half the
 bytes, which a decode step reads (the GPU kernel unpacks each tile in registers,
-kernels/fp8_triton_jit.py ``e2m1_halves``). w1 and w3 are stacked as w13 = [w1; w3] so one GEMM computes both.
+kernels/fp8_triton_jit.py ``e2m1_halves``). w1 and w3 are stacked as w13 = [w1; w3] so one
+GEMM computes both.
 """
 
 from __future__ import annotations
@@ -50,11 +51,12 @@ class Fp8Experts(nn.Module):
 
     def dense(self, e: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Expert e's weights dequantized exactly, float32: (w13 [2I, D], w2 [D, I])."""
-        if self.packed_fp4:
-            return tuple(dequant_fp4_experts(from_span_pairs(w[e]), s[e], torch.float32, self.block[1])
-                         for w, s in ((self.w13, self.w13_scale), (self.w2, self.w2_scale)))
-        return tuple(dequant_fp8_blocks(w[e], s[e], self.block, torch.float32)
-                     for w, s in ((self.w13, self.w13_scale), (self.w2, self.w2_scale)))
+        def dequant(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+            if self.packed_fp4:
+                return dequant_fp4_experts(from_span_pairs(w), s, torch.float32, self.block[1])
+            return dequant_fp8_blocks(w, s, self.block, torch.float32)
+
+        return dequant(self.w13[e], self.w13_scale[e]), dequant(self.w2[e], self.w2_scale[e])
 
     def forward(self, x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
                 numerics: Numerics, shared: torch.Tensor | None = None) -> torch.Tensor:
