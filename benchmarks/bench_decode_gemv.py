@@ -137,16 +137,19 @@ MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed 
     "fp8": ("fp8", "fp8", None, None), "fp8_n128": ("fp8", "fp8", tg.GemmConfig(16, 128, 4, 4, 4), None),
     "bf16": ("fp8", "bf16", None, None), "bf16_sorted": ("fp8", "bf16", None, "sorted"),
     "bf16_n64": ("fp8", "bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
-    "fp4": ("fp4", "bf16", None, None), "fp4_n64": ("fp4", "bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
-    "fp4_st4": ("fp4", "bf16", tg.GemmConfig(16, 128, 1, 4, 4), None),
-    # several 64-input spans per K iteration: as many weight bytes in flight as the E4M3 tile's (not run yet)
-    "fp4_sub2": ("fp4", "bf16", tg.GemmConfig(16, 128, 2, 4, 3), None),
-    "fp4_sub4": ("fp4", "bf16", tg.GemmConfig(16, 128, 4, 4, 3), None),
-    "fp4_int": ("fp4", "bf16", None, None),
-    "fp4_ptx_bf16": ("fp4", "bf16", None, None),
+    # packed E2M1 on the bf16 path (session 7: 16 x 64 tiles, 4 stages and 2 or 4 spans per iteration
+    # were no faster than the default, RESULTS_moe_storage_fp4_s8.log)
+    "fp4_bf16": ("fp4", "bf16", None, None), "fp4_bf16_int": ("fp4", "bf16", None, None),
+    "fp4_bf16_ptx_bf16": ("fp4", "bf16", None, None),
+    # packed E2M1 on the fp8 path (fp4_gemm_rows_kernel): rows per tile x weight rows, warps, stages
+    "fp4": ("fp4", "fp8", None, None),
+    "fp4_n256w8": ("fp4", "fp8", tg.GemmConfig(16, 256, 1, 8, 3), None),
+    "fp4_n256w4": ("fp4", "fp8", tg.GemmConfig(16, 256, 1, 4, 3), None),
+    "fp4_st4": ("fp4", "fp8", tg.GemmConfig(16, 128, 1, 4, 4), None),
+    "fp4_n64": ("fp4", "fp8", tg.GemmConfig(16, 64, 1, 4, 4), None),
 }
-MOE_FP4_UNPACK = {"fp4_int": "int", "fp4_ptx_bf16": "ptx_bf16"}  # triton_fp8_gemm.FP4_UNPACK, else "ptx"
-# ("ptx_bf16": bf16 values scaled in bf16x2 multiplies, not run yet)
+# triton_fp8_gemm.FP4_UNPACK on the bf16 path, else "ptx"
+MOE_FP4_UNPACK = {"fp4_bf16_int": "int", "fp4_bf16_ptx_bf16": "ptx_bf16"}
 
 
 def run_moe(T, c, stores, g):

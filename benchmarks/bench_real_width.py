@@ -258,11 +258,14 @@ def pin_reference(on: bool):
         kernels.use_backend(op, "torch" if on else None)
 
 
-# decode switches an A/B run (--ab) turns off and back on: the side stream (model_impl/overlap.py)
-# and the routed experts' bf16 decode path (triton_moe.DECODE_PATH)
+# decode switches an A/B run (--ab) turns off and back on: the side stream (model_impl/overlap.py),
+# the routed experts' bf16 decode path (triton_moe.DECODE_PATH) and packed E2M1 experts' fp8 decode
+# path (triton_moe.FP4_DECODE_PATH; with --expert-block 0)
 AB_SWITCHES = {
     "overlap": (lambda: setattr(overlap, "ENABLED", False), lambda: setattr(overlap, "ENABLED", True)),
     "moe_bf16": (lambda: setattr(triton_moe, "DECODE_PATH", "fp8"), lambda: setattr(triton_moe, "DECODE_PATH", "bf16")),
+    "fp4_fp8": (lambda: setattr(triton_moe, "FP4_DECODE_PATH", "bf16"),
+                lambda: setattr(triton_moe, "FP4_DECODE_PATH", "fp8")),
 }
 
 

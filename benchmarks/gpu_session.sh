@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -108,6 +108,33 @@ if has fp4check; then  # packed FP4 in brief (< 5.5 min): its MoE tests, the exp
   timeout 60 ${RW/--out $OUT/--out $OUT/fp4} --batches 8 32 --ref-batches 0 --prefill 0 --expert-block 0 \
     > "$OUT/real_width_fp4.log" 2>&1
   echo "V4.1 packed FP4 experts:"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_fp4.log" | grep decode; pack
+  mkdir -p "$OUT/fp8_same_flags"  # the E4M3 run with the FP4 run's flags: rel(graph, forward) compared like for like
+  timeout 60 ${RW/--out $OUT/--out $OUT/fp8_same_flags} --batches 8 32 --ref-batches 0 --prefill 0 \
+    > "$OUT/real_width_fp8_same_flags.log" 2>&1
+  echo "V4.1 E4M3 experts, same flags:"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_fp8_same_flags.log" | grep decode; pack
+fi
+if has fp4rows; then  # packed FP4 on the fp8 path (fp4_gemm_rows_kernel): tests, experts by storage; if it beats the
+  # E4M3 experts at 32 tokens (within 10%), V4.1 B=8/32 with it on / off / on, and V4 widths against transformers
+  # (< 9 min)
+  timeout 180 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_moe_gpu.py -k packed > "$OUT/gpu_tests_fp4.log" 2>&1
+  echo "packed FP4 GPU tests: $(tail -1 "$OUT/gpu_tests_fp4.log")"
+  grep -hE "REPORT moe packed fp4 (fp8-path|ptx T)|FAILED|Error" "$OUT/gpu_tests_fp4.log" | head -24
+  pack
+  timeout 120 python benchmarks/bench_decode_gemv.py --rows 1 --quick --moe 8 32 --out "$OUT" > "$OUT/moe_storage.log" 2>&1
+  grep -E "^moe" "$OUT/moe_storage.log"; pack
+  if python -c "import json,sys; r=[x for x in json.load(open('$OUT/bench_decode_gemv.json'))['rows'] if x['op']=='moe' and x['M']==32][0]['us']; sys.exit(0 if r['fp4'] < 1.1 * r['bf16'] else 1)"; then
+    mkdir -p "$OUT/fp4"
+    timeout 120 ${RW/--out $OUT/--out $OUT/fp4} --batches 8 32 --prefill 0 --expert-block 0 --ab fp4_fp8:8,32 \
+      > "$OUT/real_width_fp4.log" 2>&1
+    echo "V4.1 packed FP4 experts:"; grep -E "^A/B" "$OUT/real_width_fp4.log"
+    sed -n '/^SUMMARY/,$p' "$OUT/real_width_fp4.log" | grep decode; pack
+    mkdir -p "$OUT/v4_fp4"
+    timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4_fp4" --expert-block 0 --batches 1 8 32 --noise-batch 0 \
+      > "$OUT/v4_width_fp4.log" 2>&1
+    sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_fp4.log"; pack
+  else
+    echo "fp4 fp8 path over 1.1x E4M3 bf16 at T=32: model runs skipped"
+  fi
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -1,7 +1,8 @@
 """The inline PTX of the packed-FP4 unpack (kernels/fp8_triton_jit.py ``_E2M1_*_PTX``), run
 instruction by instruction by a small emulator of the few PTX instructions they use, on every
 byte value: four packed bytes in (Triton's ``inline_asm_elementwise(pack=4)``: element i in
-byte i), two 32-bit registers of 16-bit values out (elements 0, 1 in the first, low half first).
+byte i), two 32-bit registers of 16-bit values out (elements 0, 1 in the first, low half first),
+or one of four E4M3 bytes (the FP8 path's).
 The CPU suite cannot run the asm; this checks its text. tests/gpu/test_moe_gpu.py runs it."""
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def run_ptx(text: str, operands: dict[int, int]) -> dict[int, int]:
             continue
         d, *srcs = [a.strip() for a in args.split(",")]
         x = [val(s) for s in srcs]
-        if op == "and.b32":
+        if op == "mov.b32":
+            regs[d] = x[0]
+        elif op == "and.b32":
             regs[d] = x[0] & x[1]
         elif op == "or.b32":
             regs[d] = x[0] | x[1]
@@ -93,6 +96,18 @@ def test_e4m3_unpack_gives_every_value_over_64(high):
         got = [_half_bits_to_float((regs[f"${i // 2}"] >> (16 * (i % 2))) & 0xFFFF, torch.float16) * 64
                for i in range(4)]
         assert got == _want(word, high), hex(word)
+
+
+@pytest.mark.parametrize("high", [False, True])
+def test_e4m3_byte_unpack_gives_every_value_over_64(high):
+    """The FP8 path's unpack (``fp4_gemm_rows_kernel``): the E4M3 bytes themselves, no conversion."""
+    from deepinfer_adapters.kernels import fp8_triton_jit as jit
+
+    text = (jit._E2M1_HIGH_E4M3_PTX if high else jit._E2M1_LOW_E4M3_PTX).value
+    for word in _words():
+        out = run_ptx(text, {1: word})["$0"]
+        codes = torch.tensor([(out >> 8 * i) & 0xFF for i in range(4)], dtype=torch.uint8)
+        assert (codes.view(torch.float8_e4m3fn).float() * 64).tolist() == _want(word, high), hex(word)
 
 
 @pytest.mark.parametrize("high", [False, True])

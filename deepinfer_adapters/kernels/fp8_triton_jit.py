@@ -86,10 +86,27 @@ def scaled_activation(a, as_ptr, kb, mask_m, A_SB: tl.constexpr, QUANT_A: tl.con
     return q, sa
 
 
-# Packed E2M1 bytes -> E4M3 bytes holding each value / 64, four bytes a register, then the hardware
-# E4M3x2 -> f16x2 conversion (sm_89+): a nibble's exponent and mantissa bits go to E4M3's low exponent
-# and top mantissa bits, its sign to bit 7. E2M1's bias is 1 and E4M3's 7, so 2^(e-1) (1 + m/2) becomes
-# 2^(e-7) (1 + m/2), and the subnormal m/2 E4M3's subnormal m 2^-7: every value / 64, exactly.
+# Packed E2M1 bytes -> E4M3 bytes holding each value / 64, four bytes a register: a nibble's exponent and
+# mantissa bits go to E4M3's low exponent and top mantissa bits, its sign to bit 7. E2M1's bias is 1 and
+# E4M3's 7, so 2^(e-1) (1 + m/2) becomes 2^(e-7) (1 + m/2), and the subnormal m/2 E4M3's subnormal m 2^-7:
+# every value / 64, exactly. Low nibbles (the span's first half) and high nibbles (its second), from
+# register ``src`` into register e.
+def _e4m3_bits(half: str, src: str) -> str:
+    if half == "low":
+        return f"""and.b32 e, {src}, 0x07070707;
+shl.b32 e, e, 2;
+and.b32 t, {src}, 0x08080808;
+shl.b32 t, t, 4;
+or.b32 e, e, t;
+"""
+    return f"""shr.b32 e, {src}, 2;
+and.b32 e, e, 0x1C1C1C1C;
+and.b32 t, {src}, 0x80808080;
+or.b32 e, e, t;
+"""
+
+
+# ... then the hardware E4M3x2 -> f16x2 conversion (sm_89+): f16 values / 64 (W_FP4 == 2)
 _E4M3X4_TO_F16 = """mov.b32 {a, b}, e;
 cvt.rn.f16x2.e4m3x2 $0, a;
 cvt.rn.f16x2.e4m3x2 $1, b;
@@ -98,17 +115,11 @@ _PTX_REGS = """{
 .reg .b32 e, t;
 .reg .b16 a, b;
 """
-_E2M1_LOW_PTX = tl.constexpr(_PTX_REGS + """and.b32 e, $2, 0x07070707;
-shl.b32 e, e, 2;
-and.b32 t, $2, 0x08080808;
-shl.b32 t, t, 4;
-or.b32 e, e, t;
-""" + _E4M3X4_TO_F16)
-_E2M1_HIGH_PTX = tl.constexpr(_PTX_REGS + """shr.b32 e, $2, 2;
-and.b32 e, e, 0x1C1C1C1C;
-and.b32 t, $2, 0x80808080;
-or.b32 e, e, t;
-""" + _E4M3X4_TO_F16)
+_E2M1_LOW_PTX = tl.constexpr(_PTX_REGS + _e4m3_bits("low", "$2") + _E4M3X4_TO_F16)
+_E2M1_HIGH_PTX = tl.constexpr(_PTX_REGS + _e4m3_bits("high", "$2") + _E4M3X4_TO_F16)
+# ... or the E4M3 bytes themselves, for FP8 tensor-core products (``fp4_gemm_rows_kernel``)
+_E2M1_LOW_E4M3_PTX = tl.constexpr("{\n.reg .b32 e, t;\n" + _e4m3_bits("low", "$1") + "mov.b32 $0, e;\n}")
+_E2M1_HIGH_E4M3_PTX = tl.constexpr("{\n.reg .b32 e, t;\n" + _e4m3_bits("high", "$1") + "mov.b32 $0, e;\n}")
 
 
 # Packed E2M1 bytes -> bf16 values, times their scale, two per register op (W_FP4 == 3; not yet
@@ -334,6 +345,96 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
             acc += tl.dot(w, tl.trans(a)) * (sw[:, None] * sa[None, :])
     out_ptr = OUT + pid_k * stride_os + toks.to(tl.int64)[None, :] * stride_om + cols[:, None]
     tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_n[:, None] & mask_t[None, :])
+
+
+@triton.jit
+def e2m1_e4m3_halves(packed, PTX: tl.constexpr):
+    """E4M3 codes of value / 64 for the low and the high nibbles of packed E2M1 bytes (any shape):
+    four bytes per register operation (PTX) or the same bits from integer operations (Triton's CPU
+    interpreter, which runs no inline asm)."""
+    if PTX:
+        lo = tl.inline_asm_elementwise(_E2M1_LOW_E4M3_PTX, "=r,r", [packed], dtype=tl.float8e4nv, is_pure=True,
+                                       pack=4)
+        hi = tl.inline_asm_elementwise(_E2M1_HIGH_E4M3_PTX, "=r,r", [packed], dtype=tl.float8e4nv, is_pure=True,
+                                       pack=4)
+    else:
+        b = packed.to(tl.int32)
+        lo = (((b & 0x07) << 2) | ((b & 0x08) << 4)).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+        hi = (((b >> 2) & 0x1C) | (b & 0x80)).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+    return lo, hi
+
+
+@triton.jit
+def fp4_span_scales(as_ptr, ws_ptr, kb, mask_t, mask_n, A_SB: tl.constexpr, W_BK: tl.constexpr):
+    """The scales of the two halves of the span at ``kb``: (activation scales [BLOCK_T], weight
+    scale bytes [BLOCK_N]) each. Loaded an iteration ahead of their products: loaded inside their
+    own iteration, each K step would wait out a global load's latency."""
+    return (tl.load(as_ptr + kb // A_SB, mask=mask_t, other=0.0), tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0),
+            tl.load(as_ptr + (kb + 32) // A_SB, mask=mask_t, other=0.0),
+            tl.load(ws_ptr + (kb + 32) // W_BK, mask=mask_n, other=0))
+
+
+@triton.jit
+def fp4_half_product(acc, w, sa, sw, a_ptr, k0, mask_t, HALF: tl.constexpr):
+    """acc + (W A^T) over inputs k0 .. k0 + HALF: one FP8 tensor-core product of the weight half ``w``
+    (E4M3 of value / 64, [BLOCK_N, HALF], inside one weight scale block) with the rows' E4M3 codes,
+    times (weight scale x 64) x activation scale -- powers of two: exact -- added to the fp32 acc.
+    (Issuing both halves' products before scaling either still compiled to a wait after each.)"""
+    a = tl.load(a_ptr + (k0 + tl.arange(0, HALF))[None, :], mask=mask_t[:, None], other=0.0)
+    scale = (weight_scale(sw, True) * 64.0)[:, None] * sa[None, :]
+    return acc + tl.dot(w, tl.trans(a)) * scale
+
+
+@triton.jit
+def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, k_per_split,
+                         stride_am, stride_asm, stride_we, stride_wn, stride_wse, stride_wsn, stride_om, stride_os,
+                         BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, A_SB: tl.constexpr, W_BK: tl.constexpr,
+                         GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr, PTX: tl.constexpr):
+    """Grouped GEMM of packed E2M1 experts (quant.to_span_pairs' layout, spans of 64, E8M0 scales per
+    W_BK = 32 inputs) with E4M3 activations (fp32 scales per A_SB), the product swapped as in
+    ``fp8_gemm_rows_kernel``: program (row tile i, N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T]
+    = W A^T for rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none), so the
+    unpacked weight tile is the register operand of Hopper's 64-row FP8 tensor-core instruction and
+    a decode step's one or two rows per expert the narrow one. Each span's two halves become E4M3
+    in registers (``e2m1_e4m3_halves``: a few integer operations per four values; the bf16 path's
+    unpack also converts and scales each value) and each half is one 32-deep product rescaled by
+    its blocks' scales, as the rows-first kernel's FP8 path does. GATHER_A: A's row for tile row r
+    is ROW_IDX[r]; SCATTER_OUT: so is OUT's."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    expert = tl.load(TILE_EXPERT + pid_m).to(tl.int64)
+    row0 = tl.load(TILE_ROW0 + pid_m)
+    row_end = tl.load(TILE_ROW1 + pid_m)
+    if expert >= 0:
+        rows = row0 + tl.arange(0, BLOCK_T)
+        mask_t = rows < row_end
+        if GATHER_A:
+            a_rows = tl.load(ROW_IDX + rows, mask=mask_t, other=0).to(tl.int64)
+        else:
+            a_rows = rows.to(tl.int64)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = cols < N
+        a_ptr = A + a_rows[:, None] * stride_am
+        as_ptr = A_SCALE + a_rows * stride_asm
+        w_ptr = W + expert * stride_we + cols.to(tl.int64)[:, None] * stride_wn
+        ws_ptr = W_SCALE + expert * stride_wse + cols.to(tl.int64) * stride_wsn
+        acc = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
+        k_lo = pid_k * k_per_split
+        k_hi = tl.minimum(K, k_lo + k_per_split)
+        sa_lo, sw_lo, sa_hi, sw_hi = fp4_span_scales(as_ptr, ws_ptr, k_lo, mask_t, mask_n, A_SB, W_BK)
+        for kb in range(k_lo, k_hi, 64):  # one 64-input span (32 bytes a weight row) per iteration
+            # the next span's scales (the last iteration reloads its own: no mask, no branch)
+            n_sa_lo, n_sw_lo, n_sa_hi, n_sw_hi = fp4_span_scales(as_ptr, ws_ptr, tl.minimum(kb + 64, k_hi - 64),
+                                                                 mask_t, mask_n, A_SB, W_BK)
+            packed = tl.load(w_ptr + (kb // 2 + tl.arange(0, 32))[None, :], mask=mask_n[:, None], other=0)
+            lo, hi = e2m1_e4m3_halves(packed, PTX)
+            acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32)
+            acc = fp4_half_product(acc, hi, sa_hi, sw_hi, a_ptr, kb + 32, mask_t, 32)
+            sa_lo, sw_lo, sa_hi, sw_hi = n_sa_lo, n_sw_lo, n_sa_hi, n_sw_hi
+        out_rows = a_rows if SCATTER_OUT else rows.to(tl.int64)
+        out_ptr = OUT + pid_k * stride_os + out_rows[None, :] * stride_om + cols[:, None]
+        tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_n[:, None] & mask_t[None, :])
 
 
 @triton.jit

@@ -204,12 +204,15 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     N, K = weight.shape[-2], weight.shape[-1] * (2 if fp4 else 1)
     M = a.shape[0] if rows is None else rows
     ws, e8m0 = _scale_arg(w_scale)
+    if fp4 and a_scale is not None:
+        return _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, M, groups, config,
+                         split_groups, quantize_a or swapped or kstep is not None)
     if fp4:
         kstep = kstep or fp4_span(K)
-        if (a_scale is not None or quantize_a or swapped or tuple(weight_block) != (1, 32) or kstep != fp4_span(K)
+        if (quantize_a or swapped or tuple(weight_block) != (1, 32) or kstep != fp4_span(K)
                 or (FP4_UNPACK == "ptx_bf16" and not e8m0)):
-            raise ValueError(f"fp8 gemm: packed E2M1 weights take a bf16 activation (the bf16 path), (1, 32) scale "
-                             f"blocks and kstep {fp4_span(K)} (their span); 'ptx_bf16' E8M0 scales")
+            raise ValueError(f"fp8 gemm: packed E2M1 weights with a bf16 activation (the bf16 path) take (1, 32) "
+                             f"scale blocks and kstep {fp4_span(K)} (their span); 'ptx_bf16' E8M0 scales")
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
         raise ValueError(f"fp8 gemm: kstep {kstep} needs a bf16 activation and a multiple of {weight_block[1]}")
     kstep = kstep or kstep_for(weight_block, act_block)
@@ -253,6 +256,47 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     else:
         _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
                     m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4)
+    return out if split == 1 else sum_splits(out, out_dtype)
+
+
+# Packed E2M1 experts with E4M3 activations (grouped only): ``fp4_gemm_rows_kernel``, 16 rows of a tile
+# against 128 weight rows, one 64-input span per iteration
+FP4_ROWS_CONFIG = GemmConfig(16, 128, 1, 4, 3)
+
+
+def fp4_rows_fit(k_in: int, w2: torch.Tensor, w2_scale: torch.Tensor, block: tuple[int, int], act_block: int) -> bool:
+    """Whether an MoE's packed E2M1 experts (input width ``k_in``, w2's packed K) fit ``fp4_gemm_rows_kernel``."""
+    return (tuple(block) == (1, 32) and _scale_arg(w2_scale)[1] and act_block % 32 == 0
+            and all(k % 64 == 0 and k % act_block == 0 for k in (k_in, 2 * w2.shape[-1])))
+
+
+def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, M, groups, config, split_groups,
+              unsupported) -> torch.Tensor:
+    """``gemm`` for packed E2M1 weights and E4M3 activations: ``fp4_gemm_rows_kernel``."""
+    triton = _kernels()[0]
+    from deepinfer_adapters.kernels.fp8_triton_jit import fp4_gemm_rows_kernel
+
+    N, K = weight.shape[-2], 2 * weight.shape[-1]
+    cfg = config or FP4_ROWS_CONFIG
+    if (unsupported or groups is None or not e8m0 or tuple(weight_block) != (1, 32) or fp4_span(K) != 64
+            or act_block % 32 or K % act_block or cfg.block_m < 16):
+        raise ValueError(f"fp8 gemm: packed E2M1 weights with E4M3 activations take a grouped GEMM, E8M0 scales per "
+                         f"(1, 32), K a multiple of 64 (K = {K}) and of the activation block ({act_block}, a "
+                         "multiple of 32), tiles of >= 16 rows, and no kstep, quantize_a or swapped")
+    n_tiles = triton.cdiv(N, cfg.block_n)
+    m_tiles = groups.expert.numel()
+    split, k_per_split = split_k(m_tiles * n_tiles, K, 64, cfg.programs if split_groups else 0)
+    out = torch.empty((split, M, N) if split > 1 else (M, N), device=a.device,
+                      dtype=torch.float32 if split > 1 else out_dtype)
+    if M:
+        row_idx = groups.row_idx
+        fp4_gemm_rows_kernel[(m_tiles, n_tiles, split)](
+            a, a_scale, weight, ws, out, a if row_idx is None else row_idx, groups.expert, groups.row0, groups.row1,
+            N, K, k_per_split, a.stride(0), a_scale.stride(0), weight.stride(0), weight.stride(1), ws.stride(0),
+            ws.stride(1), out.stride(-2), out.stride(0) if split > 1 else 0,
+            BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, A_SB=act_block, W_BK=32, GATHER_A=row_idx is not None,
+            SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages)
     return out if split == 1 else sum_splits(out, out_dtype)
 
 

@@ -40,9 +40,10 @@ stays the prefill path; benchmarks/bench_moe_blocks.py times one layer by storag
 
 Decode too takes the "bf16" path where activation scales are per 32 (``DECODE_PATH``, V4.1),
 with row tiles by rows per expert; V4's per-128 scales keep the "fp8" path there. Packed E2M1
-experts (weights="fp4", uint8 in quant.to_span_pairs' layout) always take the "bf16" path: each
-GEMM step unpacks its weight tile in registers (fp8_triton_jit.py ``e2m1_halves``), to the same
-bf16 values as the E4M3 conversion, so the same bits.
+experts (weights="fp4", uint8 in quant.to_span_pairs' layout) take the "bf16" path in prefill and
+batch-invariant mode: each GEMM step unpacks its weight tile in registers (fp8_triton_jit.py
+``e2m1_halves``), to the same bf16 values as the E4M3 conversion, so the same bits. At decode they
+take ``FP4_DECODE_PATH``.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ LARGE_PATH = "bf16"
 # 14.70 / 27.37. V4's per-128 scales make the fp8 path's products 128 deep: it keeps that path,
 # at the copy rate (~4.1 TB/s at 32 tokens).
 DECODE_PATH = "bf16"
+# Packed E2M1 experts below LARGE_PAIRS: "fp8" (``fp4_gemm_rows_kernel``: each span unpacked to E4M3
+# in registers, FP8 products with the weight as the 64-row operand) or "bf16" (unpacked to bf16)
+FP4_DECODE_PATH = "fp8"
 
 
 @functools.cache
@@ -177,21 +181,20 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     E = w13.shape[0]
     kstep = fp8.kstep_for(block, act_block)
     large = T * k >= LARGE_PAIRS
-    fp4 = w13.dtype == torch.uint8  # packed E2M1 (the checkpoint's own bytes): the bf16 path only
-    if fp4 and path == "fp8":
-        raise ValueError("moe_experts: packed E2M1 experts run the bf16 path, not 'fp8'")
+    fp4 = w13.dtype == torch.uint8  # packed E2M1 (the checkpoint's own bytes)
     if path is None:
-        if fp4:
-            path = "bf16"
-        elif large or invariance.enabled():
+        if large or invariance.enabled():
             path = LARGE_PATH
         else:
-            path = DECODE_PATH if kstep < 128 else "fp8"
+            path = (FP4_DECODE_PATH if fp8.fp4_rows_fit(x.shape[-1], w2, w2_scale, block, act_block) else "bf16") \
+                if fp4 else DECODE_PATH if kstep < 128 else "fp8"
     if routing is None:
         routing = "pairs" if T == 1 else "sorted"
     if path == "bf16":
         cfg = config or (fp8.BF16_LARGE_CONFIG if large and not invariance.enabled()
                          else fp8.bf16_row_config(max(1, T * k // E)))
+    elif fp4:
+        cfg = config or fp8.FP4_ROWS_CONFIG
     else:
         cfg = config or fp8.default_config(1 if routing == "pairs" else max(1, T * k // E), kstep)
     if routing == "pairs":

@@ -98,7 +98,7 @@ def test_packed_fp4_experts_are_the_converted_ones_bit_for_bit(T, act_block, unp
     w, ids = _routing(T, E, k, seed=T)
     args = (x, w, ids)
     assert kernels.chosen("moe_experts", *args, *packed, (1, 32), act_block, 10.0) == "triton"
-    out = triton_moe.moe_experts(*args, *packed, (1, 32), act_block, 10.0)
+    out = triton_moe.moe_experts(*args, *packed, (1, 32), act_block, 10.0, path="bf16")
     want = triton_moe.moe_experts(*args, *converted, (1, 32), act_block, 10.0, path="bf16")
     ref = reference_fp8.moe_experts(*args, *packed, (1, 32), act_block, 10.0)
     rel = _rel(out, ref)
@@ -106,8 +106,36 @@ def test_packed_fp4_experts_are_the_converted_ones_bit_for_bit(T, act_block, unp
           f"{torch.equal(out, want)}")
     assert torch.equal(out, want)
     assert rel <= NORM_RTOL
-    with pytest.raises(ValueError, match="bf16 path"):
-        triton_moe.moe_experts(*args, *packed, (1, 32), act_block, 10.0, path="fp8")
+
+
+@pytest.mark.parametrize("act_block", [32, 128])
+@pytest.mark.parametrize("T,skew", [(1, False), (8, False), (57, False), (600, False), (600, True)])
+def test_packed_fp4_experts_on_the_fp8_path_match_reference(T, skew, act_block):
+    """Packed E2M1 experts on the "fp8" path (the decode default, ``fp4_gemm_rows_kernel``: spans
+    unpacked to E4M3 in registers, 32-deep FP8 products with the weight as the 64-row operand):
+    near the reference as the E4M3 experts' fp8 path is, at decode and prefill sizes, skewed
+    routing included (tiles of 16 rows: several per popular expert); also compared with the same
+    experts converted to E4M3 on the rows-first fp8 path (the same products, summed by another
+    tensor-core instruction)."""
+    from deepinfer_adapters.kernels import triton_moe
+
+    E, D, I, k = 32, 512, 256, 6
+    packed = _experts(E, D, I, seed=T, packed=True)
+    converted = _experts(E, D, I, seed=T)
+    g = torch.Generator(device="cuda").manual_seed(400 + T)
+    x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
+    w, ids = _routing(T, E, k, seed=T, skew=skew)
+    args = (x, w, ids)
+    out = triton_moe.moe_experts(*args, *packed, (1, 32), act_block, 10.0, path="fp8")
+    if T * k < triton_moe.LARGE_PAIRS:  # the default below prefill sizes
+        assert torch.equal(triton_moe.moe_experts(*args, *packed, (1, 32), act_block, 10.0), out)
+    e4m3 = triton_moe.moe_experts(*args, *converted, (1, 32), act_block, 10.0, path="fp8")
+    ref = reference_fp8.moe_experts(*args, *packed, (1, 32), act_block, 10.0)
+    rel, rel_e4m3 = _rel(out, ref), _rel(e4m3, ref)
+    print(f"REPORT moe packed fp4 fp8-path T={T} skew={skew} act_block={act_block}: rel={rel:.2e} (E4M3 experts' "
+          f"fp8 path {rel_e4m3:.2e}), equal to it {torch.equal(out, e4m3)}, rel to it {_rel(out, e4m3):.2e}")
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    assert rel <= NORM_RTOL
 
 
 @pytest.mark.parametrize("T", [1, 8, 300])
