@@ -143,11 +143,10 @@ MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed 
     "fp4_bf16_ptx_bf16": ("fp4", "bf16", None, None),
     # packed E2M1 on the fp8 path (fp4_gemm_rows_kernel): rows per tile x weight rows, warps, stages
     "fp4": ("fp4", "fp8", None, None),
+    "fp4_n256w8": ("fp4", "fp8", tg.GemmConfig(16, 256, 1, 8, 3), None),
     "fp4_n256w4": ("fp4", "fp8", tg.GemmConfig(16, 256, 1, 4, 3), None),
     "fp4_st4": ("fp4", "fp8", tg.GemmConfig(16, 128, 1, 4, 4), None),
-    "fp4_sp2": ("fp4", "fp8", tg.GemmConfig(16, 128, 2, 4, 3), None),  # two spans an iteration
-    "fp4_sp2_st4": ("fp4", "fp8", tg.GemmConfig(16, 128, 2, 4, 4), None),
-    "fp4_n64_sp2": ("fp4", "fp8", tg.GemmConfig(16, 64, 2, 4, 4), None),
+    "fp4_n64": ("fp4", "fp8", tg.GemmConfig(16, 64, 1, 4, 4), None),
 }
 # triton_fp8_gemm.FP4_UNPACK on the bf16 path, else "ptx"
 MOE_FP4_UNPACK = {"fp4_bf16_int": "int", "fp4_bf16_ptx_bf16": "ptx_bf16"}

@@ -386,21 +386,10 @@ def fp4_half_product(acc, w, sa, sw, a_ptr, k0, mask_t, HALF: tl.constexpr):
 
 
 @triton.jit
-def fp4_span_product(acc, w_ptr, a_ptr, kb, sa_lo, sw_lo, sa_hi, sw_hi, mask_t, mask_n, PTX: tl.constexpr):
-    """acc + the span at ``kb``: its 32 bytes a weight row unpacked to two E4M3 halves, each one scaled
-    32-deep product (``fp4_half_product``; the scales from ``fp4_span_scales``)."""
-    packed = tl.load(w_ptr + (kb // 2 + tl.arange(0, 32))[None, :], mask=mask_n[:, None], other=0)
-    lo, hi = e2m1_e4m3_halves(packed, PTX)
-    acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32)
-    return fp4_half_product(acc, hi, sa_hi, sw_hi, a_ptr, kb + 32, mask_t, 32)
-
-
-@triton.jit
 def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, k_per_split,
                          stride_am, stride_asm, stride_we, stride_wn, stride_wse, stride_wsn, stride_om, stride_os,
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, A_SB: tl.constexpr, W_BK: tl.constexpr,
-                         GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr, PTX: tl.constexpr,
-                         SPANS: tl.constexpr = 1):
+                         GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr, PTX: tl.constexpr):
     """Grouped GEMM of packed E2M1 experts (quant.to_span_pairs' layout, spans of 64, E8M0 scales per
     W_BK = 32 inputs) with E4M3 activations (fp32 scales per A_SB), the product swapped as in
     ``fp8_gemm_rows_kernel``: program (row tile i, N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T]
@@ -409,9 +398,8 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
     a decode step's one or two rows per expert the narrow one. Each span's two halves become E4M3
     in registers (``e2m1_e4m3_halves``: a few integer operations per four values; the bf16 path's
     unpack also converts and scales each value) and each half is one 32-deep product rescaled by
-    its blocks' scales, as the rows-first kernel's FP8 path does; SPANS (1 or 2) spans a loop
-    iteration, the K split a multiple of 64 SPANS. GATHER_A: A's row for tile row r is ROW_IDX[r];
-    SCATTER_OUT: so is OUT's."""
+    its blocks' scales, as the rows-first kernel's FP8 path does. GATHER_A: A's row for tile row r
+    is ROW_IDX[r]; SCATTER_OUT: so is OUT's."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -434,21 +422,16 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
         acc = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
         k_lo = pid_k * k_per_split
         k_hi = tl.minimum(K, k_lo + k_per_split)
-        STEP: tl.constexpr = 64 * SPANS  # K per iteration: SPANS 64-input spans (32 bytes a weight row each)
         sa_lo, sw_lo, sa_hi, sw_hi = fp4_span_scales(as_ptr, ws_ptr, k_lo, mask_t, mask_n, A_SB, W_BK)
-        if SPANS == 2:
-            sa_lo2, sw_lo2, sa_hi2, sw_hi2 = fp4_span_scales(as_ptr, ws_ptr, k_lo + 64, mask_t, mask_n, A_SB, W_BK)
-        for kb in range(k_lo, k_hi, STEP):
-            # the next iteration's scales (the last iteration reloads its own: no mask, no branch)
-            k_next = tl.minimum(kb + STEP, k_hi - STEP)
-            n_sa_lo, n_sw_lo, n_sa_hi, n_sw_hi = fp4_span_scales(as_ptr, ws_ptr, k_next, mask_t, mask_n, A_SB, W_BK)
-            acc = fp4_span_product(acc, w_ptr, a_ptr, kb, sa_lo, sw_lo, sa_hi, sw_hi, mask_t, mask_n, PTX)
+        for kb in range(k_lo, k_hi, 64):  # one 64-input span (32 bytes a weight row) per iteration
+            # the next span's scales (the last iteration reloads its own: no mask, no branch)
+            n_sa_lo, n_sw_lo, n_sa_hi, n_sw_hi = fp4_span_scales(as_ptr, ws_ptr, tl.minimum(kb + 64, k_hi - 64),
+                                                                 mask_t, mask_n, A_SB, W_BK)
+            packed = tl.load(w_ptr + (kb // 2 + tl.arange(0, 32))[None, :], mask=mask_n[:, None], other=0)
+            lo, hi = e2m1_e4m3_halves(packed, PTX)
+            acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32)
+            acc = fp4_half_product(acc, hi, sa_hi, sw_hi, a_ptr, kb + 32, mask_t, 32)
             sa_lo, sw_lo, sa_hi, sw_hi = n_sa_lo, n_sw_lo, n_sa_hi, n_sw_hi
-            if SPANS == 2:
-                n_sa_lo2, n_sw_lo2, n_sa_hi2, n_sw_hi2 = fp4_span_scales(as_ptr, ws_ptr, k_next + 64, mask_t, mask_n,
-                                                                         A_SB, W_BK)
-                acc = fp4_span_product(acc, w_ptr, a_ptr, kb + 64, sa_lo2, sw_lo2, sa_hi2, sw_hi2, mask_t, mask_n, PTX)
-                sa_lo2, sw_lo2, sa_hi2, sw_hi2 = n_sa_lo2, n_sw_lo2, n_sa_hi2, n_sw_hi2
         out_rows = a_rows if SCATTER_OUT else rows.to(tl.int64)
         out_ptr = OUT + pid_k * stride_os + out_rows[None, :] * stride_om + cols[:, None]
         tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_n[:, None] & mask_t[None, :])

@@ -260,7 +260,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
 
 
 # Packed E2M1 experts with E4M3 activations (grouped only): ``fp4_gemm_rows_kernel``, 16 rows of a tile
-# against 128 weight rows, ``sub`` (1 or 2) 64-input spans per iteration
+# against 128 weight rows, one 64-input span per iteration
 FP4_ROWS_CONFIG = GemmConfig(16, 128, 1, 4, 3)
 
 
@@ -285,8 +285,7 @@ def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, 
                          "multiple of 32), tiles of >= 16 rows, and no kstep, quantize_a or swapped")
     n_tiles = triton.cdiv(N, cfg.block_n)
     m_tiles = groups.expert.numel()
-    spans = 2 if cfg.sub >= 2 and K % 128 == 0 else 1  # 64-input spans a K iteration
-    split, k_per_split = split_k(m_tiles * n_tiles, K, 64 * spans, cfg.programs if split_groups else 0)
+    split, k_per_split = split_k(m_tiles * n_tiles, K, 64, cfg.programs if split_groups else 0)
     out = torch.empty((split, M, N) if split > 1 else (M, N), device=a.device,
                       dtype=torch.float32 if split > 1 else out_dtype)
     if M:
@@ -296,7 +295,7 @@ def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, 
             N, K, k_per_split, a.stride(0), a_scale.stride(0), weight.stride(0), weight.stride(1), ws.stride(0),
             ws.stride(1), out.stride(-2), out.stride(0) if split > 1 else 0,
             BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, A_SB=act_block, W_BK=32, GATHER_A=row_idx is not None,
-            SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), SPANS=spans, num_warps=cfg.num_warps,
+            SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), num_warps=cfg.num_warps,
             num_stages=cfg.num_stages)
     return out if split == 1 else sum_splits(out, out_dtype)
 

@@ -116,8 +116,8 @@ def test_packed_fp4_experts_on_the_fp8_path_match_reference(T, skew, act_block):
     near the reference as the E4M3 experts' fp8 path is, at decode and prefill sizes, skewed
     routing included (tiles of 16 rows: several per popular expert); also compared with the same
     experts converted to E4M3 on the rows-first fp8 path (the same products, summed by another
-    tensor-core instruction). Two spans a K iteration give the same bits."""
-    from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe
+    tensor-core instruction)."""
+    from deepinfer_adapters.kernels import triton_moe
 
     E, D, I, k = 32, 512, 256, 6
     packed = _experts(E, D, I, seed=T, packed=True)
@@ -129,9 +129,6 @@ def test_packed_fp4_experts_on_the_fp8_path_match_reference(T, skew, act_block):
     out = triton_moe.moe_experts(*args, *packed, (1, 32), act_block, 10.0, path="fp8")
     if T * k < triton_moe.LARGE_PAIRS:  # the default below prefill sizes
         assert torch.equal(triton_moe.moe_experts(*args, *packed, (1, 32), act_block, 10.0), out)
-    two_spans = triton_fp8_gemm.GemmConfig(16, 128, 2, 4, 3)  # two spans a K iteration: the same sums in order
-    assert torch.equal(triton_moe.moe_experts(*args, *packed, (1, 32), act_block, 10.0, path="fp8", config=two_spans),
-                       out)
     e4m3 = triton_moe.moe_experts(*args, *converted, (1, 32), act_block, 10.0, path="fp8")
     ref = reference_fp8.moe_experts(*args, *packed, (1, 32), act_block, 10.0)
     rel, rel_e4m3 = _rel(out, ref), _rel(e4m3, ref)
