@@ -137,19 +137,18 @@ MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed 
     "fp8": ("fp8", "fp8", None, None), "fp8_n128": ("fp8", "fp8", tg.GemmConfig(16, 128, 4, 4, 4), None),
     "bf16": ("fp8", "bf16", None, None), "bf16_sorted": ("fp8", "bf16", None, "sorted"),
     "bf16_n64": ("fp8", "bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
-    # packed E2M1 on the bf16 path (session 7: 16 x 64 tiles, 4 stages and 2 or 4 spans per iteration
+    # packed E2M1 on the bf16 path (sessions 7-8: 16 x 64 tiles, 4 stages and 2 or 4 spans per iteration
     # were no faster than the default, RESULTS_moe_storage_fp4_s8.log)
     "fp4_bf16": ("fp4", "bf16", None, None), "fp4_bf16_int": ("fp4", "bf16", None, None),
-    "fp4_bf16_ptx_bf16": ("fp4", "bf16", None, None),
-    # packed E2M1 on the fp8 path (fp4_gemm_rows_kernel): rows per tile x weight rows, warps, stages
+    # packed E2M1 on the fp8 path (fp4_gemm_rows_kernel): rows per tile x weight rows, warps, stages (session 8:
+    # 256 weight rows with 8 warps 1.7x slower, two spans an iteration 5% slower; BENCHMARKS.md)
     "fp4": ("fp4", "fp8", None, None),
-    "fp4_n256w8": ("fp4", "fp8", tg.GemmConfig(16, 256, 1, 8, 3), None),
     "fp4_n256w4": ("fp4", "fp8", tg.GemmConfig(16, 256, 1, 4, 3), None),
     "fp4_st4": ("fp4", "fp8", tg.GemmConfig(16, 128, 1, 4, 4), None),
     "fp4_n64": ("fp4", "fp8", tg.GemmConfig(16, 64, 1, 4, 4), None),
 }
 # triton_fp8_gemm.FP4_UNPACK on the bf16 path, else "ptx"
-MOE_FP4_UNPACK = {"fp4_bf16_int": "int", "fp4_bf16_ptx_bf16": "ptx_bf16"}
+MOE_FP4_UNPACK = {"fp4_bf16_int": "int"}
 
 
 def run_moe(T, c, stores, g):

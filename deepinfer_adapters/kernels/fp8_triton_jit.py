@@ -122,45 +122,6 @@ _E2M1_LOW_E4M3_PTX = tl.constexpr("{\n.reg .b32 e, t;\n" + _e4m3_bits("low", "$1
 _E2M1_HIGH_E4M3_PTX = tl.constexpr("{\n.reg .b32 e, t;\n" + _e4m3_bits("high", "$1") + "mov.b32 $0, e;\n}")
 
 
-# Packed E2M1 bytes -> bf16 values, times their scale, two per register op (W_FP4 == 3; not yet
-# run on a GPU): bytes 0, 1 (then 2, 3) spread to 16-bit lanes (prmt), a nibble's magnitude bits
-# placed at bf16's exponent's low bits and mantissa's top bit (<< 6), its sign at bit 15: the
-# value times 2^-126 (code 1, 0.5, becomes bf16's subnormal 2^-127), then times the scale times
-# 2^126 (bf16 2^(e - 1) for E8M0 byte e <= 128, a power of two: exact) in one bf16x2 multiply.
-_E2M1_BF16_LANES = """and.b32 m, t, 0x00070007;
-shl.b32 m, m, 6;
-and.b32 s, t, 0x00080008;
-shl.b32 s, s, 12;
-or.b32 m, m, s;
-"""
-_E2M1_LOW_BF16_PTX = tl.constexpr("""{
-.reg .b32 t, m, s;
-prmt.b32 t, $2, 0, 0x4140;
-""" + _E2M1_BF16_LANES + """mul.rn.bf16x2 $0, m, $3;
-prmt.b32 t, $2, 0, 0x4342;
-""" + _E2M1_BF16_LANES + """mul.rn.bf16x2 $1, m, $4;
-}""")
-_E2M1_HIGH_BF16_PTX = tl.constexpr("""{
-.reg .b32 t, m, s;
-prmt.b32 t, $2, 0, 0x4140;
-shr.b32 t, t, 4;
-""" + _E2M1_BF16_LANES + """mul.rn.bf16x2 $0, m, $3;
-prmt.b32 t, $2, 0, 0x4342;
-shr.b32 t, t, 4;
-""" + _E2M1_BF16_LANES + """mul.rn.bf16x2 $1, m, $4;
-}""")
-
-
-@triton.jit
-def e2m1_scale_bf16(ws_ptr, k0, mask_n, W_BK: tl.constexpr, HALF: tl.constexpr):
-    """[HALF, BLOCK_N] bf16 2^(e - 1) of each column's E8M0 scale byte e for inputs k0 .. (one block):
-    the scale 2^(e - 127) times 2^126, the factor ``_E2M1_LOW_BF16_PTX``'s values lack. bf16 holds
-    it for e <= 128 only (scales up to 2: weights up to 12 in magnitude); above, inf."""
-    e = tl.load(ws_ptr + k0 // W_BK, mask=mask_n, other=1).to(tl.int32)
-    s = ((e + 126) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
-    return tl.broadcast_to(s[None, :], (HALF, s.shape[0]))
-
-
 @triton.jit
 def e2m1_values(codes):
     """fp32 values of E2M1 codes (int32, 0..15; bit 3 the sign). A magnitude code c = (e, m) >= 2
@@ -171,27 +132,20 @@ def e2m1_values(codes):
 
 
 @triton.jit
-def e2m1_halves(w_ptr, ws_ptr, kb, mask_n, KSTEP: tl.constexpr, W_BK: tl.constexpr, MODE: tl.constexpr):
+def e2m1_halves(w_ptr, kb, mask_n, KSTEP: tl.constexpr, MODE: tl.constexpr):
     """The two halves of a [KSTEP, BLOCK_N] weight tile of packed E2M1 in the span layout
     (quant.to_span_pairs, span = KSTEP): byte j of a span holds input j in its low nibble and
     input j + KSTEP / 2 in its high one, so a loaded [KSTEP / 2, BLOCK_N] byte tile splits into
     inputs kb .. kb + KSTEP/2 - 1 and the next KSTEP / 2 with no interleave (an interleave of the
     nibbles through join / permute / reshape ran 50-100x slower on the H200). ``w_ptr``
     [1, BLOCK_N]: the weight rows at K byte 0. MODE (the kernel's W_FP4) 2: f16 values / 64, four
-    bytes per register operation (``_E2M1_LOW_PTX``); 3: bf16 values already times their scale
-    (``_E2M1_LOW_BF16_PTX``; E8M0 scales; ``ws_ptr`` the rows' scales at block 0); 1: fp32 values
-    from integer operations on each nibble (the CPU interpreter's way; ~4x slower than the E4M3
-    tile on the H200, BENCHMARKS.md session 7). Exact in every mode."""
+    bytes per register operation (``_E2M1_LOW_PTX``); 1: fp32 values from integer operations on each
+    nibble (the CPU interpreter's way; ~2.5x slower on the H200, BENCHMARKS.md session 7). Exact in
+    both. (Session 7's third mode, bf16 values built from the nibbles and scaled in bf16x2 multiplies,
+    was exact and no faster: removed in session 8.)"""
     kp = kb // 2 + tl.arange(0, KSTEP // 2)
     packed = tl.load(w_ptr + kp[:, None], mask=mask_n[None, :], other=0)
-    if MODE == 3:
-        lo = tl.inline_asm_elementwise(_E2M1_LOW_BF16_PTX, "=r,=r,r,r,r",
-                                       [packed, e2m1_scale_bf16(ws_ptr, kb, mask_n, W_BK, KSTEP // 2)],
-                                       dtype=tl.bfloat16, is_pure=True, pack=4)
-        hi = tl.inline_asm_elementwise(_E2M1_HIGH_BF16_PTX, "=r,=r,r,r,r",
-                                       [packed, e2m1_scale_bf16(ws_ptr, kb + KSTEP // 2, mask_n, W_BK, KSTEP // 2)],
-                                       dtype=tl.bfloat16, is_pure=True, pack=4)
-    elif MODE == 2:
+    if MODE == 2:
         lo = tl.inline_asm_elementwise(_E2M1_LOW_PTX, "=r,=r,r", [packed], dtype=tl.float16, is_pure=True, pack=4)
         hi = tl.inline_asm_elementwise(_E2M1_HIGH_PTX, "=r,=r,r", [packed], dtype=tl.float16, is_pure=True, pack=4)
     else:
@@ -206,10 +160,8 @@ def half_product(acc, w, a_ptr, ws_ptr, k0, mask_m, mask_n, HALF: tl.constexpr, 
                  W_E8M0: tl.constexpr, MODE: tl.constexpr):
     """acc + A[:, k0 .. k0 + HALF) (W x its block's scale, as bf16): one half of an ``e2m1_halves``
     tile, inside one scale block (HALF <= W_BK), so one scale per column. MODE 2: w holds value / 64
-    (the scale times 64: exact while the scale is below 2^122); 3: w is scaled bf16 already."""
+    (the scale times 64: exact while the scale is below 2^122)."""
     a = tl.load(a_ptr + (k0 + tl.arange(0, HALF))[None, :], mask=mask_m[:, None], other=0.0)
-    if MODE == 3:
-        return tl.dot(a, w, acc)
     sw = weight_scale(tl.load(ws_ptr + k0 // W_BK, mask=mask_n, other=0), W_E8M0)
     if MODE == 2:
         sw = sw * 64.0
@@ -231,7 +183,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
     A is bf16, unscaled, and KSTEP may span several weight scale blocks (each weight value
     gets its own block's scale). QUANT_A (A_SB == KSTEP): A is bf16 and each step's A tile is
     quantized here, per row, exactly as act_quant_kernel would (decode rows: one launch less).
-    W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX, 3: PTX to scaled bf16): W holds packed
+    W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX): W holds packed
     E2M1 in the span layout, K / 2 bytes a row (``e2m1_halves``; span KSTEP, each half inside
     one scale block)."""
     pid_m = tl.program_id(0)
@@ -282,7 +234,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                 for j in tl.static_range(SUB):
                     kb = k0 + j * KSTEP
                     if W_FP4:  # two chained half-depth products: the order of one KSTEP-deep product
-                        lo, hi = e2m1_halves(w_ptr, ws_ptr, kb, mask_n, KSTEP, W_BK, W_FP4)
+                        lo, hi = e2m1_halves(w_ptr, kb, mask_n, KSTEP, W_FP4)
                         acc = half_product(acc, lo, a_ptr, ws_ptr, kb, mask_m, mask_n, KSTEP // 2, W_BK, W_E8M0,
                                            W_FP4)
                         acc = half_product(acc, hi, a_ptr, ws_ptr, kb + KSTEP // 2, mask_m, mask_n, KSTEP // 2, W_BK,

@@ -68,13 +68,11 @@ QUANT_IN_GEMM_ROWS = 16
 QUANT_IN_GEMM_STEPS = 8  # K-loop iterations per program up to which it does
 # H200, 8192 rows (BENCHMARKS.md): the bf16 cuBLAS path 2.2x the FP8 floor, this kernel 4.4-4.8x
 LARGE_M_PATH = "bf16_cublas"
-# packed E2M1 weights: "ptx" unpacks four bytes per register operation and converts in hardware
-# (fp8_triton_jit.py ``_E2M1_LOW_PTX``); "ptx_bf16" builds bf16 values and applies the scale in
-# bf16x2 multiplies (``_E2M1_LOW_BF16_PTX``: fewer operations a value, scales up to 2 only;
-# compiled, not yet run on a GPU); "int" per nibble with integer operations (Triton's CPU
-# interpreter always takes it)
+# packed E2M1 weights on the bf16 path: "ptx" unpacks four bytes per register operation and converts
+# in hardware (fp8_triton_jit.py ``_E2M1_LOW_PTX``); "int" per nibble with integer operations (Triton's
+# CPU interpreter always takes it)
 FP4_UNPACK = "ptx"
-_FP4_MODES = {"int": 1, "ptx": 2, "ptx_bf16": 3}
+_FP4_MODES = {"int": 1, "ptx": 2}
 
 
 @dataclass(frozen=True)
@@ -209,10 +207,9 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
                          split_groups, quantize_a or swapped or kstep is not None)
     if fp4:
         kstep = kstep or fp4_span(K)
-        if (quantize_a or swapped or tuple(weight_block) != (1, 32) or kstep != fp4_span(K)
-                or (FP4_UNPACK == "ptx_bf16" and not e8m0)):
+        if quantize_a or swapped or tuple(weight_block) != (1, 32) or kstep != fp4_span(K):
             raise ValueError(f"fp8 gemm: packed E2M1 weights with a bf16 activation (the bf16 path) take (1, 32) "
-                             f"scale blocks and kstep {fp4_span(K)} (their span); 'ptx_bf16' E8M0 scales")
+                             f"scale blocks and kstep {fp4_span(K)} (their span)")
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
         raise ValueError(f"fp8 gemm: kstep {kstep} needs a bf16 activation and a multiple of {weight_block[1]}")
     kstep = kstep or kstep_for(weight_block, act_block)
