@@ -327,11 +327,11 @@ def fp4_span_scales(as_ptr, ws_ptr, kb, mask_t, mask_n, A_SB: tl.constexpr, W_BK
     if SCALE_PAIR:
         sw_lo, sw_hi = tl.split(tl.load(ws_ptr[:, None] + (kb // W_BK + tl.arange(0, 2))[None, :],
                                         mask=mask_n[:, None], other=0))
-        return (tl.load(as_ptr + kb // A_SB, mask=mask_t, other=0.0), sw_lo,
-                tl.load(as_ptr + (kb + 32) // A_SB, mask=mask_t, other=0.0), sw_hi)
-    return (tl.load(as_ptr + kb // A_SB, mask=mask_t, other=0.0), tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0),
-            tl.load(as_ptr + (kb + 32) // A_SB, mask=mask_t, other=0.0),
-            tl.load(ws_ptr + (kb + 32) // W_BK, mask=mask_n, other=0))
+    else:
+        sw_lo = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
+        sw_hi = tl.load(ws_ptr + (kb + 32) // W_BK, mask=mask_n, other=0)
+    return (tl.load(as_ptr + kb // A_SB, mask=mask_t, other=0.0), sw_lo,
+            tl.load(as_ptr + (kb + 32) // A_SB, mask=mask_t, other=0.0), sw_hi)
 
 
 @triton.jit
