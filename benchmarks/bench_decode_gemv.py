@@ -146,10 +146,7 @@ MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed 
     "fp4_n256w4": ("fp4", "fp8", tg.GemmConfig(16, 256, 1, 4, 3), None),
     "fp4_st4": ("fp4", "fp8", tg.GemmConfig(16, 128, 1, 4, 4), None),
     "fp4_n64": ("fp4", "fp8", tg.GemmConfig(16, 64, 1, 4, 4), None),
-    "fp4_pair": ("fp4", "fp8", None, None),  # triton_fp8_gemm.FP4_ROWS_SCALE_PAIR
-    "fp4_pair_st4": ("fp4", "fp8", tg.GemmConfig(16, 128, 1, 4, 4), None),
 }
-MOE_FP4_SCALE_PAIR = ("fp4_pair", "fp4_pair_st4")
 # triton_fp8_gemm.FP4_UNPACK on the bf16 path, else "ptx"
 MOE_FP4_UNPACK = {"fp4_bf16_int": "int"}
 
@@ -179,7 +176,6 @@ def run_moe(T, c, stores, g):
         if routing == "sorted" and T > 1:  # the default there
             continue
         tg.FP4_UNPACK = MOE_FP4_UNPACK.get(name, "ptx")
-        tg.FP4_ROWS_SCALE_PAIR = name in MOE_FP4_SCALE_PAIR
         try:
             out = kernels.moe_experts(*args(0, store), path=path, config=cfg, routing=routing)
             row["us"][name] = time_graph([lambda i=i, store=store, path=path, cfg=cfg, routing=routing:
@@ -190,7 +186,7 @@ def run_moe(T, c, stores, g):
             row["us"][name] = float("nan")
             log(f"moe T={T} {name}: {type(e).__name__}: {str(e)[:160]}")
         finally:
-            tg.FP4_UNPACK, tg.FP4_ROWS_SCALE_PAIR = "ptx", False
+            tg.FP4_UNPACK = "ptx"
     log(f"moe         T={T:3d} floor {floor['fp8']:6.1f} us, fp4 {floor['fp4']:6.1f} ({touched:.0f} experts) | "
         + " | ".join(f"{k} {v:6.1f}" for k, v in row["us"].items()) + " | rel vs bf16 "
         + " ".join(f"{k} {v:.0e}" for k, v in row.get("rel", {}).items()))

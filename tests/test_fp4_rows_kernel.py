@@ -4,8 +4,7 @@ with gathered rows, an idle tile, N not a multiple of the tile and two K spans, 
 float64 sum of the dequantized weights (``quant.dequant_fp4_experts`` of the stored bytes) times
 the scaled activation codes. The interpreter takes the integer unpack (the GPU the PTX one, whose
 text tests/test_fp4_ptx.py runs; tests/gpu/test_moe_gpu.py runs the compiled kernel in the MoE).
-Both ways of loading the weight scales (``FP4_ROWS_SCALE_PAIR``). A control feeds the stored
-layout as if it were the span layout: far off."""
+A control feeds the stored layout as if it were the span layout: far off."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ for a_block in (32, 128):
     for e, r0, r1 in ((2, 0, 2), (0, 2, 5)):
         w = dequant_fp4_experts(stored[e], wscale[e].view(torch.float8_e8m0fnu), torch.float64)
         want[r0:r1] = av[row_idx[r0:r1].long()] @ w.T
-    for name, weights, pair in (("span", packed, False), ("pair", packed, True), ("control", stored, False)):
-        tg.FP4_ROWS_SCALE_PAIR = pair
+    for name, weights in (("span", packed), ("control", stored)):
         out = tg.gemm(a, sa, a_block, weights, wscale, (1, 32), torch.float32, rows=R, groups=groups)
         rel = ((out.double() - want).abs().max() / want.abs().max()).item()
         print(name, a_block, f"{rel:.3e}")
@@ -47,7 +45,7 @@ for a_block in (32, 128):
 def test_fp4_rows_kernel_matches_dequantized_weights_under_the_interpreter():
     lines = [line.split() for line in run_interpreted(SCRIPT).strip().splitlines()]
     rel = {(name, int(block)): float(value) for name, block, value in lines}
-    assert set(rel) == {(n, b) for n in ("span", "pair", "control") for b in (32, 128)}
+    assert set(rel) == {(n, b) for n in ("span", "control") for b in (32, 128)}
     for block in (32, 128):
-        assert rel[("span", block)] < 1e-6 and rel[("pair", block)] < 1e-6  # fp32 sums of exact products
+        assert rel[("span", block)] < 1e-6  # fp32 sums of exact products
         assert rel[("control", block)] > 0.1

@@ -317,21 +317,13 @@ def e2m1_e4m3_halves(packed, PTX: tl.constexpr):
 
 
 @triton.jit
-def fp4_span_scales(as_ptr, ws_ptr, kb, mask_t, mask_n, A_SB: tl.constexpr, W_BK: tl.constexpr,
-                    SCALE_PAIR: tl.constexpr):
+def fp4_span_scales(as_ptr, ws_ptr, kb, mask_t, mask_n, A_SB: tl.constexpr, W_BK: tl.constexpr):
     """The scales of the two halves of the span at ``kb``: (activation scales [BLOCK_T], weight
     scale bytes [BLOCK_N]) each. Loaded an iteration ahead of their products: loaded inside their
-    own iteration, each K step would wait out a global load's latency. SCALE_PAIR: both halves'
-    weight scale bytes as one [BLOCK_N, 2] load (adjacent in memory) and one layout change to the
-    accumulator's rows, not one per half (each a shared-memory round trip with two barriers)."""
-    if SCALE_PAIR:
-        sw_lo, sw_hi = tl.split(tl.load(ws_ptr[:, None] + (kb // W_BK + tl.arange(0, 2))[None, :],
-                                        mask=mask_n[:, None], other=0))
-    else:
-        sw_lo = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
-        sw_hi = tl.load(ws_ptr + (kb + 32) // W_BK, mask=mask_n, other=0)
-    return (tl.load(as_ptr + kb // A_SB, mask=mask_t, other=0.0), sw_lo,
-            tl.load(as_ptr + (kb + 32) // A_SB, mask=mask_t, other=0.0), sw_hi)
+    own iteration, each K step would wait out a global load's latency."""
+    return (tl.load(as_ptr + kb // A_SB, mask=mask_t, other=0.0), tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0),
+            tl.load(as_ptr + (kb + 32) // A_SB, mask=mask_t, other=0.0),
+            tl.load(ws_ptr + (kb + 32) // W_BK, mask=mask_n, other=0))
 
 
 @triton.jit
@@ -349,8 +341,7 @@ def fp4_half_product(acc, w, sa, sw, a_ptr, k0, mask_t, HALF: tl.constexpr):
 def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, k_per_split,
                          stride_am, stride_asm, stride_we, stride_wn, stride_wse, stride_wsn, stride_om, stride_os,
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, A_SB: tl.constexpr, W_BK: tl.constexpr,
-                         GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr, PTX: tl.constexpr,
-                         SCALE_PAIR: tl.constexpr = False):
+                         GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr, PTX: tl.constexpr):
     """Grouped GEMM of packed E2M1 experts (quant.to_span_pairs' layout, spans of 64, E8M0 scales per
     W_BK = 32 inputs) with E4M3 activations (fp32 scales per A_SB), the product swapped as in
     ``fp8_gemm_rows_kernel``: program (row tile i, N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T]
@@ -383,11 +374,11 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
         acc = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
         k_lo = pid_k * k_per_split
         k_hi = tl.minimum(K, k_lo + k_per_split)
-        sa_lo, sw_lo, sa_hi, sw_hi = fp4_span_scales(as_ptr, ws_ptr, k_lo, mask_t, mask_n, A_SB, W_BK, SCALE_PAIR)
+        sa_lo, sw_lo, sa_hi, sw_hi = fp4_span_scales(as_ptr, ws_ptr, k_lo, mask_t, mask_n, A_SB, W_BK)
         for kb in range(k_lo, k_hi, 64):  # one 64-input span (32 bytes a weight row) per iteration
             # the next span's scales (the last iteration reloads its own: no mask, no branch)
             n_sa_lo, n_sw_lo, n_sa_hi, n_sw_hi = fp4_span_scales(as_ptr, ws_ptr, tl.minimum(kb + 64, k_hi - 64),
-                                                                 mask_t, mask_n, A_SB, W_BK, SCALE_PAIR)
+                                                                 mask_t, mask_n, A_SB, W_BK)
             packed = tl.load(w_ptr + (kb // 2 + tl.arange(0, 32))[None, :], mask=mask_n[:, None], other=0)
             lo, hi = e2m1_e4m3_halves(packed, PTX)
             acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32)

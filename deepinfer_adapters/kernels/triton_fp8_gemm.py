@@ -259,8 +259,6 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
 # Packed E2M1 experts with E4M3 activations (grouped only): ``fp4_gemm_rows_kernel``, 16 rows of a tile
 # against 128 weight rows, one 64-input span per iteration
 FP4_ROWS_CONFIG = GemmConfig(16, 128, 1, 4, 3)
-# its weight scales as one [N tile, 2] load a span (fewer barriers, more registers; being measured)
-FP4_ROWS_SCALE_PAIR = False
 
 
 def fp4_rows_fit(k_in: int, w2: torch.Tensor, w2_scale: torch.Tensor, block: tuple[int, int], act_block: int) -> bool:
@@ -294,8 +292,7 @@ def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, 
             N, K, k_per_split, a.stride(0), a_scale.stride(0), weight.stride(0), weight.stride(1), ws.stride(0),
             ws.stride(1), out.stride(-2), out.stride(0) if split > 1 else 0,
             BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, A_SB=act_block, W_BK=32, GATHER_A=row_idx is not None,
-            SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), SCALE_PAIR=FP4_ROWS_SCALE_PAIR,
-            num_warps=cfg.num_warps,
+            SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), num_warps=cfg.num_warps,
             num_stages=cfg.num_stages)
     return out if split == 1 else sum_splits(out, out_dtype)
 
