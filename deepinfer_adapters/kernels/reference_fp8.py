@@ -24,6 +24,7 @@ from deepinfer_adapters.model_impl.quant import (  # noqa: F401  (the round trip
     fp4_roundtrip_e8m0,
     fp8_roundtrip,
     from_span_pairs,
+    is_span_packed,
     unpack_fp4,
 )
 
@@ -84,7 +85,7 @@ def _expert(x: torch.Tensor, route_w: torch.Tensor, w13: torch.Tensor, w13_scale
             limit: float) -> torch.Tensor:
     """layers/moe.py Expert.forward: clamped SwiGLU, the route weight before w2. Packed E2M1
     weights (uint8, the span layout) are unpacked to E4M3 codes of the same values first."""
-    if w13.dtype == torch.uint8:
+    if is_span_packed(w13):
         w13, w2 = (unpack_fp4(from_span_pairs(w)).to(torch.float8_e4m3fn) for w in (w13, w2))
     inter = w2.shape[1]
     scale_rows = inter // block[0]

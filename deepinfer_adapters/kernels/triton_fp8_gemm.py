@@ -54,7 +54,7 @@ import torch
 
 from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
-from deepinfer_adapters.model_impl.quant import fp4_span
+from deepinfer_adapters.model_impl.quant import fp4_span, is_span_packed
 
 FP8_MAX = 448.0
 ACT_AMAX_FLOOR = 1e-4
@@ -198,7 +198,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     ``swapped``: run ``fp8_gemm_rows_kernel`` (W A^T; None: where ``SWAPPED_ROWS`` says).
     ``split_groups``: a grouped GEMM may split K too (as an ungrouped one does while few tiles run)."""
     triton, _, kernel, _, rows_kernel = _kernels()
-    fp4 = weight.dtype == torch.uint8  # packed E2M1, two values a byte, in quant.to_span_pairs' layout
+    fp4 = is_span_packed(weight)  # packed E2M1, two values a byte, in quant.to_span_pairs' layout
     N, K = weight.shape[-2], weight.shape[-1] * (2 if fp4 else 1)
     M = a.shape[0] if rows is None else rows
     ws, e8m0 = _scale_arg(w_scale)

@@ -55,6 +55,7 @@ import torch
 from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
 from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
+from deepinfer_adapters.model_impl.quant import is_span_packed
 
 
 LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)
@@ -181,7 +182,7 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     E = w13.shape[0]
     kstep = fp8.kstep_for(block, act_block)
     large = T * k >= LARGE_PAIRS
-    fp4 = w13.dtype == torch.uint8  # packed E2M1 (the checkpoint's own bytes)
+    fp4 = is_span_packed(w13)  # packed E2M1 (the checkpoint's own bytes)
     if path is None:
         if large or invariance.enabled():
             path = LARGE_PATH
@@ -245,11 +246,11 @@ def supports_swiglu(gate, up, limit, route_w=None) -> bool:
 
 def supports(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit, shared=None,
              **_) -> bool:
-    fp4 = w13.dtype == torch.uint8
+    fp4 = is_span_packed(w13)
     inter = w2.shape[-1] * (2 if fp4 else 1)
     shared_ok = shared is None or (shared.shape == x.shape and shared.stride(-1) == 1)
     weights_ok = (fp8._fp8_weight_ok(x, w13, block, act_block) if not fp4 else
-                  x.is_cuda and x.dtype == torch.bfloat16 and w2.dtype == torch.uint8 and tuple(block) == (1, 32)
+                  x.is_cuda and x.dtype == torch.bfloat16 and is_span_packed(w2) and tuple(block) == (1, 32)
                   and x.shape[-1] % 32 == 0 and triton_available())
     return (shared_ok and act_block > 0 and w13.dim() == 3 and inter % act_block == 0 and inter % block[0] == 0
             and weights_ok)

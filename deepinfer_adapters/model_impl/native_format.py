@@ -13,7 +13,7 @@ dequantized. ``weights="fp8"`` keeps what the kernels can read directly:
   is per layer, made from the data in ``native_tensors``; the layer's storage follows the
   tensors' shapes (``build(..., expert_blocks=...)``). V4-Flash-Base FP8 experts stay as stored.
   ``weights="fp4"``: the same, but FP4 experts kept packed (E2M1, the checkpoint's scale per
-  32, nibbles reordered per 128 inputs: quant.to_span_pairs; expert block ``PACKED_FP4``):
+  32, nibbles reordered per span of 64 inputs: quant.to_span_pairs; expert block ``PACKED_FP4``):
   half the expert bytes, read by the GPU kernels directly;
 - bf16 tensors (embeddings, head, gate, compressor, ...) bf16; the Engram table bf16
   (E4M3 x E8M0 is exact in bf16);
@@ -43,7 +43,8 @@ from deepinfer_adapters.model_impl.layers.engram import EngramEmbed
 from deepinfer_adapters.model_impl.layers.linear import Linear, merge_same_input
 from deepinfer_adapters.model_impl.layers.moe import Gate, MoE
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import dequant_fp8_blocks, fp4_to_fp8_blocks, to_span_pairs, unpack_fp4
+from deepinfer_adapters.model_impl.quant import (dequant_fp8_blocks, fp4_to_fp8_blocks, is_span_packed, to_span_pairs,
+                                                 unpack_fp4)
 from deepinfer_adapters.model_impl.weights import load_checkpoint
 
 WEIGHT_FORMATS = ("dense", "fp8", "fp4")
@@ -177,7 +178,7 @@ def expert_blocks(tensors: Mapping[str, torch.Tensor]) -> dict[str, int]:
     """Inputs per scale of each layer's stacked experts, by MoE module name (``build``);
     ``PACKED_FP4`` where they are packed E2M1."""
     def block(weight: torch.Tensor, scale: torch.Tensor) -> int:
-        return PACKED_FP4 if weight.dtype == torch.uint8 else weight.shape[-1] // scale.shape[-1]
+        return PACKED_FP4 if is_span_packed(weight) else weight.shape[-1] // scale.shape[-1]
 
     return {name.removesuffix(".routed.w13_scale"): block(tensors[name.removesuffix("_scale")], t)
             for name, t in tensors.items() if name.endswith(".routed.w13_scale")}

@@ -254,6 +254,12 @@ def fp4_span(k: int) -> int:
     return 64 if k % 64 == 0 else 32
 
 
+def is_span_packed(weight: torch.Tensor) -> bool:
+    """Whether ``weight`` holds packed E2M1 experts for the GPU kernels (``to_span_pairs``' layout:
+    uint8, two values a byte); held weights are otherwise E4M3 or wider."""
+    return weight.dtype == torch.uint8
+
+
 def _nibbles(b: torch.Tensor) -> torch.Tensor:
     """Bytes [..., n] -> their E2M1 codes [..., n, 2], the low nibble first."""
     return torch.stack([b & 0xF, b >> 4], -1)

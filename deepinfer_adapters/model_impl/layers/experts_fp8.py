@@ -23,7 +23,7 @@ from torch import nn
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import dequant_fp4_experts, dequant_fp8_blocks, from_span_pairs
+from deepinfer_adapters.model_impl.quant import dequant_fp4_experts, dequant_fp8_blocks, from_span_pairs, is_span_packed
 
 
 class Fp8Experts(nn.Module):
@@ -47,7 +47,7 @@ class Fp8Experts(nn.Module):
 
     @property
     def packed_fp4(self) -> bool:
-        return self.w13.dtype == torch.uint8
+        return is_span_packed(self.w13)
 
     def dense(self, e: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Expert e's weights dequantized exactly, float32: (w13 [2I, D], w2 [D, I])."""
