@@ -341,7 +341,8 @@ def fp4_half_product(acc, w, sa, sw, a_ptr, k0, mask_t, HALF: tl.constexpr):
 def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, k_per_split,
                          stride_am, stride_asm, stride_we, stride_wn, stride_wse, stride_wsn, stride_om, stride_os,
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, A_SB: tl.constexpr, W_BK: tl.constexpr,
-                         GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr, PTX: tl.constexpr):
+                         GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr, PTX: tl.constexpr,
+                         TILED: tl.constexpr = False):
     """Grouped GEMM of packed E2M1 experts (quant.to_span_pairs' layout, spans of 64, E8M0 scales per
     W_BK = 32 inputs) with E4M3 activations (fp32 scales per A_SB), the product swapped as in
     ``fp8_gemm_rows_kernel``: program (row tile i, N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T]
@@ -369,7 +370,11 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
         mask_n = cols < N
         a_ptr = A + a_rows[:, None] * stride_am
         as_ptr = A_SCALE + a_rows * stride_asm
-        w_ptr = W + expert * stride_we + cols.to(tl.int64)[:, None] * stride_wn
+        if TILED:  # [N / BLOCK_N, K / 64, BLOCK_N, 32] bytes an expert: an iteration's tile is contiguous
+            w_ptr = (W + expert * stride_we + pid_n.to(tl.int64) * (K // 64) * (BLOCK_N * 32)
+                     + tl.arange(0, BLOCK_N)[:, None] * 32)
+        else:
+            w_ptr = W + expert * stride_we + cols.to(tl.int64)[:, None] * stride_wn
         ws_ptr = W_SCALE + expert * stride_wse + cols.to(tl.int64) * stride_wsn
         acc = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
         k_lo = pid_k * k_per_split
@@ -379,7 +384,10 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
             # the next span's scales (the last iteration reloads its own: no mask, no branch)
             n_sa_lo, n_sw_lo, n_sa_hi, n_sw_hi = fp4_span_scales(as_ptr, ws_ptr, tl.minimum(kb + 64, k_hi - 64),
                                                                  mask_t, mask_n, A_SB, W_BK)
-            packed = tl.load(w_ptr + (kb // 2 + tl.arange(0, 32))[None, :], mask=mask_n[:, None], other=0)
+            if TILED:
+                packed = tl.load(w_ptr + (kb // 64) * (BLOCK_N * 32) + tl.arange(0, 32)[None, :])
+            else:
+                packed = tl.load(w_ptr + (kb // 2 + tl.arange(0, 32))[None, :], mask=mask_n[:, None], other=0)
             lo, hi = e2m1_e4m3_halves(packed, PTX)
             acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32)
             acc = fp4_half_product(acc, hi, sa_hi, sw_hi, a_ptr, kb + 32, mask_t, 32)

@@ -259,6 +259,16 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
 # Packed E2M1 experts with E4M3 activations (grouped only): ``fp4_gemm_rows_kernel``, 16 rows of a tile
 # against 128 weight rows, one 64-input span per iteration
 FP4_ROWS_CONFIG = GemmConfig(16, 128, 1, 4, 3)
+# experiment: the weights in [E, N / 128, K / 64, 128, 32] bytes (``fp4_rows_tiled``), each K step's
+# tile contiguous in memory
+FP4_ROWS_TILED = False
+
+
+def fp4_rows_tiled(weight: torch.Tensor, block_n: int = 128) -> torch.Tensor:
+    """Packed experts [E, N, K / 2] in the span layout -> [E, N / block_n, K / 64, block_n, 32] bytes
+    (the same shape as a view), the order ``fp4_gemm_rows_kernel`` reads with TILED."""
+    E, N, KB = weight.shape
+    return weight.view(E, N // block_n, block_n, KB // 32, 32).transpose(2, 3).contiguous().view(E, N, KB)
 
 
 def fp4_rows_fit(k_in: int, w2: torch.Tensor, w2_scale: torch.Tensor, block: tuple[int, int], act_block: int) -> bool:
@@ -292,7 +302,7 @@ def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, 
             N, K, k_per_split, a.stride(0), a_scale.stride(0), weight.stride(0), weight.stride(1), ws.stride(0),
             ws.stride(1), out.stride(-2), out.stride(0) if split > 1 else 0,
             BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, A_SB=act_block, W_BK=32, GATHER_A=row_idx is not None,
-            SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), num_warps=cfg.num_warps,
+            SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), TILED=FP4_ROWS_TILED, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages)
     return out if split == 1 else sum_splits(out, out_dtype)
 
