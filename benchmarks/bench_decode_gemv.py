@@ -22,7 +22,6 @@ import json
 import math
 import os
 import sys
-import types
 
 import torch
 
@@ -141,14 +140,11 @@ MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed 
     # packed E2M1 on the bf16 path (sessions 7-8: 16 x 64 tiles, 4 stages and 2 or 4 spans per iteration
     # were no faster than the default, RESULTS_moe_storage_fp4_s8.log)
     "fp4_bf16": ("fp4", "bf16", None, None), "fp4_bf16_int": ("fp4", "bf16", None, None),
-    # packed E2M1 on the fp8 path (fp4_gemm_rows_kernel): rows per tile x weight rows, warps, stages (session 8:
-    # 256 weight rows with 8 warps 1.7x slower, two spans an iteration 5% slower; BENCHMARKS.md)
+    # packed E2M1 on the fp8 path (fp4_gemm_rows_kernel): rows per tile x weight rows (128: the weights' row tile,
+    # quant.to_fp4_tiles), warps, stages (session 8, before the tiles: 64 or 256 weight rows and two spans an
+    # iteration were slower; BENCHMARKS.md)
     "fp4": ("fp4", "fp8", None, None),
-    "fp4_n256w4": ("fp4", "fp8", tg.GemmConfig(16, 256, 1, 4, 3), None),
     "fp4_st4": ("fp4", "fp8", tg.GemmConfig(16, 128, 1, 4, 4), None),
-    "fp4_n64": ("fp4", "fp8", tg.GemmConfig(16, 64, 1, 4, 4), None),
-    # "fp4t": the same packed experts in fp4_rows_tiled's order (each K step's tile contiguous)
-    "fp4_tiled": ("fp4t", "fp8", None, None), "fp4_tiled_st4": ("fp4t", "fp8", tg.GemmConfig(16, 128, 1, 4, 4), None),
 }
 # triton_fp8_gemm.FP4_UNPACK on the bf16 path, else "ptx"
 MOE_FP4_UNPACK = {"fp4_bf16_int": "int"}
@@ -179,7 +175,6 @@ def run_moe(T, c, stores, g):
         if routing == "sorted" and T > 1:  # the default there
             continue
         tg.FP4_UNPACK = MOE_FP4_UNPACK.get(name, "ptx")
-        tg.FP4_ROWS_TILED = store == "fp4t"
         try:
             out = kernels.moe_experts(*args(0, store), path=path, config=cfg, routing=routing)
             row["us"][name] = time_graph([lambda i=i, store=store, path=path, cfg=cfg, routing=routing:
@@ -190,7 +185,7 @@ def run_moe(T, c, stores, g):
             row["us"][name] = float("nan")
             log(f"moe T={T} {name}: {type(e).__name__}: {str(e)[:160]}")
         finally:
-            tg.FP4_UNPACK, tg.FP4_ROWS_TILED = "ptx", False
+            tg.FP4_UNPACK = "ptx"
     log(f"moe         T={T:3d} floor {floor['fp8']:6.1f} us, fp4 {floor['fp4']:6.1f} ({touched:.0f} experts) | "
         + " | ".join(f"{k} {v:6.1f}" for k, v in row["us"].items()) + " | rel vs bf16 "
         + " ".join(f"{k} {v:.0e}" for k, v in row.get("rel", {}).items()))
@@ -222,10 +217,6 @@ def main():
         from benchmarks.bench_moe_blocks import experts
 
         stores = {"fp8": experts(128), "fp4": experts(0)}
-        fp4 = stores["fp4"]
-        stores["fp4t"] = types.SimpleNamespace(w13=tg.fp4_rows_tiled(fp4.w13), w13_scale=fp4.w13_scale,
-                                               w2=tg.fp4_rows_tiled(fp4.w2), w2_scale=fp4.w2_scale, block=fp4.block,
-                                               act_block=fp4.act_block, limit=fp4.limit)
         for T in args.moe:
             rows.append(run_moe(T, c, stores, g))
         del stores

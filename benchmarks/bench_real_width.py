@@ -67,7 +67,7 @@ from deepinfer_adapters.model_impl.engram_hash import EngramHasher
 from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import fp4_to_fp8_blocks, quant_fp4_blocks, to_span_pairs, unpack_fp4
+from deepinfer_adapters.model_impl.quant import fp4_to_fp8_blocks, quant_fp4_blocks, to_fp4_tiles, unpack_fp4
 from deepinfer_adapters.presets import engram_table_rows, release_config, tiny_config
 from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
 
@@ -153,7 +153,7 @@ def fill_experts(experts, g, chunk=8):
             dense = torch.randn((e1 - e0) * N, K, device=weight.device, generator=g) / math.sqrt(K)
             packed, fp4_scale = quant_fp4_blocks(dense)
             if experts.packed_fp4:
-                codes, s = to_span_pairs(packed), fp4_scale
+                codes, s = to_fp4_tiles(packed.view(e1 - e0, N, -1)).view(packed.shape), fp4_scale
             elif experts.block[1] == 32:
                 codes, s = unpack_fp4(packed).to(torch.float8_e4m3fn), fp4_scale
             else:

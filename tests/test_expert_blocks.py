@@ -137,9 +137,9 @@ def test_converted_model_is_bitwise_the_per_32_model(tiny_checkpoint):
 
 def test_from_pretrained_fp4_keeps_the_experts_packed_and_computes_the_same(tiny_checkpoint):
     """weights="fp4" (the engine's --weights fp4): routed experts stay packed E2M1 (uint8, half
-    the bytes) in the span layout, which reads back as the checkpoint's bytes; with the torch
+    the bytes) in the GPU layout (quant.to_fp4_tiles), which reads back as the checkpoint's bytes; with the torch
     reference ops the logits are the weights="fp8" model's bit for bit."""
-    from deepinfer_adapters.model_impl.quant import from_span_pairs
+    from deepinfer_adapters.model_impl.quant import from_fp4_tiles
     from deepinfer_adapters.model_impl.weights import load_checkpoint
 
     path = tiny_checkpoint("v41")
@@ -148,6 +148,6 @@ def test_from_pretrained_fp4_keeps_the_experts_packed_and_computes_the_same(tiny
     assert packed.packed_fp4 and packed.w13.dtype == torch.uint8
     stored = load_checkpoint(path, models["fp4"].cfg, dequantize=None, progress=False)
     w1 = stored["layers.0.ffn.experts.0.w1.weight"].view(torch.uint8)
-    assert torch.equal(from_span_pairs(packed.w13[0])[: w1.shape[0]], w1)
+    assert torch.equal(from_fp4_tiles(packed.w13[0])[: w1.shape[0]], w1)
     assert not models["fp8"].layers[0].ffn.routed.packed_fp4
     assert torch.equal(_logits(models["fp4"]), _logits(models["fp8"]))

@@ -27,7 +27,7 @@ def unpack_kernel(W, OUT, N, stride_wn, stride_on, KSTEP: tl.constexpr, BLOCK_N:
     cols = tl.arange(0, BLOCK_N)
     mask_n = cols < N
     kb = tl.program_id(0) * KSTEP
-    lo, hi = e2m1_halves(W + cols[None, :] * stride_wn, kb, mask_n, KSTEP, 1)  # [KSTEP / 2, BLOCK_N] each
+    lo, hi = e2m1_halves(W + cols[None, :] * stride_wn + kb // 2, mask_n, KSTEP, 1)  # [KSTEP / 2, BLOCK_N] each
     kh = kb + tl.arange(0, KSTEP // 2)
     tl.store(OUT + cols[None, :] * stride_on + kh[:, None], lo, mask=mask_n[None, :])
     tl.store(OUT + cols[None, :] * stride_on + (kh + KSTEP // 2)[:, None], hi, mask=mask_n[None, :])

@@ -1,10 +1,12 @@
 """``fp4_gemm_rows_kernel`` (packed E2M1 experts x E4M3 activations, the decode default for
 weights="fp4") under Triton's CPU interpreter, through ``triton_fp8_gemm.gemm``: a grouped GEMM
-with gathered rows, an idle tile, N not a multiple of the tile and two K spans, against the
-float64 sum of the dequantized weights (``quant.dequant_fp4_experts`` of the stored bytes) times
-the scaled activation codes. The interpreter takes the integer unpack (the GPU the PTX one, whose
-text tests/test_fp4_ptx.py runs; tests/gpu/test_moe_gpu.py runs the compiled kernel in the MoE).
-A control feeds the stored layout as if it were the span layout: far off."""
+with gathered rows, an idle tile and two K spans, against the float64 sum of the dequantized
+weights (``quant.dequant_fp4_experts`` of the stored bytes) times the scaled activation codes, in
+both layouts ``quant.to_fp4_tiles`` produces: 128-row tiles (N = 256: two N tiles) and plain
+spans (N = 40, not a multiple of 128: the last N tile masked). The interpreter takes the integer
+unpack (the GPU the PTX one, whose text tests/test_fp4_ptx.py runs; tests/gpu/test_moe_gpu.py
+runs the compiled kernel in the MoE). A control feeds the stored layout as if it were the held
+one: far off."""
 
 from __future__ import annotations
 
@@ -17,35 +19,39 @@ pytest.importorskip("triton")
 SCRIPT = r"""
 import torch
 from deepinfer_adapters.kernels import triton_fp8_gemm as tg
-from deepinfer_adapters.model_impl.quant import dequant_fp4_experts, to_span_pairs
+from deepinfer_adapters.model_impl.quant import dequant_fp4_experts, fp4_tiled, to_fp4_tiles
 
 g = torch.Generator().manual_seed(0)
-E, N, K, R = 3, 40, 128, 5
-stored = torch.randint(0, 256, (E, N, K // 2), generator=g, dtype=torch.uint8)
-wscale = torch.randint(120, 131, (E, N, K // 32), generator=g, dtype=torch.uint8)
+E, K, R = 3, 128, 5
 a = (torch.randn(R, K, generator=g) * 50).to(torch.float8_e4m3fn)
 row_idx = torch.tensor([4, 1, 0, 3, 2], dtype=torch.int32)  # sorted row r reads A row row_idx[r]
 groups = tg.Groups(expert=torch.tensor([2, 0, -1], dtype=torch.int32), row0=torch.tensor([0, 2, 5], dtype=torch.int32),
                    row1=torch.tensor([2, 5, 5], dtype=torch.int32), row_idx=row_idx)
-packed = torch.stack([to_span_pairs(stored[e]) for e in range(E)])
-for a_block in (32, 128):
-    sa = torch.pow(2.0, torch.randint(-8, 3, (R, K // a_block), generator=g).float())
-    av = a.double() * sa.double().repeat_interleave(a_block, 1)
-    want = torch.zeros(R, N, dtype=torch.float64)
-    for e, r0, r1 in ((2, 0, 2), (0, 2, 5)):
-        w = dequant_fp4_experts(stored[e], wscale[e].view(torch.float8_e8m0fnu), torch.float64)
-        want[r0:r1] = av[row_idx[r0:r1].long()] @ w.T
-    for name, weights in (("span", packed), ("control", stored)):
-        out = tg.gemm(a, sa, a_block, weights, wscale, (1, 32), torch.float32, rows=R, groups=groups)
-        rel = ((out.double() - want).abs().max() / want.abs().max()).item()
-        print(name, a_block, f"{rel:.3e}")
+for N in (256, 40):
+    stored = torch.randint(0, 256, (E, N, K // 2), generator=g, dtype=torch.uint8)
+    wscale = torch.randint(120, 131, (E, N, K // 32), generator=g, dtype=torch.uint8)
+    held = to_fp4_tiles(stored)
+    for a_block in (32, 128):
+        sa = torch.pow(2.0, torch.randint(-8, 3, (R, K // a_block), generator=g).float())
+        av = a.double() * sa.double().repeat_interleave(a_block, 1)
+        want = torch.zeros(R, N, dtype=torch.float64)
+        for e, r0, r1 in ((2, 0, 2), (0, 2, 5)):
+            w = dequant_fp4_experts(stored[e], wscale[e].view(torch.float8_e8m0fnu), torch.float64)
+            want[r0:r1] = av[row_idx[r0:r1].long()] @ w.T
+        for name, weights in (("held", held), ("control", stored)):
+            out = tg.gemm(a, sa, a_block, weights, wscale, (1, 32), torch.float32, rows=R, groups=groups)
+            rel = ((out.double() - want).abs().max() / want.abs().max()).item()
+            print(N, int(fp4_tiled(N, K)), name, a_block, f"{rel:.3e}")
 """
 
 
 def test_fp4_rows_kernel_matches_dequantized_weights_under_the_interpreter():
     lines = [line.split() for line in run_interpreted(SCRIPT).strip().splitlines()]
-    rel = {(name, int(block)): float(value) for name, block, value in lines}
-    assert set(rel) == {(n, b) for n in ("span", "control") for b in (32, 128)}
-    for block in (32, 128):
-        assert rel[("span", block)] < 1e-6  # fp32 sums of exact products
-        assert rel[("control", block)] > 0.1
+    rel = {(int(n), name, int(block)): float(value) for n, _, name, block, value in lines}
+    assert {(int(n), int(t)) for n, t, *_ in lines} == {(256, 1), (40, 0)}  # both layouts ran
+    assert len(rel) == 8
+    for n in (256, 40):
+        for block in (32, 128):
+            assert rel[(n, "held", block)] < 1e-6  # fp32 sums of exact products
+            assert rel[(n, "control", block)] > 0.1
+

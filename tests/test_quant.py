@@ -296,3 +296,28 @@ def test_block_must_divide_last_dim():
         q.fp4_roundtrip_e4m3(torch.zeros(2, 24), 16)
     with pytest.raises(ValueError, match="multiple"):
         q.quant_fp4_blocks(torch.zeros(2, 48))
+
+
+def test_fp4_tiles_layout_byte_by_byte():
+    """quant.to_fp4_tiles (the held layout of packed experts): where 128 divides the rows and the span
+    is 64, byte (row t*128 + r, span s, j) of the span layout sits at ((t * spans + s) * 128 + r) * 32 + j
+    of each expert matrix; otherwise the span layout itself. from_fp4_tiles inverts both."""
+    from deepinfer_adapters.model_impl.quant import fp4_tiled, from_fp4_tiles, to_fp4_tiles, to_span_pairs
+
+    g = torch.Generator().manual_seed(0)
+    for shape, tiled in (((2, 256, 96), True), ((128, 64), True), ((96, 64), False), ((128, 48), False)):
+        x = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
+        held, pairs = to_fp4_tiles(x), to_span_pairs(x)
+        n, kb = shape[-2:]
+        assert fp4_tiled(n, 2 * kb) == tiled and held.shape == x.shape and held.dtype == torch.uint8
+        assert torch.equal(from_fp4_tiles(held), x)
+        if not tiled:
+            assert torch.equal(held, pairs)
+            continue
+        spans = kb // 32
+        for m in range(held.reshape(-1, n, kb).shape[0]):
+            flat, p = held.reshape(-1, n * kb)[m], pairs.reshape(-1, n, kb)[m]
+            for row, s, j in ((0, 0, 0), (1, 0, 5), (127, spans - 1, 31), (n - 1, 1, 17), (130 % n, spans - 1, 0)):
+                t, r = divmod(row, 128)
+                assert flat[((t * spans + s) * 128 + r) * 32 + j] == p[row, s * 32 + j]
+        assert not torch.equal(held, pairs)

@@ -132,19 +132,38 @@ def e2m1_values(codes):
 
 
 @triton.jit
-def e2m1_halves(w_ptr, kb, mask_n, KSTEP: tl.constexpr, MODE: tl.constexpr):
+def fp4_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N: tl.constexpr, TILED: tl.constexpr):
+    """[BLOCK_N] pointers to this program's weight rows of packed E2M1 at K byte 0: rows ``stride_wn``
+    apart, or (TILED: ``quant.to_fp4_tiles``, BLOCK_N = 128) the first 32 bytes of the program's
+    row tile, row r at 32 r."""
+    if TILED:
+        return (W + expert * stride_we + pid_n.to(tl.int64) * (K // 64) * (BLOCK_N * 32)
+                + tl.arange(0, BLOCK_N).to(tl.int64) * 32)
+    return W + expert * stride_we + cols.to(tl.int64) * stride_wn
+
+
+@triton.jit
+def fp4_step_ptr(rows_ptr, kb, BLOCK_N: tl.constexpr, TILED: tl.constexpr):
+    """``fp4_rows_ptr``'s rows at input ``kb`` (the start of a 64-input span when TILED: tile
+    kb / 64 of the row tile, BLOCK_N x 32 bytes each)."""
+    if TILED:
+        return rows_ptr + (kb // 64) * (BLOCK_N * 32)
+    return rows_ptr + kb // 2
+
+
+@triton.jit
+def e2m1_halves(w_ptr, mask_n, KSTEP: tl.constexpr, MODE: tl.constexpr):
     """The two halves of a [KSTEP, BLOCK_N] weight tile of packed E2M1 in the span layout
     (quant.to_span_pairs, span = KSTEP): byte j of a span holds input j in its low nibble and
     input j + KSTEP / 2 in its high one, so a loaded [KSTEP / 2, BLOCK_N] byte tile splits into
     inputs kb .. kb + KSTEP/2 - 1 and the next KSTEP / 2 with no interleave (an interleave of the
     nibbles through join / permute / reshape ran 50-100x slower on the H200). ``w_ptr``
-    [1, BLOCK_N]: the weight rows at K byte 0. MODE (the kernel's W_FP4) 2: f16 values / 64, four
+    [1, BLOCK_N]: the weight rows at the span's first byte (``fp4_step_ptr``). MODE (the kernel's W_FP4) 2: f16 values / 64, four
     bytes per register operation (``_E2M1_LOW_PTX``); 1: fp32 values from integer operations on each
     nibble (the CPU interpreter's way; ~2.5x slower on the H200, BENCHMARKS.md session 7). Exact in
     both. (Session 7's third mode, bf16 values built from the nibbles and scaled in bf16x2 multiplies,
     was exact and no faster: removed in session 8.)"""
-    kp = kb // 2 + tl.arange(0, KSTEP // 2)
-    packed = tl.load(w_ptr + kp[:, None], mask=mask_n[None, :], other=0)
+    packed = tl.load(w_ptr + tl.arange(0, KSTEP // 2)[:, None], mask=mask_n[None, :], other=0)
     if MODE == 2:
         lo = tl.inline_asm_elementwise(_E2M1_LOW_PTX, "=r,=r,r", [packed], dtype=tl.float16, is_pure=True, pack=4)
         hi = tl.inline_asm_elementwise(_E2M1_HIGH_PTX, "=r,=r,r", [packed], dtype=tl.float16, is_pure=True, pack=4)
@@ -176,7 +195,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                     A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
                     GROUPED: tl.constexpr, GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr,
-                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0):
+                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0, W_TILED: tl.constexpr = False):
     """OUT[r, n] = sum_k A[r, k] W[e, n, k] with block scales. GROUPED: program row
     tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
     GATHER_A: A's row for output row r is ROW_IDX[r]; SCATTER_OUT: so is OUT's. A_SB == 0:
@@ -185,7 +204,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
     quantized here, per row, exactly as act_quant_kernel would (decode rows: one launch less).
     W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX): W holds packed
     E2M1 in the span layout, K / 2 bytes a row (``e2m1_halves``; span KSTEP, each half inside
-    one scale block)."""
+    one scale block); W_TILED: in 128-row tiles (``quant.to_fp4_tiles``; BLOCK_N 128)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -209,6 +228,8 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         a_ptr = A + a_rows[:, None] * stride_am
         as_ptr = A_SCALE + a_rows * stride_asm
         w_ptr = W + expert * stride_we + cols.to(tl.int64)[None, :] * stride_wn
+        if W_FP4:
+            w4_ptr = fp4_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, W_TILED)[None, :]
         ws_ptr = W_SCALE + expert * stride_wse + (cols // W_BN).to(tl.int64) * stride_wsn
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         k_lo = pid_k * k_per_split
@@ -234,7 +255,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                 for j in tl.static_range(SUB):
                     kb = k0 + j * KSTEP
                     if W_FP4:  # two chained half-depth products: the order of one KSTEP-deep product
-                        lo, hi = e2m1_halves(w_ptr, kb, mask_n, KSTEP, W_FP4)
+                        lo, hi = e2m1_halves(fp4_step_ptr(w4_ptr, kb, BLOCK_N, W_TILED), mask_n, KSTEP, W_FP4)
                         acc = half_product(acc, lo, a_ptr, ws_ptr, kb, mask_m, mask_n, KSTEP // 2, W_BK, W_E8M0,
                                            W_FP4)
                         acc = half_product(acc, hi, a_ptr, ws_ptr, kb + KSTEP // 2, mask_m, mask_n, KSTEP // 2, W_BK,
@@ -343,7 +364,7 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, A_SB: tl.constexpr, W_BK: tl.constexpr,
                          GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr, PTX: tl.constexpr,
                          TILED: tl.constexpr = False):
-    """Grouped GEMM of packed E2M1 experts (quant.to_span_pairs' layout, spans of 64, E8M0 scales per
+    """Grouped GEMM of packed E2M1 experts (quant.to_fp4_tiles' layout, spans of 64, E8M0 scales per
     W_BK = 32 inputs) with E4M3 activations (fp32 scales per A_SB), the product swapped as in
     ``fp8_gemm_rows_kernel``: program (row tile i, N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T]
     = W A^T for rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none), so the
@@ -370,11 +391,7 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
         mask_n = cols < N
         a_ptr = A + a_rows[:, None] * stride_am
         as_ptr = A_SCALE + a_rows * stride_asm
-        if TILED:  # [N / BLOCK_N, K / 64, BLOCK_N, 32] bytes an expert: an iteration's tile is contiguous
-            w_ptr = (W + expert * stride_we + pid_n.to(tl.int64) * (K // 64) * (BLOCK_N * 32)
-                     + tl.arange(0, BLOCK_N)[:, None] * 32)
-        else:
-            w_ptr = W + expert * stride_we + cols.to(tl.int64)[:, None] * stride_wn
+        w_ptr = fp4_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, TILED)[:, None]
         ws_ptr = W_SCALE + expert * stride_wse + cols.to(tl.int64) * stride_wsn
         acc = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
         k_lo = pid_k * k_per_split
@@ -384,10 +401,8 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
             # the next span's scales (the last iteration reloads its own: no mask, no branch)
             n_sa_lo, n_sw_lo, n_sa_hi, n_sw_hi = fp4_span_scales(as_ptr, ws_ptr, tl.minimum(kb + 64, k_hi - 64),
                                                                  mask_t, mask_n, A_SB, W_BK)
-            if TILED:
-                packed = tl.load(w_ptr + (kb // 64) * (BLOCK_N * 32) + tl.arange(0, 32)[None, :])
-            else:
-                packed = tl.load(w_ptr + (kb // 2 + tl.arange(0, 32))[None, :], mask=mask_n[:, None], other=0)
+            packed = tl.load(fp4_step_ptr(w_ptr, kb, BLOCK_N, TILED) + tl.arange(0, 32)[None, :], mask=mask_n[:, None],
+                             other=0)
             lo, hi = e2m1_e4m3_halves(packed, PTX)
             acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32)
             acc = fp4_half_product(acc, hi, sa_hi, sw_hi, a_ptr, kb + 32, mask_t, 32)

@@ -23,7 +23,7 @@ from deepinfer_adapters.model_impl.quant import (  # noqa: F401  (the round trip
     fp4_roundtrip_e4m3,
     fp4_roundtrip_e8m0,
     fp8_roundtrip,
-    from_span_pairs,
+    from_fp4_tiles,
     is_span_packed,
     unpack_fp4,
 )
@@ -61,7 +61,7 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
 
     x [T, D]; route_w [T, k] fp32; expert_ids [T, k]; w13 [E, 2I, D] holds w1 (rows :I)
     over w3 (rows I:); w2 [E, D, I]; scales per ``block``; E4M3, or packed E2M1 (uint8
-    [E, 2I, D / 2] and [E, D, I / 2] in ``quant.to_span_pairs``' layout). Expert e's rows are added in
+    [E, 2I, D / 2] and [E, D, I / 2] in ``quant.to_fp4_tiles``' layout). Expert e's rows are added in
     ascending e, as layers/moe.py does. ``shared`` [T, D] (the shared expert's output):
     added to y in fp32 after the routed rows, and y returned in shared's dtype -- the MoE
     layer's last two steps.
@@ -86,7 +86,7 @@ def _expert(x: torch.Tensor, route_w: torch.Tensor, w13: torch.Tensor, w13_scale
     """layers/moe.py Expert.forward: clamped SwiGLU, the route weight before w2. Packed E2M1
     weights (uint8, the span layout) are unpacked to E4M3 codes of the same values first."""
     if is_span_packed(w13):
-        w13, w2 = (unpack_fp4(from_span_pairs(w)).to(torch.float8_e4m3fn) for w in (w13, w2))
+        w13, w2 = (unpack_fp4(from_fp4_tiles(w)).to(torch.float8_e4m3fn) for w in (w13, w2))
     inter = w2.shape[1]
     scale_rows = inter // block[0]
     gate = fp8_linear(x, w13[:inter], w13_scale[:scale_rows], block, act_block)

@@ -47,6 +47,7 @@ Triton is imported lazily (importing ``deepinfer_adapters`` needs no GPU stack).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -54,7 +55,7 @@ import torch
 
 from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
-from deepinfer_adapters.model_impl.quant import fp4_span, is_span_packed
+from deepinfer_adapters.model_impl.quant import FP4_TILE_ROWS, fp4_span, fp4_tiled, is_span_packed
 
 FP8_MAX = 448.0
 ACT_AMAX_FLOOR = 1e-4
@@ -198,7 +199,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     ``swapped``: run ``fp8_gemm_rows_kernel`` (W A^T; None: where ``SWAPPED_ROWS`` says).
     ``split_groups``: a grouped GEMM may split K too (as an ungrouped one does while few tiles run)."""
     triton, _, kernel, _, rows_kernel = _kernels()
-    fp4 = is_span_packed(weight)  # packed E2M1, two values a byte, in quant.to_span_pairs' layout
+    fp4 = is_span_packed(weight)  # packed E2M1, two values a byte, in quant.to_fp4_tiles' layout
     N, K = weight.shape[-2], weight.shape[-1] * (2 if fp4 else 1)
     M = a.shape[0] if rows is None else rows
     ws, e8m0 = _scale_arg(w_scale)
@@ -210,6 +211,9 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         if quantize_a or swapped or tuple(weight_block) != (1, 32) or kstep != fp4_span(K):
             raise ValueError(f"fp8 gemm: packed E2M1 weights with a bf16 activation (the bf16 path) take (1, 32) "
                              f"scale blocks and kstep {fp4_span(K)} (their span)")
+        if fp4_tiled(N, K) and config is not None and config.block_n != FP4_TILE_ROWS:
+            raise ValueError(f"fp8 gemm: packed E2M1 weights in {FP4_TILE_ROWS}-row tiles take {FP4_TILE_ROWS}-row "
+                             f"N tiles, not {config.block_n}")
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
         raise ValueError(f"fp8 gemm: kstep {kstep} needs a bf16 activation and a multiple of {weight_block[1]}")
     kstep = kstep or kstep_for(weight_block, act_block)
@@ -228,6 +232,8 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     rows_per_tile = max(1, M // weight.shape[0]) if grouped else M
     cfg = (config or SWAPPED_CONFIG) if swapped else config or (
         invariant_config(kstep) if invariant else default_config(rows_per_tile, kstep))
+    if fp4 and fp4_tiled(N, K):  # the N tile is the weights' row tile
+        cfg = dataclasses.replace(cfg, block_n=FP4_TILE_ROWS)
     sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
     step = kstep * sub
     m_tiles = groups.expert.numel() if groups is not None else triton.cdiv(M, cfg.block_m)
@@ -259,16 +265,6 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
 # Packed E2M1 experts with E4M3 activations (grouped only): ``fp4_gemm_rows_kernel``, 16 rows of a tile
 # against 128 weight rows, one 64-input span per iteration
 FP4_ROWS_CONFIG = GemmConfig(16, 128, 1, 4, 3)
-# experiment: the weights in [E, N / 128, K / 64, 128, 32] bytes (``fp4_rows_tiled``), each K step's
-# tile contiguous in memory
-FP4_ROWS_TILED = False
-
-
-def fp4_rows_tiled(weight: torch.Tensor, block_n: int = 128) -> torch.Tensor:
-    """Packed experts [E, N, K / 2] in the span layout -> [E, N / block_n, K / 64, block_n, 32] bytes
-    (the same shape as a view), the order ``fp4_gemm_rows_kernel`` reads with TILED."""
-    E, N, KB = weight.shape
-    return weight.view(E, N // block_n, block_n, KB // 32, 32).transpose(2, 3).contiguous().view(E, N, KB)
 
 
 def fp4_rows_fit(k_in: int, w2: torch.Tensor, w2_scale: torch.Tensor, block: tuple[int, int], act_block: int) -> bool:
@@ -285,11 +281,13 @@ def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, 
 
     N, K = weight.shape[-2], 2 * weight.shape[-1]
     cfg = config or FP4_ROWS_CONFIG
+    tiled = fp4_tiled(N, K)
     if (unsupported or groups is None or not e8m0 or tuple(weight_block) != (1, 32) or fp4_span(K) != 64
-            or act_block % 32 or K % act_block or cfg.block_m < 16):
+            or act_block % 32 or K % act_block or cfg.block_m < 16 or (tiled and cfg.block_n != FP4_TILE_ROWS)):
         raise ValueError(f"fp8 gemm: packed E2M1 weights with E4M3 activations take a grouped GEMM, E8M0 scales per "
                          f"(1, 32), K a multiple of 64 (K = {K}) and of the activation block ({act_block}, a "
-                         "multiple of 32), tiles of >= 16 rows, and no kstep, quantize_a or swapped")
+                         f"multiple of 32), tiles of >= 16 rows (of {FP4_TILE_ROWS} weight rows where the weights "
+                         "are tiled), and no kstep, quantize_a or swapped")
     n_tiles = triton.cdiv(N, cfg.block_n)
     m_tiles = groups.expert.numel()
     split, k_per_split = split_k(m_tiles * n_tiles, K, 64, cfg.programs if split_groups else 0)
@@ -302,7 +300,7 @@ def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, 
             N, K, k_per_split, a.stride(0), a_scale.stride(0), weight.stride(0), weight.stride(1), ws.stride(0),
             ws.stride(1), out.stride(-2), out.stride(0) if split > 1 else 0,
             BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, A_SB=act_block, W_BK=32, GATHER_A=row_idx is not None,
-            SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), TILED=FP4_ROWS_TILED, num_warps=cfg.num_warps,
+            SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), TILED=tiled, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages)
     return out if split == 1 else sum_splits(out, out_dtype)
 
@@ -346,7 +344,7 @@ def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups,
         A_SB=act_block if a_scale is not None or quantize_a else 0, W_BN=weight_block[0], W_BK=weight_block[1],
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
         SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a,
-        W_FP4=0 if not fp4 else 1 if interpreting() else _FP4_MODES[FP4_UNPACK],
+        W_FP4=0 if not fp4 else 1 if interpreting() else _FP4_MODES[FP4_UNPACK], W_TILED=fp4 and fp4_tiled(N, K),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 

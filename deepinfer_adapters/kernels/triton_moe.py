@@ -40,7 +40,7 @@ stays the prefill path; benchmarks/bench_moe_blocks.py times one layer by storag
 
 Decode too takes the "bf16" path where activation scales are per 32 (``DECODE_PATH``, V4.1),
 with row tiles by rows per expert; V4's per-128 scales keep the "fp8" path there. Packed E2M1
-experts (weights="fp4", uint8 in quant.to_span_pairs' layout) take the "bf16" path in prefill and
+experts (weights="fp4", uint8 in quant.to_fp4_tiles' layout) take the "bf16" path in prefill and
 batch-invariant mode: each GEMM step unpacks its weight tile in registers (fp8_triton_jit.py
 ``e2m1_halves``), to the same bf16 values as the E4M3 conversion, so the same bits. At decode they
 take ``FP4_DECODE_PATH``.

@@ -13,7 +13,8 @@ dequantized. ``weights="fp8"`` keeps what the kernels can read directly:
   is per layer, made from the data in ``native_tensors``; the layer's storage follows the
   tensors' shapes (``build(..., expert_blocks=...)``). V4-Flash-Base FP8 experts stay as stored.
   ``weights="fp4"``: the same, but FP4 experts kept packed (E2M1, the checkpoint's scale per
-  32, nibbles reordered per span of 64 inputs: quant.to_span_pairs; expert block ``PACKED_FP4``):
+  32, nibbles reordered per span of 64 inputs and 128-row tiles: quant.to_fp4_tiles; expert block
+  ``PACKED_FP4``):
   half the expert bytes, read by the GPU kernels directly;
 - bf16 tensors (embeddings, head, gate, compressor, ...) bf16; the Engram table bf16
   (E4M3 x E8M0 is exact in bf16);
@@ -43,7 +44,7 @@ from deepinfer_adapters.model_impl.layers.engram import EngramEmbed
 from deepinfer_adapters.model_impl.layers.linear import Linear, merge_same_input
 from deepinfer_adapters.model_impl.layers.moe import Gate, MoE
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import (dequant_fp8_blocks, fp4_to_fp8_blocks, is_span_packed, to_span_pairs,
+from deepinfer_adapters.model_impl.quant import (dequant_fp8_blocks, fp4_to_fp8_blocks, is_span_packed, to_fp4_tiles,
                                                  unpack_fp4)
 from deepinfer_adapters.model_impl.weights import load_checkpoint
 
@@ -161,7 +162,7 @@ def _stacked_experts(ffn: str, parts: dict[tuple[int, str, str], torch.Tensor],
                 break
             pairs[(e, w)] = converted
     if fp4 and expert_block == PACKED_FP4:
-        pairs = {(e, w): (to_span_pairs(parts[(e, w, "weight")]), parts[(e, w, "scale")]) for e, w in names}
+        pairs = {(e, w): (parts[(e, w, "weight")].view(torch.uint8), parts[(e, w, "scale")]) for e, w in names}
     if not pairs:
         for e, w in names:
             weight = parts[(e, w, "weight")]
@@ -171,6 +172,9 @@ def _stacked_experts(ffn: str, parts: dict[tuple[int, str, str], torch.Tensor],
         out[f"{ffn}.routed.w13{suffix}"] = torch.stack([torch.cat([pairs[(e, "w1")][i], pairs[(e, "w3")][i]])
                                                         for e in range(n)])
         out[f"{ffn}.routed.w2{suffix}"] = torch.stack([pairs[(e, "w2")][i] for e in range(n)])
+    if fp4 and expert_block == PACKED_FP4:  # the GPU kernels' layout, per expert matrix (w1 and w3 joined)
+        for w in ("w13", "w2"):
+            out[f"{ffn}.routed.{w}"] = to_fp4_tiles(out[f"{ffn}.routed.{w}"])
     return out
 
 

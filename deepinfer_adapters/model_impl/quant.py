@@ -254,8 +254,41 @@ def fp4_span(k: int) -> int:
     return 64 if k % 64 == 0 else 32
 
 
+FP4_TILE_ROWS = 128  # weight rows of a tile of packed experts held for the GPU (``to_fp4_tiles``)
+
+
+def fp4_tiled(n: int, k: int) -> bool:
+    """Whether packed experts of ``n`` rows and ``k`` inputs are held in tiles (``to_fp4_tiles``):
+    where 128 divides ``n`` and their span is 64 (every real V4 / V4.1 width)."""
+    return n % FP4_TILE_ROWS == 0 and fp4_span(k) == 64
+
+
+def to_fp4_tiles(packed: torch.Tensor) -> torch.Tensor:
+    """Packed E2M1 as stored, [..., N, K / 2] (each matrix in the last two dims) -> the layout the GPU
+    kernels read (uint8, same shape): ``to_span_pairs``, then, where ``fp4_tiled``, each 128-row x
+    64-input tile's 128 x 32 bytes contiguous, tiles in (row tile, span) order, so a GEMM's K step
+    reads one 4 KB block instead of 128 strided 32-byte pieces (H200, a layer's experts at 8 / 32
+    tokens: 352 / 1111 us against 430 / 1379, BENCHMARKS.md session 8)."""
+    pairs = to_span_pairs(packed)
+    n, kb = pairs.shape[-2:]
+    if not fp4_tiled(n, 2 * kb):
+        return pairs
+    tiles = pairs.reshape(*pairs.shape[:-2], n // FP4_TILE_ROWS, FP4_TILE_ROWS, kb // 32, 32)
+    return tiles.transpose(-3, -2).contiguous().view(pairs.shape)
+
+
+def from_fp4_tiles(held: torch.Tensor) -> torch.Tensor:
+    """``to_fp4_tiles``' inverse: the GPU layout -> packed E2M1 as stored (uint8)."""
+    b = _as_bytes(held)
+    n, kb = b.shape[-2:]
+    if fp4_tiled(n, 2 * kb):
+        tiles = b.reshape(*b.shape[:-2], n // FP4_TILE_ROWS, kb // 32, FP4_TILE_ROWS, 32)
+        b = tiles.transpose(-3, -2).contiguous().view(b.shape)
+    return from_span_pairs(b)
+
+
 def is_span_packed(weight: torch.Tensor) -> bool:
-    """Whether ``weight`` holds packed E2M1 experts for the GPU kernels (``to_span_pairs``' layout:
+    """Whether ``weight`` holds packed E2M1 experts for the GPU kernels (``to_fp4_tiles``' layout:
     uint8, two values a byte); held weights are otherwise E4M3 or wider."""
     return weight.dtype == torch.uint8
 

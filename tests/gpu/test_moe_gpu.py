@@ -19,7 +19,7 @@ import torch
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import reference_fp8
-from deepinfer_adapters.model_impl.quant import quant_fp4_blocks, to_span_pairs, unpack_fp4
+from deepinfer_adapters.model_impl.quant import quant_fp4_blocks, to_fp4_tiles, unpack_fp4
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
 
@@ -37,8 +37,9 @@ def _experts(E, D, I, seed, packed=False):
 
     def fp8_from_fp4(out_f, in_f):
         codes, scale = quant_fp4_blocks(torch.randn(E * out_f, in_f, device="cuda", generator=g) / in_f**0.5)
-        weight = to_span_pairs(codes) if packed else unpack_fp4(codes).to(torch.float8_e4m3fn)
-        return weight.view(E, out_f, -1), scale.view(E, out_f, -1)
+        codes = codes.view(E, out_f, -1)
+        weight = to_fp4_tiles(codes) if packed else unpack_fp4(codes).to(torch.float8_e4m3fn)
+        return weight, scale.view(E, out_f, -1)
 
     w13, s13 = fp8_from_fp4(2 * I, D)
     w2, s2 = fp8_from_fp4(D, I)

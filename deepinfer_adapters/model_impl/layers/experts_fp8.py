@@ -8,7 +8,7 @@ exact code under it (quant.fp4_to_fp8_blocks); otherwise each E2M1 value (0, .5,
 as its E4M3 value with the checkpoint's scale per 32 inputs, a (1, 32) block. Or
 (``packed_fp4``, weights="fp4") kept packed: E2M1, two values a byte (uint8 [E, out, in / 2]),
 the nibbles of each 64 inputs reordered so that a GEMM step's two halves unpack without an
-interleave (quant.to_span_pairs), with the checkpoint's E8M0 scale per 32 inputs: half the
+interleave, and each 128-row x 64-input tile's bytes contiguous (quant.to_fp4_tiles), with the checkpoint's E8M0 scale per 32 inputs: half the
 bytes, which a decode step reads (the GPU kernel unpacks each tile in registers,
 kernels/fp8_triton_jit.py ``e2m1_halves``). w1 and w3 are stacked as w13 = [w1; w3] so one
 GEMM computes both.
@@ -23,7 +23,7 @@ from torch import nn
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import dequant_fp4_experts, dequant_fp8_blocks, from_span_pairs, is_span_packed
+from deepinfer_adapters.model_impl.quant import dequant_fp4_experts, dequant_fp8_blocks, from_fp4_tiles, is_span_packed
 
 
 class Fp8Experts(nn.Module):
@@ -53,7 +53,7 @@ class Fp8Experts(nn.Module):
         """Expert e's weights dequantized exactly, float32: (w13 [2I, D], w2 [D, I])."""
         def dequant(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
             if self.packed_fp4:
-                return dequant_fp4_experts(from_span_pairs(w), s, torch.float32, self.block[1])
+                return dequant_fp4_experts(from_fp4_tiles(w), s, torch.float32, self.block[1])
             return dequant_fp8_blocks(w, s, self.block, torch.float32)
 
         return dequant(self.w13[e], self.w13_scale[e]), dequant(self.w2[e], self.w2_scale[e])
