@@ -132,6 +132,19 @@ def e2m1_values(codes):
 
 
 @triton.jit
+def tile_rows(ROW_IDX, row0, row_end, BLOCK: tl.constexpr, GATHER_A: tl.constexpr):
+    """A row tile of a grouped GEMM: (output rows row0 .. row0 + BLOCK, their mask (< row_end), the
+    A row of each: ROW_IDX[row] when GATHER_A, else the row itself, int64)."""
+    rows = row0 + tl.arange(0, BLOCK)
+    mask = rows < row_end
+    if GATHER_A:
+        a_rows = tl.load(ROW_IDX + rows, mask=mask, other=0).to(tl.int64)
+    else:
+        a_rows = rows.to(tl.int64)
+    return rows, mask, a_rows
+
+
+@triton.jit
 def fp4_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N: tl.constexpr, TILED: tl.constexpr):
     """[BLOCK_N] pointers to this program's weight rows of packed E2M1 at K byte 0: rows ``stride_wn``
     apart, or (TILED: ``quant.to_fp4_tiles``, BLOCK_N = 128) the first 32 bytes of the program's
@@ -217,12 +230,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         row0 = pid_m * BLOCK_M
         row_end = M
     if expert >= 0:
-        rows = row0 + tl.arange(0, BLOCK_M)
-        mask_m = rows < row_end
-        if GATHER_A:
-            a_rows = tl.load(ROW_IDX + rows, mask=mask_m, other=0).to(tl.int64)
-        else:
-            a_rows = rows.to(tl.int64)
+        rows, mask_m, a_rows = tile_rows(ROW_IDX, row0, row_end, BLOCK_M, GATHER_A)
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask_n = cols < N
         a_ptr = A + a_rows[:, None] * stride_am
@@ -381,12 +389,7 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
     row0 = tl.load(TILE_ROW0 + pid_m)
     row_end = tl.load(TILE_ROW1 + pid_m)
     if expert >= 0:
-        rows = row0 + tl.arange(0, BLOCK_T)
-        mask_t = rows < row_end
-        if GATHER_A:
-            a_rows = tl.load(ROW_IDX + rows, mask=mask_t, other=0).to(tl.int64)
-        else:
-            a_rows = rows.to(tl.int64)
+        rows, mask_t, a_rows = tile_rows(ROW_IDX, row0, row_end, BLOCK_T, GATHER_A)
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask_n = cols < N
         a_ptr = A + a_rows[:, None] * stride_am
