@@ -22,6 +22,7 @@ import json
 import math
 import os
 import sys
+import types
 
 import torch
 
@@ -137,6 +138,8 @@ MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed 
     "fp8": ("fp8", "fp8", None, None), "fp8_n128": ("fp8", "fp8", tg.GemmConfig(16, 128, 4, 4, 4), None),
     "bf16": ("fp8", "bf16", None, None), "bf16_sorted": ("fp8", "bf16", None, "sorted"),
     "bf16_n64": ("fp8", "bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
+    # "fp8t": the E4M3 experts in triton_fp8_gemm.e4m3_tiles (an experiment, E4M3_TILES_EXPERIMENT)
+    "bf16_tiled": ("fp8t", "bf16", None, None),
     # packed E2M1 on the bf16 path (sessions 7-8: 16 x 64 tiles, 4 stages and 2 or 4 spans per iteration
     # were no faster than the default, RESULTS_moe_storage_fp4_s8.log)
     "fp4_bf16": ("fp4", "bf16", None, None), "fp4_bf16_int": ("fp4", "bf16", None, None),
@@ -175,6 +178,7 @@ def run_moe(T, c, stores, g):
         if routing == "sorted" and T > 1:  # the default there
             continue
         tg.FP4_UNPACK = MOE_FP4_UNPACK.get(name, "ptx")
+        tg.E4M3_TILES_EXPERIMENT = store == "fp8t"
         try:
             out = kernels.moe_experts(*args(0, store), path=path, config=cfg, routing=routing)
             row["us"][name] = time_graph([lambda i=i, store=store, path=path, cfg=cfg, routing=routing:
@@ -185,7 +189,7 @@ def run_moe(T, c, stores, g):
             row["us"][name] = float("nan")
             log(f"moe T={T} {name}: {type(e).__name__}: {str(e)[:160]}")
         finally:
-            tg.FP4_UNPACK = "ptx"
+            tg.FP4_UNPACK, tg.E4M3_TILES_EXPERIMENT = "ptx", False
     log(f"moe         T={T:3d} floor {floor['fp8']:6.1f} us, fp4 {floor['fp4']:6.1f} ({touched:.0f} experts) | "
         + " | ".join(f"{k} {v:6.1f}" for k, v in row["us"].items()) + " | rel vs bf16 "
         + " ".join(f"{k} {v:.0e}" for k, v in row.get("rel", {}).items()))
@@ -217,6 +221,10 @@ def main():
         from benchmarks.bench_moe_blocks import experts
 
         stores = {"fp8": experts(128), "fp4": experts(0)}
+        e4m3 = stores["fp8"]
+        stores["fp8t"] = types.SimpleNamespace(w13=tg.e4m3_tiles(e4m3.w13), w13_scale=e4m3.w13_scale,
+                                               w2=tg.e4m3_tiles(e4m3.w2), w2_scale=e4m3.w2_scale, block=e4m3.block,
+                                               act_block=e4m3.act_block, limit=e4m3.limit)
         for T in args.moe:
             rows.append(run_moe(T, c, stores, g))
         del stores

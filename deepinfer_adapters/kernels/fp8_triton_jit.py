@@ -238,6 +238,9 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         w_ptr = W + expert * stride_we + cols.to(tl.int64)[None, :] * stride_wn
         if W_FP4:
             w4_ptr = fp4_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, W_TILED)[None, :]
+        elif W_TILED:
+            w8_ptr = (W + expert * stride_we + pid_n.to(tl.int64) * (K // KSTEP) * (KSTEP * BLOCK_N)
+                      + tl.arange(0, BLOCK_N).to(tl.int64)[None, :] * KSTEP)
         ws_ptr = W_SCALE + expert * stride_wse + (cols // W_BN).to(tl.int64) * stride_wsn
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         k_lo = pid_k * k_per_split
@@ -271,7 +274,11 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     else:
                         ks = kb + tl.arange(0, KSTEP)
                         a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
-                        w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
+                        if W_TILED:  # E4M3 in [N / BLOCK_N, K / KSTEP, BLOCK_N, KSTEP] tiles (an experiment)
+                            w = tl.load(w8_ptr + (kb // KSTEP) * (KSTEP * BLOCK_N) + tl.arange(0, KSTEP)[:, None],
+                                        mask=mask_n[None, :], other=0.0)
+                        else:
+                            w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
                         if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
                             sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
                         else:

@@ -265,6 +265,15 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
 # Packed E2M1 experts with E4M3 activations (grouped only): ``fp4_gemm_rows_kernel``, 16 rows of a tile
 # against 128 weight rows, one 64-input span per iteration
 FP4_ROWS_CONFIG = GemmConfig(16, 128, 1, 4, 3)
+# Experiment (benchmarks/bench_decode_gemv.py "bf16_tiled"): grouped E4M3 weights on the bf16 path held in
+# [E, N / 128, K / 128, 128, 128] tiles (``e4m3_tiles``), each K step's 16 KB contiguous. Not a held layout.
+E4M3_TILES_EXPERIMENT = False
+
+
+def e4m3_tiles(weight: torch.Tensor) -> torch.Tensor:
+    """Grouped E4M3 weights [E, N, K] -> ``E4M3_TILES_EXPERIMENT``'s tiles (same shape, a view)."""
+    E, N, K = weight.shape
+    return weight.view(E, N // 128, 128, K // 128, 128).transpose(2, 3).contiguous().view(E, N, K)
 
 
 def fp4_rows_fit(k_in: int, w2: torch.Tensor, w2_scale: torch.Tensor, block: tuple[int, int], act_block: int) -> bool:
@@ -344,8 +353,17 @@ def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups,
         A_SB=act_block if a_scale is not None or quantize_a else 0, W_BN=weight_block[0], W_BK=weight_block[1],
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
         SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a,
-        W_FP4=0 if not fp4 else 1 if interpreting() else _FP4_MODES[FP4_UNPACK], W_TILED=fp4 and fp4_tiled(N, K),
+        W_FP4=0 if not fp4 else 1 if interpreting() else _FP4_MODES[FP4_UNPACK],
+        W_TILED=fp4_tiled(N, K) if fp4 else _e4m3_tiled(grouped, a_scale, kstep, sub, cfg),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+def _e4m3_tiled(grouped, a_scale, kstep, sub, cfg) -> bool:
+    if not E4M3_TILES_EXPERIMENT:
+        return False
+    if not grouped or a_scale is not None or kstep != 128 or sub != 1 or cfg.block_n != 128:
+        raise ValueError("E4M3_TILES_EXPERIMENT: grouped bf16-path GEMMs with 128-deep steps and 128-row N tiles only")
+    return True
 
 
 def dequant_bf16(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
