@@ -138,7 +138,7 @@ MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed 
     "fp8": ("fp8", "fp8", None, None), "fp8_n128": ("fp8", "fp8", tg.GemmConfig(16, 128, 4, 4, 4), None),
     "bf16": ("fp8", "bf16", None, None), "bf16_sorted": ("fp8", "bf16", None, "sorted"),
     "bf16_n64": ("fp8", "bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
-    # "fp8t": the E4M3 experts in triton_fp8_gemm.e4m3_tiles (an experiment, E4M3_TILES_EXPERIMENT)
+    # "fp8t": the E4M3 experts in triton_fp8_gemm.e4m3_tiles (an experiment, E4M3_TILES_EXPERIMENT; not yet run)
     "bf16_tiled": ("fp8t", "bf16", None, None),
     # packed E2M1 on the bf16 path (sessions 7-8: 16 x 64 tiles, 4 stages and 2 or 4 spans per iteration
     # were no faster than the default, RESULTS_moe_storage_fp4_s8.log)

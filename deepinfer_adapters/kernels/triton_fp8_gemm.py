@@ -266,7 +266,9 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
 # against 128 weight rows, one 64-input span per iteration
 FP4_ROWS_CONFIG = GemmConfig(16, 128, 1, 4, 3)
 # Experiment (benchmarks/bench_decode_gemv.py "bf16_tiled"): grouped E4M3 weights on the bf16 path held in
-# [E, N / 128, K / 128, 128, 128] tiles (``e4m3_tiles``), each K step's 16 KB contiguous. Not a held layout.
+# [E, N / 128, K / 128, 128, 128] tiles (``e4m3_tiles``), each K step's 16 KB contiguous. Not a held layout;
+# compiled offline (Triton 3.6), not yet run on a GPU (session 8 ran out of device time): the bench's
+# "rel vs bf16" column must read 0 for it.
 E4M3_TILES_EXPERIMENT = False
 
 
