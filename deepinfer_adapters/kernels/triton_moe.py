@@ -170,6 +170,15 @@ def combine(out: torch.Tensor, T: int, k: int, rows: torch.Tensor | None = None,
     return y
 
 
+def _default_path(x, w2, w2_scale, block, act_block, large: bool, fp4: bool, kstep: int) -> str:
+    """``moe_experts``' path where none is given (see the module doc)."""
+    if large or invariance.enabled():
+        return LARGE_PATH
+    if fp4:
+        return FP4_DECODE_PATH if fp8.fp4_rows_fit(x.shape[-1], w2, w2_scale, block, act_block) else "bf16"
+    return DECODE_PATH if kstep < 128 else "fp8"
+
+
 def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
                 w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
                 block: tuple[int, int], act_block: int, limit: float, shared: torch.Tensor | None = None, *,
@@ -186,11 +195,7 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     large = T * k >= LARGE_PAIRS
     fp4 = is_span_packed(w13)  # packed E2M1 (the checkpoint's own bytes)
     if path is None:
-        if large or invariance.enabled():
-            path = LARGE_PATH
-        else:
-            path = (FP4_DECODE_PATH if fp8.fp4_rows_fit(x.shape[-1], w2, w2_scale, block, act_block) else "bf16") \
-                if fp4 else DECODE_PATH if kstep < 128 else "fp8"
+        path = _default_path(x, w2, w2_scale, block, act_block, large, fp4, kstep)
     if routing is None:
         routing = "pairs" if T == 1 else "sorted"
     if path == "bf16":
