@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [s8check] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -135,6 +135,21 @@ if has fp4rows; then  # packed FP4 on the fp8 path (fp4_gemm_rows_kernel): tests
   else
     echo "fp4 fp8 path over 1.1x E4M3 bf16 at T=32: model runs skipped"
   fi
+fi
+if has s8check; then  # session 8's leftovers (~6 min): test_moe_gpu.py whole (the tiled FP4 layout, the default-path
+  # helper), the routed experts by storage with the E4M3 tiles experiment ("bf16_tiled": rel must read 0), and V4.1
+  # B=8/32 with E4M3 and with packed FP4 experts under the same flags
+  timeout 200 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_moe_gpu.py > "$OUT/gpu_tests_moe.log" 2>&1
+  echo "test_moe_gpu.py: $(tail -1 "$OUT/gpu_tests_moe.log")"; grep -hE "FAILED|Error" "$OUT/gpu_tests_moe.log" | head -10
+  pack
+  timeout 120 python benchmarks/bench_decode_gemv.py --rows 1 --quick --moe 8 32 --out "$OUT" > "$OUT/moe_storage.log" 2>&1
+  grep -E "^moe" "$OUT/moe_storage.log"; pack
+  for store in 128 0; do
+    mkdir -p "$OUT/rw_$store"
+    timeout 90 ${RW/--out $OUT/--out $OUT/rw_$store} --batches 8 32 --ref-batches 0 --prefill 0 --expert-block $store \
+      > "$OUT/real_width_$store.log" 2>&1
+    echo "V4.1, --expert-block $store:"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_$store.log" | grep decode; pack
+  done
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"
