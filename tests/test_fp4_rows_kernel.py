@@ -55,3 +55,29 @@ def test_fp4_rows_kernel_matches_dequantized_weights_under_the_interpreter():
             assert rel[(n, "held", block)] < 1e-6  # fp32 sums of exact products
             assert rel[(n, "control", block)] > 0.1
 
+
+
+def test_packed_weights_refuse_tiles_and_arguments_their_kernels_cannot_take():
+    """Typed errors before any launch: a tiled packed weight with an N tile other than its 128-row
+    tile (either path), and the FP8 path without groups or with a K step forced."""
+    import torch
+
+    from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+    from deepinfer_adapters.model_impl.quant import to_fp4_tiles
+
+    E, N, K, R = 2, 256, 128, 3
+    held = to_fp4_tiles(torch.zeros(E, N, K // 2, dtype=torch.uint8))
+    scale = torch.full((E, N, K // 32), 127, dtype=torch.uint8)
+    groups = tg.Groups(expert=torch.tensor([0], dtype=torch.int32), row0=torch.tensor([0], dtype=torch.int32),
+                       row1=torch.tensor([R], dtype=torch.int32))
+    a_bf16 = torch.zeros(R, K, dtype=torch.bfloat16)
+    a8, sa = torch.zeros(R, K, dtype=torch.float8_e4m3fn), torch.ones(R, K // 32)
+    narrow = tg.GemmConfig(16, 64, 1, 4, 3)
+    with pytest.raises(ValueError, match="128-row"):
+        tg.gemm(a_bf16, None, 0, held, scale, (1, 32), torch.float32, rows=R, groups=groups, config=narrow)
+    with pytest.raises(ValueError, match="128 weight rows"):
+        tg.gemm(a8, sa, 32, held, scale, (1, 32), torch.float32, rows=R, groups=groups, config=narrow)
+    with pytest.raises(ValueError, match="grouped GEMM"):
+        tg.gemm(a8, sa, 32, held[0], scale[0], (1, 32), torch.float32)
+    with pytest.raises(ValueError, match="no kstep"):
+        tg.gemm(a8, sa, 32, held, scale, (1, 32), torch.float32, rows=R, groups=groups, kstep=64)
