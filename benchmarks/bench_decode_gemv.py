@@ -140,6 +140,8 @@ MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed 
     "bf16_n64": ("fp8", "bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
     # "fp8t": the E4M3 experts in triton_fp8_gemm.e4m3_tiles (an experiment, E4M3_TILES_EXPERIMENT; not yet run)
     "bf16_tiled": ("fp8t", "bf16", None, None),
+    # the E4M3 experts through fp4_gemm_rows_kernel (triton_fp8_gemm.E4M3_ROWS_EXPERIMENT; not yet run)
+    "fp8_rows": ("fp8", "fp8", tg.GemmConfig(16, 128, 1, 4, 3), None),
     # packed E2M1 on the bf16 path (sessions 7-8: 16 x 64 tiles, 4 stages and 2 or 4 spans per iteration
     # were no faster than the default, RESULTS_moe_storage_fp4_s8.log)
     "fp4_bf16": ("fp4", "bf16", None, None), "fp4_bf16_int": ("fp4", "bf16", None, None),
@@ -179,6 +181,7 @@ def run_moe(T, c, stores, g):
             continue
         tg.FP4_UNPACK = MOE_FP4_UNPACK.get(name, "ptx")
         tg.E4M3_TILES_EXPERIMENT = store == "fp8t"
+        tg.E4M3_ROWS_EXPERIMENT = name == "fp8_rows"
         try:
             out = kernels.moe_experts(*args(0, store), path=path, config=cfg, routing=routing)
             row["us"][name] = time_graph([lambda i=i, store=store, path=path, cfg=cfg, routing=routing:
@@ -189,7 +192,7 @@ def run_moe(T, c, stores, g):
             row["us"][name] = float("nan")
             log(f"moe T={T} {name}: {type(e).__name__}: {str(e)[:160]}")
         finally:
-            tg.FP4_UNPACK, tg.E4M3_TILES_EXPERIMENT = "ptx", False
+            tg.FP4_UNPACK, tg.E4M3_TILES_EXPERIMENT, tg.E4M3_ROWS_EXPERIMENT = "ptx", False, False
     log(f"moe         T={T:3d} floor {floor['fp8']:6.1f} us, fp4 {floor['fp4']:6.1f} ({touched:.0f} experts) | "
         + " | ".join(f"{k} {v:6.1f}" for k, v in row["us"].items()) + " | rel vs bf16 "
         + " ".join(f"{k} {v:.0e}" for k, v in row.get("rel", {}).items()))

@@ -81,3 +81,40 @@ def test_packed_weights_refuse_tiles_and_arguments_their_kernels_cannot_take():
         tg.gemm(a8, sa, 32, held[0], scale[0], (1, 32), torch.float32)
     with pytest.raises(ValueError, match="no kstep"):
         tg.gemm(a8, sa, 32, held, scale, (1, 32), torch.float32, rows=R, groups=groups, kstep=64)
+
+
+E4M3_SCRIPT = r"""
+import torch
+from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+
+g = torch.Generator().manual_seed(2)
+E, N, K, R = 3, 40, 256, 5
+a = (torch.randn(R, K, generator=g) * 50).to(torch.float8_e4m3fn)
+row_idx = torch.tensor([4, 1, 0, 3, 2], dtype=torch.int32)
+groups = tg.Groups(expert=torch.tensor([2, 0, -1], dtype=torch.int32), row0=torch.tensor([0, 2, 5], dtype=torch.int32),
+                   row1=torch.tensor([2, 5, 5], dtype=torch.int32), row_idx=row_idx)
+w = (torch.randn(E, N, K, generator=g) * 30).to(torch.float8_e4m3fn)
+tg.E4M3_ROWS_EXPERIMENT = True
+for w_block, e8m0 in ((128, True), (32, False)):
+    exps = torch.randint(-6, 4, (E, N, K // w_block), generator=g)
+    scale = (exps + 127).to(torch.uint8) if e8m0 else torch.pow(2.0, exps.float())
+    for a_block in (32, 128):
+        sa = torch.pow(2.0, torch.randint(-8, 3, (R, K // a_block), generator=g).float())
+        av = a.double() * sa.double().repeat_interleave(a_block, 1)
+        want = torch.zeros(R, N, dtype=torch.float64)
+        for e, r0, r1 in ((2, 0, 2), (0, 2, 5)):
+            we = w[e].double() * torch.pow(2.0, exps[e].double()).repeat_interleave(w_block, 1)
+            want[r0:r1] = av[row_idx[r0:r1].long()] @ we.T
+        out = tg.gemm(a, sa, a_block, w, scale, (1, w_block), torch.float32, rows=R, groups=groups)
+        rel = ((out.double() - want).abs().max() / want.abs().max()).item()
+        print(w_block, a_block, f"{rel:.3e}")
+"""
+
+
+def test_e4m3_rows_experiment_matches_the_dequantized_weights_under_the_interpreter():
+    """``E4M3_ROWS_EXPERIMENT``: plain E4M3 experts through ``fp4_gemm_rows_kernel`` (W_E4M3), E8M0
+    scales per 128 and fp32 scales per 32, activation blocks 32 and 128, against float64 sums."""
+    lines = [line.split() for line in run_interpreted(E4M3_SCRIPT).strip().splitlines()]
+    assert len(lines) == 4
+    for _, _, rel in lines:
+        assert float(rel) < 1e-6

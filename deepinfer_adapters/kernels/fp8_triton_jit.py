@@ -363,13 +363,15 @@ def fp4_span_scales(as_ptr, ws_ptr, kb, mask_t, mask_n, A_SB: tl.constexpr, W_BK
 
 
 @triton.jit
-def fp4_half_product(acc, w, sa, sw, a_ptr, k0, mask_t, HALF: tl.constexpr):
+def fp4_half_product(acc, w, sa, sw, a_ptr, k0, mask_t, HALF: tl.constexpr, UNIT: tl.constexpr = 64.0,
+                     W_E8M0: tl.constexpr = True):
     """acc + (W A^T) over inputs k0 .. k0 + HALF: one FP8 tensor-core product of the weight half ``w``
     (E4M3 of value / 64, [BLOCK_N, HALF], inside one weight scale block) with the rows' E4M3 codes,
     times (weight scale x 64) x activation scale -- powers of two: exact -- added to the fp32 acc.
-    (Issuing both halves' products before scaling either still compiled to a wait after each.)"""
+    (Issuing both halves' products before scaling either still compiled to a wait after each.)
+    UNIT: the weight codes' unit (1 for plain E4M3 weights); W_E8M0: the scales' encoding."""
     a = tl.load(a_ptr + (k0 + tl.arange(0, HALF))[None, :], mask=mask_t[:, None], other=0.0)
-    scale = (weight_scale(sw, True) * 64.0)[:, None] * sa[None, :]
+    scale = (weight_scale(sw, W_E8M0) * UNIT)[:, None] * sa[None, :]
     return acc + tl.dot(w, tl.trans(a)) * scale
 
 
@@ -378,7 +380,7 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
                          stride_am, stride_asm, stride_we, stride_wn, stride_wse, stride_wsn, stride_om, stride_os,
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, A_SB: tl.constexpr, W_BK: tl.constexpr,
                          GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr, PTX: tl.constexpr,
-                         TILED: tl.constexpr = False):
+                         TILED: tl.constexpr = False, W_E4M3: tl.constexpr = False, W_E8M0: tl.constexpr = True):
     """Grouped GEMM of packed E2M1 experts (quant.to_fp4_tiles' layout, spans of 64, E8M0 scales per
     W_BK = 32 inputs) with E4M3 activations (fp32 scales per A_SB), the product swapped as in
     ``fp8_gemm_rows_kernel``: program (row tile i, N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T]
@@ -388,7 +390,9 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
     in registers (``e2m1_e4m3_halves``: a few integer operations per four values; the bf16 path's
     unpack also converts and scales each value) and each half is one 32-deep product rescaled by
     its blocks' scales, as the rows-first kernel's FP8 path does. GATHER_A: A's row for tile row r
-    is ROW_IDX[r]; SCATTER_OUT: so is OUT's."""
+    is ROW_IDX[r]; SCATTER_OUT: so is OUT's. W_E4M3 (an experiment, ``E4M3_ROWS_EXPERIMENT``): W holds
+    plain E4M3 rows (K bytes each, scales per W_BK, E8M0 or fp32 by W_E8M0), each half loaded as it is:
+    no unpack, no conversion."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -411,11 +415,17 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
             # the next span's scales (the last iteration reloads its own: no mask, no branch)
             n_sa_lo, n_sw_lo, n_sa_hi, n_sw_hi = fp4_span_scales(as_ptr, ws_ptr, tl.minimum(kb + 64, k_hi - 64),
                                                                  mask_t, mask_n, A_SB, W_BK)
-            packed = tl.load(fp4_step_ptr(w_ptr, kb, BLOCK_N, TILED) + tl.arange(0, 32)[None, :], mask=mask_n[:, None],
-                             other=0)
-            lo, hi = e2m1_e4m3_halves(packed, PTX)
-            acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32)
-            acc = fp4_half_product(acc, hi, sa_hi, sw_hi, a_ptr, kb + 32, mask_t, 32)
+            if W_E4M3:
+                lo = tl.load(w_ptr + (kb + tl.arange(0, 32))[None, :], mask=mask_n[:, None], other=0.0)
+                hi = tl.load(w_ptr + (kb + 32 + tl.arange(0, 32))[None, :], mask=mask_n[:, None], other=0.0)
+                acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32, 1.0, W_E8M0)
+                acc = fp4_half_product(acc, hi, sa_hi, sw_hi, a_ptr, kb + 32, mask_t, 32, 1.0, W_E8M0)
+            else:
+                packed = tl.load(fp4_step_ptr(w_ptr, kb, BLOCK_N, TILED) + tl.arange(0, 32)[None, :],
+                                 mask=mask_n[:, None], other=0)
+                lo, hi = e2m1_e4m3_halves(packed, PTX)
+                acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32)
+                acc = fp4_half_product(acc, hi, sa_hi, sw_hi, a_ptr, kb + 32, mask_t, 32)
             sa_lo, sw_lo, sa_hi, sw_hi = n_sa_lo, n_sw_lo, n_sa_hi, n_sw_hi
         out_rows = a_rows if SCATTER_OUT else rows.to(tl.int64)
         out_ptr = OUT + pid_k * stride_os + out_rows[None, :] * stride_om + cols[:, None]

@@ -206,6 +206,9 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     if fp4 and a_scale is not None:
         return _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, M, groups, config,
                          split_groups, quantize_a or swapped or kstep is not None)
+    if E4M3_ROWS_EXPERIMENT and groups is not None and a_scale is not None:
+        return _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, M, groups, config,
+                         split_groups, quantize_a or swapped or kstep is not None, e4m3=True)
     if fp4:
         kstep = kstep or fp4_span(K)
         if quantize_a or swapped or tuple(weight_block) != (1, 32) or kstep != fp4_span(K):
@@ -270,6 +273,11 @@ FP4_ROWS_CONFIG = GemmConfig(16, 128, 1, 4, 3)
 # compiled offline (Triton 3.6), not yet run on a GPU (session 8 ran out of device time): the bench's
 # "rel vs bf16" column must read 0 for it.
 E4M3_TILES_EXPERIMENT = False
+# Experiment (bench config "fp8_rows"): grouped E4M3 weights with E4M3 activations through
+# ``fp4_gemm_rows_kernel`` (W_E4M3: each 32-input half loaded as it is, the weight the 64-row operand of
+# FP8 wgmma, no conversion; the rows-first fp8 path converts each weight tile for mma.sync). Checked
+# under the interpreter (tests/test_fp4_rows_kernel.py), compiled offline, not yet run on a GPU.
+E4M3_ROWS_EXPERIMENT = False
 
 
 def e4m3_tiles(weight: torch.Tensor) -> torch.Tensor:
@@ -285,16 +293,19 @@ def fp4_rows_fit(k_in: int, w2: torch.Tensor, w2_scale: torch.Tensor, block: tup
 
 
 def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, M, groups, config, split_groups,
-              unsupported) -> torch.Tensor:
-    """``gemm`` for packed E2M1 weights and E4M3 activations: ``fp4_gemm_rows_kernel``."""
+              unsupported, e4m3: bool = False) -> torch.Tensor:
+    """``gemm`` for packed E2M1 weights (or, ``e4m3``, plain E4M3 ones: an experiment) and E4M3
+    activations: ``fp4_gemm_rows_kernel``."""
     triton = _kernels()[0]
     from deepinfer_adapters.kernels.fp8_triton_jit import fp4_gemm_rows_kernel
 
-    N, K = weight.shape[-2], 2 * weight.shape[-1]
+    N, K = weight.shape[-2], weight.shape[-1] * (1 if e4m3 else 2)
     cfg = config or FP4_ROWS_CONFIG
-    tiled = fp4_tiled(N, K)
-    if (unsupported or groups is None or not e8m0 or tuple(weight_block) != (1, 32) or fp4_span(K) != 64
-            or act_block % 32 or K % act_block or cfg.block_m < 16 or (tiled and cfg.block_n != FP4_TILE_ROWS)):
+    tiled = not e4m3 and fp4_tiled(N, K)
+    blocks_ok = (weight_block[0] == 1 and weight_block[1] % 32 == 0 and K % 64 == 0) if e4m3 else (
+        e8m0 and tuple(weight_block) == (1, 32) and fp4_span(K) == 64)
+    if (unsupported or groups is None or not blocks_ok or act_block % 32 or K % act_block or cfg.block_m < 16
+            or (tiled and cfg.block_n != FP4_TILE_ROWS)):
         raise ValueError(f"fp8 gemm: packed E2M1 weights with E4M3 activations take a grouped GEMM, E8M0 scales per "
                          f"(1, 32), K a multiple of 64 (K = {K}) and of the activation block ({act_block}, a "
                          f"multiple of 32), tiles of >= 16 rows (of {FP4_TILE_ROWS} weight rows where the weights "
@@ -310,9 +321,9 @@ def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, 
             a, a_scale, weight, ws, out, a if row_idx is None else row_idx, groups.expert, groups.row0, groups.row1,
             N, K, k_per_split, a.stride(0), a_scale.stride(0), weight.stride(0), weight.stride(1), ws.stride(0),
             ws.stride(1), out.stride(-2), out.stride(0) if split > 1 else 0,
-            BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, A_SB=act_block, W_BK=32, GATHER_A=row_idx is not None,
-            SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), TILED=tiled, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages)
+            BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, A_SB=act_block, W_BK=weight_block[1],
+            GATHER_A=row_idx is not None, SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), TILED=tiled,
+            W_E4M3=e4m3, W_E8M0=e8m0, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out if split == 1 else sum_splits(out, out_dtype)
 
 
