@@ -389,7 +389,8 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
     a decode step's one or two rows per expert the narrow one. Each span's two halves become E4M3
     in registers (``e2m1_e4m3_halves``: a few integer operations per four values; the bf16 path's
     unpack also converts and scales each value) and each half is one 32-deep product rescaled by
-    its blocks' scales, as the rows-first kernel's FP8 path does. GATHER_A: A's row for tile row r
+    its blocks' scales, as the rows-first kernel's FP8 path does. TILED: the weights in 128-row tiles
+    (``quant.fp4_tiled``; BLOCK_N 128), else rows ``stride_wn`` apart. GATHER_A: A's row for tile row r
     is ROW_IDX[r]; SCATTER_OUT: so is OUT's. W_E4M3 (an experiment, ``E4M3_ROWS_EXPERIMENT``): W holds
     plain E4M3 rows (K bytes each, scales per W_BK, E8M0 or fp32 by W_E8M0), each half loaded as it is:
     no unpack, no conversion."""
