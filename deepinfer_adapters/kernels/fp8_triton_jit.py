@@ -145,23 +145,27 @@ def tile_rows(ROW_IDX, row0, row_end, BLOCK: tl.constexpr, GATHER_A: tl.constexp
 
 
 @triton.jit
-def fp4_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N: tl.constexpr, TILED: tl.constexpr):
-    """[BLOCK_N] pointers to this program's weight rows of packed E2M1 at K byte 0: rows ``stride_wn``
-    apart, or (TILED: ``quant.to_fp4_tiles``, BLOCK_N = 128) the first 32 bytes of the program's
-    row tile, row r at 32 r."""
+def weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N: tl.constexpr, TILE_K: tl.constexpr,
+                    TILE_B: tl.constexpr, TILED: tl.constexpr):
+    """[BLOCK_N] pointers to this program's weight rows at input 0: rows ``stride_wn`` apart, or
+    (TILED) the first TILE_B bytes of the program's row tile, row r at TILE_B r -- the weight held in
+    tiles of BLOCK_N rows x TILE_K inputs (TILE_B bytes a row), each tile contiguous, tiles in (row
+    tile, K tile) order: ``quant.to_fp4_tiles`` (TILE_K 64, TILE_B 32) and the E4M3 tiles experiment
+    (``triton_fp8_gemm.e4m3_tiles``: TILE_K = TILE_B = 128)."""
     if TILED:
-        return (W + expert * stride_we + pid_n.to(tl.int64) * (K // 64) * (BLOCK_N * 32)
-                + tl.arange(0, BLOCK_N).to(tl.int64) * 32)
+        return (W + expert * stride_we + pid_n.to(tl.int64) * (K // TILE_K) * (BLOCK_N * TILE_B)
+                + tl.arange(0, BLOCK_N).to(tl.int64) * TILE_B)
     return W + expert * stride_we + cols.to(tl.int64) * stride_wn
 
 
 @triton.jit
-def fp4_step_ptr(rows_ptr, kb, BLOCK_N: tl.constexpr, TILED: tl.constexpr):
-    """``fp4_rows_ptr``'s rows at input ``kb`` (the start of a 64-input span when TILED: tile
-    kb / 64 of the row tile, BLOCK_N x 32 bytes each)."""
+def weight_step_ptr(rows_ptr, kb, BLOCK_N: tl.constexpr, TILE_K: tl.constexpr, TILE_B: tl.constexpr,
+                    TILED: tl.constexpr):
+    """``weight_rows_ptr``'s rows at input ``kb`` (a multiple of TILE_K when TILED: tile kb / TILE_K
+    of the row tile, BLOCK_N x TILE_B bytes each; else byte kb / (TILE_K / TILE_B) of each row)."""
     if TILED:
-        return rows_ptr + (kb // 64) * (BLOCK_N * 32)
-    return rows_ptr + kb // 2
+        return rows_ptr + (kb // TILE_K) * (BLOCK_N * TILE_B)
+    return rows_ptr + kb // (TILE_K // TILE_B)
 
 
 @triton.jit
@@ -171,8 +175,8 @@ def e2m1_halves(w_ptr, mask_n, KSTEP: tl.constexpr, MODE: tl.constexpr):
     input j + KSTEP / 2 in its high one, so a loaded [KSTEP / 2, BLOCK_N] byte tile splits into
     inputs kb .. kb + KSTEP/2 - 1 and the next KSTEP / 2 with no interleave (an interleave of the
     nibbles through join / permute / reshape ran 50-100x slower on the H200). ``w_ptr``
-    [1, BLOCK_N]: the weight rows at the span's first byte (``fp4_step_ptr``). MODE (the kernel's W_FP4) 2: f16 values / 64, four
-    bytes per register operation (``_E2M1_LOW_PTX``); 1: fp32 values from integer operations on each
+    [1, BLOCK_N]: the weight rows at the span's first byte (``weight_step_ptr``). MODE (the kernel's
+    W_FP4) 2: f16 values / 64, four bytes per register operation (``_E2M1_LOW_PTX``); 1: fp32 values from integer operations on each
     nibble (the CPU interpreter's way; ~2.5x slower on the H200, BENCHMARKS.md session 7). Exact in
     both. (Session 7's third mode, bf16 values built from the nibbles and scaled in bf16x2 multiplies,
     was exact and no faster: removed in session 8.)"""
@@ -237,10 +241,11 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         as_ptr = A_SCALE + a_rows * stride_asm
         w_ptr = W + expert * stride_we + cols.to(tl.int64)[None, :] * stride_wn
         if W_FP4:
-            w4_ptr = fp4_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, W_TILED)[None, :]
+            w4_ptr = weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, 64, 32,
+                                     W_TILED)[None, :]
         elif W_TILED:
-            w8_ptr = (W + expert * stride_we + pid_n.to(tl.int64) * (K // KSTEP) * (KSTEP * BLOCK_N)
-                      + tl.arange(0, BLOCK_N).to(tl.int64)[None, :] * KSTEP)
+            w8_ptr = weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, KSTEP, KSTEP,
+                                     True)[None, :]
         ws_ptr = W_SCALE + expert * stride_wse + (cols // W_BN).to(tl.int64) * stride_wsn
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         k_lo = pid_k * k_per_split
@@ -266,7 +271,8 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                 for j in tl.static_range(SUB):
                     kb = k0 + j * KSTEP
                     if W_FP4:  # two chained half-depth products: the order of one KSTEP-deep product
-                        lo, hi = e2m1_halves(fp4_step_ptr(w4_ptr, kb, BLOCK_N, W_TILED), mask_n, KSTEP, W_FP4)
+                        lo, hi = e2m1_halves(weight_step_ptr(w4_ptr, kb, BLOCK_N, 64, 32, W_TILED), mask_n, KSTEP,
+                                             W_FP4)
                         acc = half_product(acc, lo, a_ptr, ws_ptr, kb, mask_m, mask_n, KSTEP // 2, W_BK, W_E8M0,
                                            W_FP4)
                         acc = half_product(acc, hi, a_ptr, ws_ptr, kb + KSTEP // 2, mask_m, mask_n, KSTEP // 2, W_BK,
@@ -275,8 +281,8 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                         ks = kb + tl.arange(0, KSTEP)
                         a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
                         if W_TILED:  # E4M3 in [N / BLOCK_N, K / KSTEP, BLOCK_N, KSTEP] tiles (an experiment)
-                            w = tl.load(w8_ptr + (kb // KSTEP) * (KSTEP * BLOCK_N) + tl.arange(0, KSTEP)[:, None],
-                                        mask=mask_n[None, :], other=0.0)
+                            w = tl.load(weight_step_ptr(w8_ptr, kb, BLOCK_N, KSTEP, KSTEP, True)
+                                        + tl.arange(0, KSTEP)[:, None], mask=mask_n[None, :], other=0.0)
                         else:
                             w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
                         if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
@@ -406,7 +412,7 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
         mask_n = cols < N
         a_ptr = A + a_rows[:, None] * stride_am
         as_ptr = A_SCALE + a_rows * stride_asm
-        w_ptr = fp4_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, TILED)[:, None]
+        w_ptr = weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, 64, 32, TILED)[:, None]
         ws_ptr = W_SCALE + expert * stride_wse + cols.to(tl.int64) * stride_wsn
         acc = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
         k_lo = pid_k * k_per_split
@@ -422,7 +428,7 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
                 acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32, 1.0, W_E8M0)
                 acc = fp4_half_product(acc, hi, sa_hi, sw_hi, a_ptr, kb + 32, mask_t, 32, 1.0, W_E8M0)
             else:
-                packed = tl.load(fp4_step_ptr(w_ptr, kb, BLOCK_N, TILED) + tl.arange(0, 32)[None, :],
+                packed = tl.load(weight_step_ptr(w_ptr, kb, BLOCK_N, 64, 32, TILED) + tl.arange(0, 32)[None, :],
                                  mask=mask_n[:, None], other=0)
                 lo, hi = e2m1_e4m3_halves(packed, PTX)
                 acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32)

@@ -203,18 +203,16 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     N, K = weight.shape[-2], weight.shape[-1] * (2 if fp4 else 1)
     M = a.shape[0] if rows is None else rows
     ws, e8m0 = _scale_arg(w_scale)
-    if fp4 and a_scale is not None:
+    if a_scale is not None and (fp4 or (E4M3_ROWS_EXPERIMENT and groups is not None)):
         return _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, M, groups, config,
-                         split_groups, quantize_a or swapped or kstep is not None)
-    if E4M3_ROWS_EXPERIMENT and groups is not None and a_scale is not None:
-        return _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, M, groups, config,
-                         split_groups, quantize_a or swapped or kstep is not None, e4m3=True)
+                         split_groups, quantize_a or swapped or kstep is not None, e4m3=not fp4)
+    fp4_tiles = fp4 and fp4_tiled(N, K)
     if fp4:
         kstep = kstep or fp4_span(K)
         if quantize_a or swapped or tuple(weight_block) != (1, 32) or kstep != fp4_span(K):
             raise ValueError(f"fp8 gemm: packed E2M1 weights with a bf16 activation (the bf16 path) take (1, 32) "
                              f"scale blocks and kstep {fp4_span(K)} (their span)")
-        if fp4_tiled(N, K) and config is not None and config.block_n != FP4_TILE_ROWS:
+        if fp4_tiles and config is not None and config.block_n != FP4_TILE_ROWS:
             raise ValueError(f"fp8 gemm: packed E2M1 weights in {FP4_TILE_ROWS}-row tiles take {FP4_TILE_ROWS}-row "
                              f"N tiles, not {config.block_n}")
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
@@ -235,7 +233,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     rows_per_tile = max(1, M // weight.shape[0]) if grouped else M
     cfg = (config or SWAPPED_CONFIG) if swapped else config or (
         invariant_config(kstep) if invariant else default_config(rows_per_tile, kstep))
-    if fp4 and fp4_tiled(N, K):  # the N tile is the weights' row tile
+    if fp4_tiles:  # the N tile is the weights' row tile
         cfg = dataclasses.replace(cfg, block_n=FP4_TILE_ROWS)
     sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
     step = kstep * sub
@@ -261,7 +259,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     else:
         _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
-                    m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4)
+                    m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4, fp4_tiles)
     return out if split == 1 else sum_splits(out, out_dtype)
 
 
@@ -306,8 +304,10 @@ def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, 
         e8m0 and tuple(weight_block) == (1, 32) and fp4_span(K) == 64)
     if (unsupported or groups is None or not blocks_ok or act_block % 32 or K % act_block or cfg.block_m < 16
             or (tiled and cfg.block_n != FP4_TILE_ROWS)):
-        raise ValueError(f"fp8 gemm: packed E2M1 weights with E4M3 activations take a grouped GEMM, E8M0 scales per "
-                         f"(1, 32), K a multiple of 64 (K = {K}) and of the activation block ({act_block}, a "
+        weights = "E4M3 weights (the rows experiment) take scale blocks (1, a multiple of 32)" if e4m3 else \
+            "packed E2M1 weights take E8M0 scales per (1, 32)"
+        raise ValueError(f"fp8 gemm: {weights}; with E4M3 activations, a grouped GEMM, "
+                         f"K a multiple of 64 (K = {K}) and of the activation block ({act_block}, a "
                          f"multiple of 32), tiles of >= 16 rows (of {FP4_TILE_ROWS} weight rows where the weights "
                          "are tiled), and no kstep, quantize_a or swapped")
     n_tiles = triton.cdiv(N, cfg.block_n)
@@ -351,7 +351,7 @@ def sum_splits(parts: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
 
 
 def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
-                m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4) -> None:
+                m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4, fp4_tiles) -> None:
     """Launch ``fp8_gemm_kernel`` (tiles of rows x weight rows; grouped or not)."""
     tiles = groups if grouped else Groups(out, out, out)  # unused pointers when not grouped
     w_strides = (weight.stride(0), weight.stride(1)) if grouped else (0, weight.stride(0))
@@ -367,7 +367,7 @@ def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups,
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
         SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a,
         W_FP4=0 if not fp4 else 1 if interpreting() else _FP4_MODES[FP4_UNPACK],
-        W_TILED=fp4_tiled(N, K) if fp4 else _e4m3_tiled(grouped, a_scale, kstep, sub, cfg),
+        W_TILED=fp4_tiles if fp4 else _e4m3_tiled(grouped, a_scale, kstep, sub, cfg),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
