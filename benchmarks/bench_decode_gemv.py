@@ -30,6 +30,7 @@ from benchmarks.bench_fp8_gemm import random_e8m0, random_fp8
 from benchmarks.timing import L2_BYTES, ceilings, rel, time_graph
 from deepinfer_adapters.kernels import reference_fp8
 from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+from deepinfer_adapters.model_impl.quant import expert_matrix, from_e4m3_tiles
 
 BLOCK = (32, 32)
 LINEARS = {"wq_a": (1280, 5120), "wkv": (512, 5120), "wq_a+wkv": (1792, 5120), "wq_b": (32768, 1280),
@@ -134,14 +135,11 @@ def run_wo_a(M, c, g):
 # for the fp8 path's grouped GEMMs: the same time at T = 8 and 32 (RESULTS_decode_gemv_sweep_s6.json).
 # Session 7 made the bf16 path with 16-row tiles the decode default (triton_moe.DECODE_PATH): ~20% faster
 # than the fp8 path at T = 1-32.
-MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed E2M1, the same values
-    "fp8": ("fp8", "fp8", None, None), "fp8_n128": ("fp8", "fp8", tg.GemmConfig(16, 128, 4, 4, 4), None),
+MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed E2M1, the same values; "fp8u": the
+    # E4M3 experts untiled (the held layout before session 9: quant.to_e4m3_tiles)
+    "fp8": ("fp8", "fp8", None, None), "fp8_untiled": ("fp8u", "fp8", None, None),
     "bf16": ("fp8", "bf16", None, None), "bf16_sorted": ("fp8", "bf16", None, "sorted"),
-    "bf16_n64": ("fp8", "bf16", tg.GemmConfig(16, 64, 1, 4, 3), None),
-    # "fp8t": the E4M3 experts in triton_fp8_gemm.e4m3_tiles (an experiment, E4M3_TILES_EXPERIMENT; not yet run)
-    "bf16_tiled": ("fp8t", "bf16", None, None),
-    # the E4M3 experts through fp4_gemm_rows_kernel (triton_fp8_gemm.E4M3_ROWS_EXPERIMENT; not yet run)
-    "fp8_rows": ("fp8", "fp8", tg.GemmConfig(16, 128, 1, 4, 3), None),
+    "bf16_untiled": ("fp8u", "bf16", None, None),
     # packed E2M1 on the bf16 path (sessions 7-8: 16 x 64 tiles, 4 stages and 2 or 4 spans per iteration
     # were no faster than the default, RESULTS_moe_storage_fp4_s8.log)
     "fp4_bf16": ("fp4", "bf16", None, None), "fp4_bf16_int": ("fp4", "bf16", None, None),
@@ -163,7 +161,7 @@ def run_moe(T, c, stores, g):
     experts = stores["fp8"]
     E, k = experts.w13.shape[0], 6
     sets = 4
-    xs = [torch.randn(T, experts.w13.shape[-1], device="cuda", generator=g).bfloat16() for _ in range(sets)]
+    xs = [torch.randn(T, expert_matrix(experts.w13)[1], device="cuda", generator=g).bfloat16() for _ in range(sets)]
     ids = [torch.rand(T, E, device="cuda", generator=g).topk(k, dim=1).indices for _ in range(sets)]
     ws = [torch.rand(T, k, device="cuda", generator=g) for _ in range(sets)]
     touched = sum(int(i.unique().numel()) for i in ids) / sets
@@ -180,8 +178,6 @@ def run_moe(T, c, stores, g):
         if routing == "sorted" and T > 1:  # the default there
             continue
         tg.FP4_UNPACK = MOE_FP4_UNPACK.get(name, "ptx")
-        tg.E4M3_TILES_EXPERIMENT = store == "fp8t"
-        tg.E4M3_ROWS_EXPERIMENT = name == "fp8_rows"
         try:
             out = kernels.moe_experts(*args(0, store), path=path, config=cfg, routing=routing)
             row["us"][name] = time_graph([lambda i=i, store=store, path=path, cfg=cfg, routing=routing:
@@ -192,7 +188,7 @@ def run_moe(T, c, stores, g):
             row["us"][name] = float("nan")
             log(f"moe T={T} {name}: {type(e).__name__}: {str(e)[:160]}")
         finally:
-            tg.FP4_UNPACK, tg.E4M3_TILES_EXPERIMENT, tg.E4M3_ROWS_EXPERIMENT = "ptx", False, False
+            tg.FP4_UNPACK = "ptx"
     log(f"moe         T={T:3d} floor {floor['fp8']:6.1f} us, fp4 {floor['fp4']:6.1f} ({touched:.0f} experts) | "
         + " | ".join(f"{k} {v:6.1f}" for k, v in row["us"].items()) + " | rel vs bf16 "
         + " ".join(f"{k} {v:.0e}" for k, v in row.get("rel", {}).items()))
@@ -225,8 +221,8 @@ def main():
 
         stores = {"fp8": experts(128), "fp4": experts(0)}
         e4m3 = stores["fp8"]
-        stores["fp8t"] = types.SimpleNamespace(w13=tg.e4m3_tiles(e4m3.w13), w13_scale=e4m3.w13_scale,
-                                               w2=tg.e4m3_tiles(e4m3.w2), w2_scale=e4m3.w2_scale, block=e4m3.block,
+        stores["fp8u"] = types.SimpleNamespace(w13=from_e4m3_tiles(e4m3.w13), w13_scale=e4m3.w13_scale,
+                                               w2=from_e4m3_tiles(e4m3.w2), w2_scale=e4m3.w2_scale, block=e4m3.block,
                                                act_block=e4m3.act_block, limit=e4m3.limit)
         for T in args.moe:
             rows.append(run_moe(T, c, stores, g))

@@ -58,7 +58,7 @@ import torch
 
 from benchmarks.profiling import profile_step
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe
+from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe, triton_support
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -67,7 +67,8 @@ from deepinfer_adapters.model_impl.engram_hash import EngramHasher
 from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import fp4_to_fp8_blocks, quant_fp4_blocks, to_fp4_tiles, unpack_fp4
+from deepinfer_adapters.model_impl.quant import (expert_matrix, fp4_to_fp8_blocks, quant_fp4_blocks, to_e4m3_tiles,
+                                                 to_fp4_tiles, unpack_fp4)
 from deepinfer_adapters.presets import engram_table_rows, release_config, tiny_config
 from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
 
@@ -111,8 +112,8 @@ def fill_random(model, cfg, seed=0):
         if isinstance(mod, Linear) and mod.block is not None:
             fp8_fan_in[name + ".weight"] = mod.in_features
         if isinstance(mod, Fp8Experts):
-            fp8_fan_in[name + ".w13"] = mod.w13.shape[-1]
-            fp8_fan_in[name + ".w2"] = mod.w2.shape[-1]
+            fp8_fan_in[name + ".w13"] = expert_matrix(mod.w13)[1]
+            fp8_fan_in[name + ".w2"] = expert_matrix(mod.w2)[1]
     for name, mod in model.named_modules():
         if isinstance(mod, Fp8Experts):
             fill_experts(mod, g)
@@ -146,8 +147,7 @@ def fill_experts(experts, g, chunk=8):
     native_format converts them (its block: (1, 32) as stored, or (1, 128) re-encoded; or
     kept packed): the same values for the same generator state, whatever the storage."""
     for weight, scale in ((experts.w13, experts.w13_scale), (experts.w2, experts.w2_scale)):
-        E, N, K = weight.shape
-        K *= 2 if experts.packed_fp4 else 1
+        E, (N, K) = weight.shape[0], expert_matrix(weight)
         for e0 in range(0, E, chunk):
             e1 = min(E, e0 + chunk)
             dense = torch.randn((e1 - e0) * N, K, device=weight.device, generator=g) / math.sqrt(K)
@@ -161,7 +161,8 @@ def fill_experts(experts, g, chunk=8):
                 if converted is None:
                     raise RuntimeError(f"random FP4 experts not convertible to {experts.block} blocks")
                 codes, s = converted
-            weight[e0:e1].copy_(codes.view(e1 - e0, N, -1))
+            codes = codes.view(e1 - e0, N, -1)
+            weight[e0:e1].copy_(to_e4m3_tiles(codes) if experts.e4m3_tiles else codes)
             scale[e0:e1].copy_(s.view(e1 - e0, N, -1))
 
 
@@ -215,7 +216,7 @@ def prefill_floor_flops(model, cfg, S) -> tuple[float, float]:
             else:
                 bf16 += flops
         if isinstance(mod, Fp8Experts):
-            per_token = 2 * (mod.w13.shape[1] * mod.w13.shape[2] + mod.w2.shape[1] * mod.w2.shape[2])
+            per_token = 2 * (math.prod(expert_matrix(mod.w13)) + math.prod(expert_matrix(mod.w2)))
             fp8 += S * cfg.num_experts_per_tok * per_token
     H, d = cfg.num_attention_heads, cfg.head_dim
     for layer in cfg.main_layers:
@@ -260,12 +261,13 @@ def pin_reference(on: bool):
 
 # decode switches an A/B run (--ab) turns off and back on: the side stream (model_impl/overlap.py),
 # the routed experts' bf16 decode path (triton_moe.DECODE_PATH) and packed E2M1 experts' fp8 decode
-# path (triton_moe.FP4_DECODE_PATH; with --expert-block 0)
+# path (triton_moe.FP4_DECODE_PATH; with --expert-block 0), programmatic dependent launch (triton_support.PDL)
 AB_SWITCHES = {
     "overlap": (lambda: setattr(overlap, "ENABLED", False), lambda: setattr(overlap, "ENABLED", True)),
     "moe_bf16": (lambda: setattr(triton_moe, "DECODE_PATH", "fp8"), lambda: setattr(triton_moe, "DECODE_PATH", "bf16")),
     "fp4_fp8": (lambda: setattr(triton_moe, "FP4_DECODE_PATH", "bf16"),
                 lambda: setattr(triton_moe, "FP4_DECODE_PATH", "fp8")),
+    "pdl": (lambda: setattr(triton_support, "PDL", False), lambda: setattr(triton_support, "PDL", True)),
 }
 
 

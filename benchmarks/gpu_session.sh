@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [s8check] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [s8check] [pdl] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -150,6 +150,16 @@ if has s8check; then  # session 8's leftovers (~6 min): test_moe_gpu.py whole (t
       > "$OUT/real_width_$store.log" 2>&1
     echo "V4.1, --expert-block $store:"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_$store.log" | grep decode; pack
   done
+fi
+if has pdl; then  # programmatic dependent launch (kernels/triton_pdl.py): all of tests/gpu with it on, then V4.1
+  # decode with it on / off / on in one run, and the B=8 step's kernels (~7 min)
+  timeout 240 python -m pytest -q tests/gpu -p no:cacheprovider -s > "$OUT/gpu_tests.log" 2>&1
+  echo "tests/gpu (PDL on): $(tail -1 "$OUT/gpu_tests.log")"; grep -hE "FAILED|Error" "$OUT/gpu_tests.log" | head -20
+  pack
+  mkdir -p "$OUT/pdl"
+  timeout 150 ${RW/--out $OUT/--out $OUT/pdl} --batches 1 8 32 --ref-batches 0 --prefill 0 --ab pdl:1,8,32 --profile 8 \
+    > "$OUT/real_width_pdl.log" 2>&1
+  grep -E "^A/B" "$OUT/real_width_pdl.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_pdl.log" | grep decode; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -13,8 +13,8 @@ from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.engram_hash import make_engram_hasher
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import (dequant_fp4_experts, dequant_fp8_blocks, fp4_to_fp8_blocks, pack_fp4,
-                                                 quant_fp4_blocks)
+from deepinfer_adapters.model_impl.quant import (dequant_fp4_experts, dequant_fp8_blocks, fp4_to_fp8_blocks,
+                                                 from_e4m3_tiles, is_e4m3_tiles, pack_fp4, quant_fp4_blocks)
 from deepinfer_adapters.model_impl.tiny_checkpoint import random_tensors
 from deepinfer_adapters.presets import tiny_config
 
@@ -117,6 +117,8 @@ def test_converted_model_is_bitwise_the_per_32_model(tiny_checkpoint):
     models = {}
     for block in (128, 32, native_format.PACKED_FP4):
         tensors = native_format.native_tensors(raw, cfg, expert_block=block)
+        if block == 128:
+            tensors_128 = {name: from_e4m3_tiles(t) if is_e4m3_tiles(t) else t for name, t in tensors.items()}
         blocks = native_format.expert_blocks(tensors)
         models[block] = native_format.build(DeepseekV41ForCausalLM, cfg, Numerics.reference(), device="cpu",
                                             hasher=hasher, expert_blocks=blocks)
@@ -127,6 +129,11 @@ def test_converted_model_is_bitwise_the_per_32_model(tiny_checkpoint):
     ffn = models[128].layers[2].ffn.routed
     assert ffn.w13_scale.shape[-1] == cfg.hidden_size // 128 and ffn.w2_scale.shape[-1] == 1
     assert all(m.routed.block == (1, 32) for m in models[32].modules() if getattr(m, "routed", None))
+    # expert widths 128 divides: the E4M3 storages hold 128 x 128 tiles (quant.to_e4m3_tiles)
+    assert ffn.e4m3_tiles and models[32].layers[2].ffn.routed.e4m3_tiles
+    w13, _ = ffn.dense(1)
+    assert torch.equal(w13, dequant_fp8_blocks(tensors_128["layers.2.ffn.routed.w13"][1], ffn.w13_scale[1], (1, 128),
+                                               torch.float32))
     packed = models[native_format.PACKED_FP4].layers[2].ffn.routed
     assert packed.w13.dtype == torch.uint8 and packed.w13.shape[-1] == cfg.hidden_size // 2
     assert packed.block == (1, 32) and packed.w13_scale.shape[-1] == cfg.hidden_size // 32

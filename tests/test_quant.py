@@ -321,3 +321,24 @@ def test_fp4_tiles_layout_byte_by_byte():
                 t, r = divmod(row, 128)
                 assert flat[((t * spans + s) * 128 + r) * 32 + j] == p[row, s * 32 + j]
         assert not torch.equal(held, pairs)
+
+
+def test_e4m3_tiles_layout_byte_by_byte():
+    """quant.to_e4m3_tiles (the held layout of E4M3 experts whose widths 128 divides): byte (row
+    t*128 + r, input u*128 + c) of expert e sits at ((t * K/128 + u) * 128 + r) * 128 + c of that expert's
+    bytes, and the shape [E, N/128, K/128, 128, 128] says so; from_e4m3_tiles inverts it, for the
+    stack and for one expert."""
+    g = torch.Generator().manual_seed(1)
+    E, N, K = 2, 256, 384
+    codes = torch.randint(0, 256, (E, N, K), generator=g, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    held = q.to_e4m3_tiles(codes)
+    assert held.shape == (E, N // 128, K // 128, 128, 128) and held.is_contiguous()
+    assert q.is_e4m3_tiles(held) and not q.is_e4m3_tiles(codes) and q.expert_matrix(held) == (N, K)
+    assert q.expert_matrix(codes) == (N, K) and q.e4m3_tiled(N, K) and not q.e4m3_tiled(N, 320)
+    raw, flat = codes.view(torch.uint8), held.view(torch.uint8).reshape(E, -1)
+    for e, row, col in ((0, 0, 0), (0, 1, 5), (1, 127, 383), (1, 130, 129), (0, 255, 200)):
+        (t, r), (u, c) = divmod(row, 128), divmod(col, 128)
+        assert flat[e, ((t * (K // 128) + u) * 128 + r) * 128 + c] == raw[e, row, col]
+    assert torch.equal(q.from_e4m3_tiles(held).view(torch.uint8), raw)
+    assert torch.equal(q.from_e4m3_tiles(held[1]).view(torch.uint8), raw[1])
+    assert not torch.equal(held.reshape(E, N, K).view(torch.uint8), raw)  # a control: the bytes did move

@@ -10,6 +10,7 @@ round-to-nearest-even E4M3 (cvt.rn.satfinite).
 import triton
 import triton.language as tl
 
+from deepinfer_adapters.kernels.triton_pdl import pdl_start
 from deepinfer_adapters.kernels.triton_support import interpreting
 
 if not interpreting():
@@ -66,6 +67,7 @@ def act_quant_kernel(X, Q, S, K, stride_xm, stride_qm, stride_sm,
                      BLOCK: tl.constexpr, GROUPS: tl.constexpr, DEQUANT_OUT: tl.constexpr):
     """One row x GROUPS blocks of BLOCK values: E4M3 codes + fp32 scales, or (DEQUANT_OUT)
     the round-tripped values in Q's dtype."""
+    pdl_start()
     row = tl.program_id(0).to(tl.int64)
     group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
     offs = group[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
@@ -150,8 +152,8 @@ def weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N: tl
     """[BLOCK_N] pointers to this program's weight rows at input 0: rows ``stride_wn`` apart, or
     (TILED) the first TILE_B bytes of the program's row tile, row r at TILE_B r -- the weight held in
     tiles of BLOCK_N rows x TILE_K inputs (TILE_B bytes a row), each tile contiguous, tiles in (row
-    tile, K tile) order: ``quant.to_fp4_tiles`` (TILE_K 64, TILE_B 32) and the E4M3 tiles experiment
-    (``triton_fp8_gemm.e4m3_tiles``: TILE_K = TILE_B = 128)."""
+    tile, K tile) order: ``quant.to_fp4_tiles`` (TILE_K 64, TILE_B 32) and ``quant.to_e4m3_tiles``
+    (TILE_K = TILE_B = 128)."""
     if TILED:
         return (W + expert * stride_we + pid_n.to(tl.int64) * (K // TILE_K) * (BLOCK_N * TILE_B)
                 + tl.arange(0, BLOCK_N).to(tl.int64) * TILE_B)
@@ -166,6 +168,16 @@ def weight_step_ptr(rows_ptr, kb, BLOCK_N: tl.constexpr, TILE_K: tl.constexpr, T
     if TILED:
         return rows_ptr + (kb // TILE_K) * (BLOCK_N * TILE_B)
     return rows_ptr + kb // (TILE_K // TILE_B)
+
+
+@triton.jit
+def e4m3_step_ptr(w_ptr, kb, KSTEP: tl.constexpr, BLOCK_N: tl.constexpr, TILED: tl.constexpr):
+    """[KSTEP, BLOCK_N] pointers to E4M3 weight rows ``w_ptr`` ([1, BLOCK_N], ``weight_rows_ptr``) at
+    inputs kb .. kb + KSTEP; TILED: in 128 x 128 tiles (``quant.to_e4m3_tiles``; the step inside one)."""
+    if TILED:
+        inner = kb % 128 if KSTEP < 128 else 0
+        return weight_step_ptr(w_ptr, kb, BLOCK_N, 128, 128, True) + (inner + tl.arange(0, KSTEP))[:, None]
+    return w_ptr + (kb + tl.arange(0, KSTEP))[:, None]
 
 
 @triton.jit
@@ -221,7 +233,9 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
     quantized here, per row, exactly as act_quant_kernel would (decode rows: one launch less).
     W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX): W holds packed
     E2M1 in the span layout, K / 2 bytes a row (``e2m1_halves``; span KSTEP, each half inside
-    one scale block); W_TILED: in 128-row tiles (``quant.to_fp4_tiles``; BLOCK_N 128)."""
+    one scale block); W_TILED (grouped, BLOCK_N 128): W in 128-row tiles, ``quant.to_fp4_tiles``' packed
+    E2M1 or ``quant.to_e4m3_tiles``' E4M3 (KSTEP * SUB dividing 128)."""
+    pdl_start()
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -243,9 +257,8 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         if W_FP4:
             w4_ptr = weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, 64, 32,
                                      W_TILED)[None, :]
-        elif W_TILED:
-            w8_ptr = weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, KSTEP, KSTEP,
-                                     True)[None, :]
+        elif W_TILED:  # E4M3 in 128 x 128 tiles
+            w_ptr = weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, 128, 128, True)[None, :]
         ws_ptr = W_SCALE + expert * stride_wse + (cols // W_BN).to(tl.int64) * stride_wsn
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         k_lo = pid_k * k_per_split
@@ -263,7 +276,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     kb = k0 + j * KSTEP
                     ks = kb + tl.arange(0, KSTEP)
                     a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
-                    w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
+                    w = tl.load(e4m3_step_ptr(w_ptr, kb, KSTEP, BLOCK_N, W_TILED), mask=mask_n[None, :], other=0.0)
                     a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
                     part += tl.dot(a, w) * sa[:, None]
                 acc += part * sw[None, :]
@@ -280,11 +293,8 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     else:
                         ks = kb + tl.arange(0, KSTEP)
                         a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
-                        if W_TILED:  # E4M3 in [N / BLOCK_N, K / KSTEP, BLOCK_N, KSTEP] tiles (an experiment)
-                            w = tl.load(weight_step_ptr(w8_ptr, kb, BLOCK_N, KSTEP, KSTEP, True)
-                                        + tl.arange(0, KSTEP)[:, None], mask=mask_n[None, :], other=0.0)
-                        else:
-                            w = tl.load(w_ptr + ks[:, None], mask=mask_n[None, :], other=0.0)
+                        w = tl.load(e4m3_step_ptr(w_ptr, kb, KSTEP, BLOCK_N, W_TILED), mask=mask_n[None, :],
+                                    other=0.0)
                         if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
                             sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
                         else:
@@ -315,6 +325,7 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
     16 and, below 64, run FP8 through the older instruction after converting the weight tile.
     Each KSTEP product is scaled by its rows' activation scales and the weight block's scale
     (KSTEP <= W_BK), as the rows-first kernel's per-step branch does."""
+    pdl_start()
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     toks = tl.arange(0, BLOCK_T)
@@ -369,15 +380,13 @@ def fp4_span_scales(as_ptr, ws_ptr, kb, mask_t, mask_n, A_SB: tl.constexpr, W_BK
 
 
 @triton.jit
-def fp4_half_product(acc, w, sa, sw, a_ptr, k0, mask_t, HALF: tl.constexpr, UNIT: tl.constexpr = 64.0,
-                     W_E8M0: tl.constexpr = True):
+def fp4_half_product(acc, w, sa, sw, a_ptr, k0, mask_t, HALF: tl.constexpr):
     """acc + (W A^T) over inputs k0 .. k0 + HALF: one FP8 tensor-core product of the weight half ``w``
     (E4M3 of value / 64, [BLOCK_N, HALF], inside one weight scale block) with the rows' E4M3 codes,
     times (weight scale x 64) x activation scale -- powers of two: exact -- added to the fp32 acc.
-    (Issuing both halves' products before scaling either still compiled to a wait after each.)
-    UNIT: the weight codes' unit (1 for plain E4M3 weights); W_E8M0: the scales' encoding."""
+    (Issuing both halves' products before scaling either still compiled to a wait after each.)"""
     a = tl.load(a_ptr + (k0 + tl.arange(0, HALF))[None, :], mask=mask_t[:, None], other=0.0)
-    scale = (weight_scale(sw, W_E8M0) * UNIT)[:, None] * sa[None, :]
+    scale = (weight_scale(sw, True) * 64.0)[:, None] * sa[None, :]
     return acc + tl.dot(w, tl.trans(a)) * scale
 
 
@@ -386,7 +395,7 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
                          stride_am, stride_asm, stride_we, stride_wn, stride_wse, stride_wsn, stride_om, stride_os,
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, A_SB: tl.constexpr, W_BK: tl.constexpr,
                          GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr, PTX: tl.constexpr,
-                         TILED: tl.constexpr = False, W_E4M3: tl.constexpr = False, W_E8M0: tl.constexpr = True):
+                         TILED: tl.constexpr = False):
     """Grouped GEMM of packed E2M1 experts (quant.to_fp4_tiles' layout, spans of 64, E8M0 scales per
     W_BK = 32 inputs) with E4M3 activations (fp32 scales per A_SB), the product swapped as in
     ``fp8_gemm_rows_kernel``: program (row tile i, N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T]
@@ -397,9 +406,8 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
     unpack also converts and scales each value) and each half is one 32-deep product rescaled by
     its blocks' scales, as the rows-first kernel's FP8 path does. TILED: the weights in 128-row tiles
     (``quant.fp4_tiled``; BLOCK_N 128), else rows ``stride_wn`` apart. GATHER_A: A's row for tile row r
-    is ROW_IDX[r]; SCATTER_OUT: so is OUT's. W_E4M3 (an experiment, ``E4M3_ROWS_EXPERIMENT``): W holds
-    plain E4M3 rows (K bytes each, scales per W_BK, E8M0 or fp32 by W_E8M0), each half loaded as it is:
-    no unpack, no conversion."""
+    is ROW_IDX[r]; SCATTER_OUT: so is OUT's."""
+    pdl_start()
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -422,17 +430,11 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
             # the next span's scales (the last iteration reloads its own: no mask, no branch)
             n_sa_lo, n_sw_lo, n_sa_hi, n_sw_hi = fp4_span_scales(as_ptr, ws_ptr, tl.minimum(kb + 64, k_hi - 64),
                                                                  mask_t, mask_n, A_SB, W_BK)
-            if W_E4M3:
-                lo = tl.load(w_ptr + (kb + tl.arange(0, 32))[None, :], mask=mask_n[:, None], other=0.0)
-                hi = tl.load(w_ptr + (kb + 32 + tl.arange(0, 32))[None, :], mask=mask_n[:, None], other=0.0)
-                acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32, 1.0, W_E8M0)
-                acc = fp4_half_product(acc, hi, sa_hi, sw_hi, a_ptr, kb + 32, mask_t, 32, 1.0, W_E8M0)
-            else:
-                packed = tl.load(weight_step_ptr(w_ptr, kb, BLOCK_N, 64, 32, TILED) + tl.arange(0, 32)[None, :],
-                                 mask=mask_n[:, None], other=0)
-                lo, hi = e2m1_e4m3_halves(packed, PTX)
-                acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32)
-                acc = fp4_half_product(acc, hi, sa_hi, sw_hi, a_ptr, kb + 32, mask_t, 32)
+            packed = tl.load(weight_step_ptr(w_ptr, kb, BLOCK_N, 64, 32, TILED) + tl.arange(0, 32)[None, :],
+                             mask=mask_n[:, None], other=0)
+            lo, hi = e2m1_e4m3_halves(packed, PTX)
+            acc = fp4_half_product(acc, lo, sa_lo, sw_lo, a_ptr, kb, mask_t, 32)
+            acc = fp4_half_product(acc, hi, sa_hi, sw_hi, a_ptr, kb + 32, mask_t, 32)
             sa_lo, sw_lo, sa_hi, sw_hi = n_sa_lo, n_sw_lo, n_sa_hi, n_sw_hi
         out_rows = a_rows if SCATTER_OUT else rows.to(tl.int64)
         out_ptr = OUT + pid_k * stride_os + out_rows[None, :] * stride_om + cols[:, None]
@@ -446,6 +448,7 @@ def swiglu_quant_kernel(H, RW, Q, S, I, stride_h, stride_q, stride_s, limit,
     """One sorted MoE row x GROUPS blocks: clamp, silu(gate) * up, times the route weight,
     rounded to bf16 (the reference's w2 input), then quantized like act_quant_kernel
     (DEQUANT_OUT: the round-tripped values in Q's dtype instead of codes and scales)."""
+    pdl_start()
     row = tl.program_id(0).to(tl.int64)
     group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
     offs = group[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
@@ -465,6 +468,7 @@ def swiglu_kernel(GATE, UP, RW, OUT, I, stride_g, stride_u, stride_o, limit,
                   BLOCK: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_RW: tl.constexpr, INTERPRET: tl.constexpr):
     """reference.swiglu for one row x BLOCK: torch's fp32 steps in its order, silu as
     x / (1 + exp(-x)) with libdevice's expf and an IEEE division (as torch's CUDA silu)."""
+    pdl_start()
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < I
@@ -489,6 +493,7 @@ def combine_kernel(OUT, ROWS, SHARED, Y, D, stride_o, stride_s, stride_y, K: tl.
     """Y[t] = sum over j < K of OUT[row j of t] in fp32, added one by one from j = 0 (the order
     of the reference's expert loop when the rows are in ascending expert order), then
     (HAS_SHARED) SHARED[t] added, cast to Y's dtype. Row j of t: ROWS[t K + j] (GATHER) or t K + j."""
+    pdl_start()
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < D
@@ -508,6 +513,7 @@ def combine_kernel(OUT, ROWS, SHARED, Y, D, stride_o, stride_s, stride_y, K: tl.
 def split_sum_kernel(PARTS, OUT, size, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
     """OUT = PARTS[0] + PARTS[1] + ... in fp32, added one by one in that order, rounded once
     to OUT's dtype (split-K partials [SPLIT, size]: the order never depends on the shape)."""
+    pdl_start()
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < size
     acc = tl.load(PARTS + offs, mask=mask, other=0.0)
@@ -545,6 +551,7 @@ def fp4_roundtrip_kernel(X, Y, n, stride_x, stride_y, GROUP: tl.constexpr, GROUP
                          E4M3_SCALE: tl.constexpr):
     """One row x GROUPS groups of GROUP values: quant.fp4_roundtrip_e8m0 (power-of-two scale) or,
     with E4M3_SCALE, quant.fp4_roundtrip_e4m3 (scale amax / 6 rounded to E4M3, true divisions)."""
+    pdl_start()
     row = tl.program_id(0).to(tl.int64)
     group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
     offs = group[:, None] * GROUP + tl.arange(0, GROUP)[None, :]

@@ -23,7 +23,9 @@ from deepinfer_adapters.model_impl.quant import (  # noqa: F401  (the round trip
     fp4_roundtrip_e4m3,
     fp4_roundtrip_e8m0,
     fp8_roundtrip,
+    from_e4m3_tiles,
     from_fp4_tiles,
+    is_e4m3_tiles,
     is_span_packed,
     unpack_fp4,
 )
@@ -61,18 +63,20 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
 
     x [T, D]; route_w [T, k] fp32; expert_ids [T, k]; w13 [E, 2I, D] holds w1 (rows :I)
     over w3 (rows I:); w2 [E, D, I]; scales per ``block``; E4M3, or packed E2M1 (uint8
-    [E, 2I, D / 2] and [E, D, I / 2] in ``quant.to_fp4_tiles``' layout). Expert e's rows are added in
+    [E, 2I, D / 2] and [E, D, I / 2] in ``quant.to_fp4_tiles``' layout), or E4M3 in
+    ``quant.to_e4m3_tiles``' (5-D). Expert e's rows are added in
     ascending e, as layers/moe.py does. ``shared`` [T, D] (the shared expert's output):
     added to y in fp32 after the routed rows, and y returned in shared's dtype -- the MoE
     layer's last two steps.
     """
     y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     counts = torch.bincount(expert_ids.flatten(), minlength=w13.shape[0]).tolist()
+    held = from_e4m3_tiles if is_e4m3_tiles(w13) else (lambda w: w)  # one expert's matrix as [N, K]
     for e, n in enumerate(counts):
         if n == 0:
             continue
         rows, slot = torch.where(expert_ids == e)
-        y[rows] += _expert(x[rows], route_w[rows, slot, None], w13[e], w13_scale[e], w2[e], w2_scale[e],
+        y[rows] += _expert(x[rows], route_w[rows, slot, None], held(w13[e]), w13_scale[e], held(w2[e]), w2_scale[e],
                            block, act_block, limit).float()
     if shared is not None:
         y += shared.float()

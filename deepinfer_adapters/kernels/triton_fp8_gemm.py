@@ -54,8 +54,9 @@ from dataclasses import dataclass
 import torch
 
 from deepinfer_adapters.kernels import invariance, register
-from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
-from deepinfer_adapters.model_impl.quant import FP4_TILE_ROWS, fp4_span, fp4_tiled, is_span_packed
+from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
+from deepinfer_adapters.model_impl.quant import (E4M3_TILE, FP4_TILE_ROWS, expert_matrix, fp4_span, fp4_tiled,
+                                                 is_e4m3_tiles, is_span_packed)
 
 FP8_MAX = 448.0
 ACT_AMAX_FLOOR = 1e-4
@@ -159,7 +160,7 @@ def act_quant(x: torch.Tensor, block: int, *, dequant_to: torch.dtype | None = N
     if M:
         kernel[(M, triton.cdiv(triton.cdiv(K, block), groups))](
             x, q, q if s is None else s, K, x.stride(0), q.stride(0), 0 if s is None else s.stride(0),
-            BLOCK=block, GROUPS=groups, DEQUANT_OUT=dequant_to is not None, num_warps=4)
+            BLOCK=block, GROUPS=groups, DEQUANT_OUT=dequant_to is not None, num_warps=4, **pdl_launch())
     return q, s
 
 
@@ -190,7 +191,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
          kstep: int | None = None, quantize_a: bool = False, swapped: bool | None = None,
          split_groups: bool = False) -> torch.Tensor:
     """out [rows, N] = A W^T with block scales (see the kernel). ``weight`` [N, K] or, with
-    ``groups``, [E, N, K]. ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16.
+    ``groups``, [E, N, K] (or E4M3 in ``quant.to_e4m3_tiles``' [E, N / 128, K / 128, 128, 128]). ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16.
     ``kstep``: K per tensor-core product; bf16 ``a`` only, a multiple of the weight's K block
     (default: that block; packed E2M1 weights: their span, ``quant.fp4_span(K)``, the only one
     they take). ``quantize_a``: ``a`` is bf16 and quantized per ``act_block`` (the
@@ -200,13 +201,17 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     ``split_groups``: a grouped GEMM may split K too (as an ungrouped one does while few tiles run)."""
     triton, _, kernel, _, rows_kernel = _kernels()
     fp4 = is_span_packed(weight)  # packed E2M1, two values a byte, in quant.to_fp4_tiles' layout
-    N, K = weight.shape[-2], weight.shape[-1] * (2 if fp4 else 1)
+    e4m3_tiles = is_e4m3_tiles(weight)  # grouped E4M3 in quant.to_e4m3_tiles' 128 x 128 tiles
+    N, K = expert_matrix(weight)
     M = a.shape[0] if rows is None else rows
     ws, e8m0 = _scale_arg(w_scale)
-    if a_scale is not None and (fp4 or (E4M3_ROWS_EXPERIMENT and groups is not None)):
+    if fp4 and a_scale is not None:
         return _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, M, groups, config,
-                         split_groups, quantize_a or swapped or kstep is not None, e4m3=not fp4)
+                         split_groups, quantize_a or swapped or kstep is not None)
     fp4_tiles = fp4 and fp4_tiled(N, K)
+    if e4m3_tiles and (groups is None or swapped or (config is not None and config.block_n != E4M3_TILE)):
+        raise ValueError(f"fp8 gemm: E4M3 weights in {E4M3_TILE} x {E4M3_TILE} tiles take a grouped GEMM with "
+                         f"{E4M3_TILE}-row N tiles, not swapped")
     if fp4:
         kstep = kstep or fp4_span(K)
         if quantize_a or swapped or tuple(weight_block) != (1, 32) or kstep != fp4_span(K):
@@ -233,10 +238,13 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     rows_per_tile = max(1, M // weight.shape[0]) if grouped else M
     cfg = (config or SWAPPED_CONFIG) if swapped else config or (
         invariant_config(kstep) if invariant else default_config(rows_per_tile, kstep))
-    if fp4_tiles:  # the N tile is the weights' row tile
-        cfg = dataclasses.replace(cfg, block_n=FP4_TILE_ROWS)
+    if fp4_tiles or e4m3_tiles:  # the N tile is the weights' row tile
+        cfg = dataclasses.replace(cfg, block_n=FP4_TILE_ROWS if fp4 else E4M3_TILE)
     sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
     step = kstep * sub
+    if e4m3_tiles and E4M3_TILE % step:
+        raise ValueError(f"fp8 gemm: E4M3 weights in tiles of {E4M3_TILE} inputs take K steps dividing "
+                         f"{E4M3_TILE}, not {step}")
     m_tiles = groups.expert.numel() if groups is not None else triton.cdiv(M, cfg.block_m)
     n_tiles = triton.cdiv(N, cfg.block_n)
     split_tiles = n_tiles if invariant else m_tiles * n_tiles  # invariant: never from M
@@ -256,34 +264,17 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
             out.stride(-2), out.stride(0) if split > 1 else 0,
             BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, KSTEP=kstep, SUB=sub, A_SB=act_block,
             W_BN=weight_block[0], W_BK=weight_block[1], W_E8M0=e8m0, QUANT_A=quantize_a,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
     else:
         _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
-                    m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4, fp4_tiles)
+                    m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4,
+                    fp4_tiles or e4m3_tiles)
     return out if split == 1 else sum_splits(out, out_dtype)
 
 
 # Packed E2M1 experts with E4M3 activations (grouped only): ``fp4_gemm_rows_kernel``, 16 rows of a tile
 # against 128 weight rows, one 64-input span per iteration
 FP4_ROWS_CONFIG = GemmConfig(16, 128, 1, 4, 3)
-# Experiment (benchmarks/bench_decode_gemv.py "bf16_tiled"): grouped E4M3 weights on the bf16 path held in
-# [E, N / 128, K / 128, 128, 128] tiles (``e4m3_tiles``), each K step's 16 KB contiguous. Not a held layout;
-# compiled offline (Triton 3.6), not yet run on a GPU (session 8 ran out of device time): the bench's
-# "rel vs bf16" column must read 0 for it.
-E4M3_TILES_EXPERIMENT = False
-# Experiment (bench config "fp8_rows"): grouped E4M3 weights with E4M3 activations through
-# ``fp4_gemm_rows_kernel`` (W_E4M3: each 32-input half loaded as it is, the weight the 64-row operand of
-# FP8 wgmma, no conversion; the rows-first fp8 path converts each weight tile for mma.sync). Checked
-# under the interpreter (tests/test_fp4_rows_kernel.py), compiled offline, not yet run on a GPU.
-E4M3_ROWS_EXPERIMENT = False
-
-
-def e4m3_tiles(weight: torch.Tensor) -> torch.Tensor:
-    """Grouped E4M3 weights [E, N, K] -> ``E4M3_TILES_EXPERIMENT``'s tiles (same shape, a view)."""
-    E, N, K = weight.shape
-    return weight.view(E, N // 128, 128, K // 128, 128).transpose(2, 3).contiguous().view(E, N, K)
-
-
 def fp4_rows_fit(k_in: int, w2: torch.Tensor, w2_scale: torch.Tensor, block: tuple[int, int], act_block: int) -> bool:
     """Whether an MoE's packed E2M1 experts (input width ``k_in``, w2's packed K) fit ``fp4_gemm_rows_kernel``."""
     return (tuple(block) == (1, 32) and _scale_arg(w2_scale)[1] and act_block % 32 == 0
@@ -291,23 +282,18 @@ def fp4_rows_fit(k_in: int, w2: torch.Tensor, w2_scale: torch.Tensor, block: tup
 
 
 def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, M, groups, config, split_groups,
-              unsupported, e4m3: bool = False) -> torch.Tensor:
-    """``gemm`` for packed E2M1 weights (or, ``e4m3``, plain E4M3 ones: an experiment) and E4M3
-    activations: ``fp4_gemm_rows_kernel``."""
+              unsupported) -> torch.Tensor:
+    """``gemm`` for packed E2M1 weights and E4M3 activations: ``fp4_gemm_rows_kernel``."""
     triton = _kernels()[0]
     from deepinfer_adapters.kernels.fp8_triton_jit import fp4_gemm_rows_kernel
 
-    N, K = weight.shape[-2], weight.shape[-1] * (1 if e4m3 else 2)
+    N, K = weight.shape[-2], 2 * weight.shape[-1]
     cfg = config or FP4_ROWS_CONFIG
-    tiled = not e4m3 and fp4_tiled(N, K)
-    blocks_ok = (weight_block[0] == 1 and weight_block[1] % 32 == 0 and K % 64 == 0) if e4m3 else (
-        e8m0 and tuple(weight_block) == (1, 32) and fp4_span(K) == 64)
-    if (unsupported or groups is None or not blocks_ok or act_block % 32 or K % act_block or cfg.block_m < 16
-            or (tiled and cfg.block_n != FP4_TILE_ROWS)):
-        weights = "E4M3 weights (the rows experiment) take scale blocks (1, a multiple of 32)" if e4m3 else \
-            "packed E2M1 weights take E8M0 scales per (1, 32)"
-        raise ValueError(f"fp8 gemm: {weights}; with E4M3 activations, a grouped GEMM, "
-                         f"K a multiple of 64 (K = {K}) and of the activation block ({act_block}, a "
+    tiled = fp4_tiled(N, K)
+    if (unsupported or groups is None or not e8m0 or tuple(weight_block) != (1, 32) or fp4_span(K) != 64
+            or act_block % 32 or K % act_block or cfg.block_m < 16 or (tiled and cfg.block_n != FP4_TILE_ROWS)):
+        raise ValueError(f"fp8 gemm: packed E2M1 weights with E4M3 activations take a grouped GEMM, E8M0 scales "
+                         f"per (1, 32), K a multiple of 64 (K = {K}) and of the activation block ({act_block}, a "
                          f"multiple of 32), tiles of >= 16 rows (of {FP4_TILE_ROWS} weight rows where the weights "
                          "are tiled), and no kstep, quantize_a or swapped")
     n_tiles = triton.cdiv(N, cfg.block_n)
@@ -321,9 +307,9 @@ def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, 
             a, a_scale, weight, ws, out, a if row_idx is None else row_idx, groups.expert, groups.row0, groups.row1,
             N, K, k_per_split, a.stride(0), a_scale.stride(0), weight.stride(0), weight.stride(1), ws.stride(0),
             ws.stride(1), out.stride(-2), out.stride(0) if split > 1 else 0,
-            BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, A_SB=act_block, W_BK=weight_block[1],
-            GATHER_A=row_idx is not None, SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), TILED=tiled,
-            W_E4M3=e4m3, W_E8M0=e8m0, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, A_SB=act_block, W_BK=32, GATHER_A=row_idx is not None,
+            SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), TILED=tiled, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages, **pdl_launch())
     return out if split == 1 else sum_splits(out, out_dtype)
 
 
@@ -346,12 +332,12 @@ def sum_splits(parts: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
         # flight together (at 8 values per thread the MoE gate's 40 splits of 384 took ~6 us,
         # H200 profile, session 6); each value's sum order is the same whatever the block
         block = min(1024, max(128, triton.next_power_of_2(triton.cdiv(M * N, TARGET_PROGRAMS))))
-        split_sum[(triton.cdiv(M * N, block),)](parts, total, M * N, SPLIT=S, BLOCK=block, num_warps=4)
+        split_sum[(triton.cdiv(M * N, block),)](parts, total, M * N, SPLIT=S, BLOCK=block, num_warps=4, **pdl_launch())
     return total
 
 
 def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
-                m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4, fp4_tiles) -> None:
+                m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4, tiled) -> None:
     """Launch ``fp8_gemm_kernel`` (tiles of rows x weight rows; grouped or not)."""
     tiles = groups if grouped else Groups(out, out, out)  # unused pointers when not grouped
     w_strides = (weight.stride(0), weight.stride(1)) if grouped else (0, weight.stride(0))
@@ -367,16 +353,8 @@ def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups,
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
         SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a,
         W_FP4=0 if not fp4 else 1 if interpreting() else _FP4_MODES[FP4_UNPACK],
-        W_TILED=fp4_tiles if fp4 else _e4m3_tiled(grouped, a_scale, kstep, sub, cfg),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-
-
-def _e4m3_tiled(grouped, a_scale, kstep, sub, cfg) -> bool:
-    if not E4M3_TILES_EXPERIMENT:
-        return False
-    if not grouped or a_scale is not None or kstep != 128 or sub != 1 or cfg.block_n != 128:
-        raise ValueError("E4M3_TILES_EXPERIMENT: grouped bf16-path GEMMs with 128-deep steps and 128-row N tiles only")
-    return True
+        W_TILED=tiled,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
 
 
 def dequant_bf16(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:

@@ -73,7 +73,7 @@ from dataclasses import dataclass
 import torch
 
 from deepinfer_adapters.kernels import invariance, register
-from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
+from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
 
 SINKHORN_BLOCK_T = 8  # x 16 comb values = one per thread of 4 warps (the divisions are the cost)
 MERGE_CHUNK = 64  # K splits added per load by the merge kernel
@@ -98,6 +98,9 @@ def _kernels():
     import triton
     import triton.language as tl
 
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
+    from deepinfer_adapters.kernels.triton_pdl import pdl_start
+
     if not interpreting():
         from triton.language.extra import libdevice  # expf, as torch (tl.exp: ex2.approx of x * log2 e)
 
@@ -108,6 +111,7 @@ def _kernels():
         """Tokens [pid0 * BLOCK_T, +BLOCK_T) x K blocks [pid1 * steps, +steps). FINAL (one K
         range): writes the logits; else fp32 partial dots to PACC [splits, T, N_PAD] and
         partial sums of squares to PSS [splits, T]."""
+        pdl_start()
         split = tl.program_id(1)
         offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
         mask_t = offs_t < T
@@ -155,6 +159,7 @@ def _kernels():
                          N_PAD: tl.constexpr, CHUNK: tl.constexpr):
         """Token pid0: adds the K splits' partials (CHUNK splits per load, a fixed order),
         then scales by rsqrt(mean square + eps)."""
+        pdl_start()
         t = tl.program_id(0)
         offs_s = tl.arange(0, CHUNK)
         offs_n = tl.arange(0, N_PAD)
@@ -173,6 +178,7 @@ def _kernels():
                        HC: tl.constexpr, BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr):
         """BLOCK_T tokens; pre and post as one [BLOCK_T, 2 HC] tile, comb as a
         [BLOCK_T, HC (source a), HC (destination b)] tile."""
+        pdl_start()
         offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
         mask_t = offs_t < T
         t64 = offs_t.to(tl.int64)
@@ -212,6 +218,7 @@ def _kernels():
     def hc_pre(X, PRE, OUT, D, stride_xt, stride_xh, stride_pt, stride_ot,
                HC: tl.constexpr, BLOCK_D: tl.constexpr):
         """out = sum_a pre_a x_a for one token x BLOCK_D; products rounded, streams added in order."""
+        pdl_start()
         t = tl.program_id(0).to(tl.int64)
         offs = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
         mask = offs < D
@@ -226,6 +233,7 @@ def _kernels():
     def hc_post(Y, R, POST, COMB, OUT, D, stride_yt, stride_rt, stride_rh, stride_pt, stride_ct,
                 stride_ot, stride_oh, HC: tl.constexpr, BLOCK_D: tl.constexpr):
         """out_b = post_b y + sum_a comb[a, b] r_a for one token x BLOCK_D, as an [HC (b), BLOCK_D] tile."""
+        pdl_start()
         t = tl.program_id(0).to(tl.int64)
         offs = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
         mask = offs < D
@@ -311,10 +319,10 @@ def hc_mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> torch.T
     k_mix[(triton.cdiv(T, cfg.block_t), cfg.splits)](
         x2, fn, out, pacc, pss, T, N, K, x2.stride(0), fn.stride(0), out.stride(0), cfg.steps, inv_k, float(norm_eps),
         BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k, N_PAD=n_pad, SPLIT_BF16=bf16, FINAL=final, INTERPRET=interpreting(),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
     if not final:
         k_merge[(T,)](pacc, pss, out, T, N, out.stride(0), cfg.splits, inv_k, float(norm_eps), N_PAD=n_pad,
-                      CHUNK=MERGE_CHUNK, num_warps=4)
+                      CHUNK=MERGE_CHUNK, num_warps=4, **pdl_launch())
     return out.view(*lead, N)
 
 
@@ -339,7 +347,8 @@ def hc_split_sinkhorn(mixes: torch.Tensor, scale: torch.Tensor, base: torch.Tens
         triton, _, _, k_sinkhorn, _, _ = _kernels()
         k_sinkhorn[(triton.cdiv(T, SINKHORN_BLOCK_T),)](
             m, scale.contiguous(), base.contiguous(), pre, post, comb, T, m.stride(0), int(iters), float(eps),
-            HC=hc, BLOCK_T=SINKHORN_BLOCK_T, INTERPRET=interpreting(), num_warps=4, enable_fp_fusion=False)
+            HC=hc, BLOCK_T=SINKHORN_BLOCK_T, INTERPRET=interpreting(), num_warps=4, enable_fp_fusion=False,
+            **pdl_launch())
     return pre.view(*lead, hc), post.view(*lead, hc), comb.view(*lead, hc, hc)
 
 
@@ -369,7 +378,7 @@ def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
         triton, *_, k_pre, _ = _kernels()
         bd = _block_d(T, D)
         k_pre[(T, triton.cdiv(D, bd))](x3, p, out, D, x3.stride(0), x3.stride(1), p.stride(0), out.stride(0),
-                                        HC=hc, BLOCK_D=bd, num_warps=4, enable_fp_fusion=False)
+                                        HC=hc, BLOCK_D=bd, num_warps=4, enable_fp_fusion=False, **pdl_launch())
     return out.view(*x.shape[:-2], D)
 
 
@@ -393,7 +402,7 @@ def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: t
         bd = _block_d(T, D)
         k_post[(T, triton.cdiv(D, bd))](y2, r, p, c, out, D, y2.stride(0), r.stride(0), r.stride(1), p.stride(0),
                                          c.stride(0), out.stride(0), out.stride(1), HC=hc, BLOCK_D=bd, num_warps=4,
-                                         enable_fp_fusion=False)
+                                         enable_fp_fusion=False, **pdl_launch())
     return out.view(*residual.shape)
 
 

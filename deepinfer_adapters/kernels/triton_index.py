@@ -31,7 +31,7 @@ import functools
 import torch
 
 from deepinfer_adapters.kernels import register
-from deepinfer_adapters.kernels.triton_support import triton_available
+from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 BLOCK_K = 64  # keys per program
 
@@ -41,9 +41,13 @@ def _kernel():
     import triton
     import triton.language as tl
 
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
+    from deepinfer_adapters.kernels.triton_pdl import pdl_start
+
     @triton.jit
     def index_scores_kernel(Q, K, W, OUT, M, stride_qn, stride_qh, stride_kn, stride_km, stride_wn, stride_on,
                             H: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr):
+        pdl_start()
         i = tl.program_id(0).to(tl.int64)
         keys = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
         mask = keys < M
@@ -72,7 +76,7 @@ def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> 
         shared = keys.dim() == 2
         kernel[(n, triton.cdiv(m, BLOCK_K))](
             q, keys, weights, out, m, q.stride(0), q.stride(1), 0 if shared else keys.stride(0), keys.stride(-2),
-            weights.stride(0), out.stride(0), H=H, D=D, BLOCK_K=BLOCK_K, num_warps=4)
+            weights.stride(0), out.stride(0), H=H, D=D, BLOCK_K=BLOCK_K, num_warps=4, **pdl_launch())
     return out
 
 

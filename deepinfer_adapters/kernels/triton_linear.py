@@ -31,7 +31,7 @@ import torch
 
 from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels.triton_fp8_gemm import TARGET_PROGRAMS, split_k, sum_splits
-from deepinfer_adapters.kernels.triton_support import triton_available
+from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,14 @@ def _kernel():
     import triton
     import triton.language as tl
 
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
+    from deepinfer_adapters.kernels.triton_pdl import pdl_start
+
     @triton.jit
     def split_linear_kernel(X, W, OUT, M, N, K, k_per_split, stride_xm, stride_wn, stride_om, stride_os,
                             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
         """OUT[pid 2] = this program's K range of x w^T (fp32): the whole K when unsplit."""
+        pdl_start()
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         cols = tl.program_id(1) * BN + tl.arange(0, BN)
         mask_m = rows < M
@@ -109,7 +113,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch
         kernel[(triton.cdiv(M, bm), n_tiles, split)](
             x2, weight, parts, M, N, K, k_per_split, x2.stride(0), weight.stride(0), parts.stride(1),
             parts.stride(0), BM=bm, BN=cfg.block_n, BK=cfg.block_k, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages)
+            num_stages=cfg.num_stages, **pdl_launch())
     out = parts[0] if split == 1 else sum_splits(parts, torch.float32)
     return out.view(*lead, N).to(out_dtype)
 

@@ -48,14 +48,15 @@ take ``FP4_DECODE_PATH``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
 
 from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
-from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
-from deepinfer_adapters.model_impl.quant import is_span_packed
+from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
+from deepinfer_adapters.model_impl.quant import E4M3_TILE, expert_matrix, is_e4m3_tiles, is_span_packed
 
 
 LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)
@@ -130,7 +131,7 @@ def swiglu_quant(h13: torch.Tensor, route_w: torch.Tensor, limit: float, block: 
         kernel[(R, triton.cdiv(triton.cdiv(I, block), groups))](
             h13, route_w, q, q if s is None else s, I, h13.stride(0), q.stride(0), 0 if s is None else s.stride(0),
             float(limit), BLOCK=block, GROUPS=groups, HAS_LIMIT=limit > 0, DEQUANT_OUT=dequant_to is not None,
-            num_warps=4)
+            num_warps=4, **pdl_launch())
     return q, s
 
 
@@ -166,7 +167,7 @@ def combine(out: torch.Tensor, T: int, k: int, rows: torch.Tensor | None = None,
         kernel[(T, triton.cdiv(D, block))](
             out, out if rows is None else rows.contiguous(), out if shared is None else shared, y, D, out.stride(0),
             0 if shared is None else shared.stride(0), y.stride(0), K=k, GATHER=rows is not None,
-            HAS_SHARED=shared is not None, BLOCK=block, num_warps=4)
+            HAS_SHARED=shared is not None, BLOCK=block, num_warps=4, **pdl_launch())
     return y
 
 
@@ -205,6 +206,8 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         cfg = config or fp8.FP4_ROWS_CONFIG
     else:
         cfg = config or fp8.default_config(1 if routing == "pairs" else max(1, T * k // E), kstep)
+        if config is None and is_e4m3_tiles(w13):  # the N tile is the weights' row tile
+            cfg = dataclasses.replace(cfg, block_n=E4M3_TILE)
     if routing == "pairs":
         tiles, rw = pair_route(expert_ids, route_w)
         positions = None
@@ -218,7 +221,7 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
                        kstep=None if fp4 else fp8.bf16_kstep(x.shape[-1], block))
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
         out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
-                       kstep=None if fp4 else fp8.bf16_kstep(w2.shape[-1], block))
+                       kstep=None if fp4 else fp8.bf16_kstep(expert_matrix(w2)[1], block))
     else:
         q, s = fp8.act_quant(x, act_block)
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
@@ -241,7 +244,7 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float, route_w: torch.Te
     if T:
         kernel[(T, triton.cdiv(I, SWIGLU_BLOCK))](
             gate, up, rw, out, I, gate.stride(0), up.stride(0), out.stride(0), float(limit), BLOCK=SWIGLU_BLOCK,
-            HAS_LIMIT=limit > 0, HAS_RW=route_w is not None, INTERPRET=interpreting(), num_warps=4)
+            HAS_LIMIT=limit > 0, HAS_RW=route_w is not None, INTERPRET=interpreting(), num_warps=4, **pdl_launch())
     return out
 
 
@@ -254,12 +257,13 @@ def supports_swiglu(gate, up, limit, route_w=None) -> bool:
 def supports(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit, shared=None,
              **_) -> bool:
     fp4 = is_span_packed(w13)
-    inter = w2.shape[-1] * (2 if fp4 else 1)
+    inter = expert_matrix(w2)[1]
     shared_ok = shared is None or (shared.shape == x.shape and shared.stride(-1) == 1)
     weights_ok = (fp8._fp8_weight_ok(x, w13, block, act_block) if not fp4 else
                   x.is_cuda and x.dtype == torch.bfloat16 and is_span_packed(w2) and tuple(block) == (1, 32)
                   and x.shape[-1] % 32 == 0 and triton_available())
-    return (shared_ok and act_block > 0 and w13.dim() == 3 and inter % act_block == 0 and inter % block[0] == 0
+    return (shared_ok and act_block > 0 and w13.dim() == w2.dim() == (5 if is_e4m3_tiles(w13) else 3)
+            and inter % act_block == 0 and inter % block[0] == 0
             and weights_ok)
 
 

@@ -27,6 +27,8 @@ import triton
 import triton.language as tl
 
 from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
+from deepinfer_adapters.kernels.triton_pdl import pdl_start
+from deepinfer_adapters.kernels.triton_support import pdl_launch
 
 MAX_PAIRS = 4096  # pairs one program sorts (keys stay int32: experts x pairs < 2^31)
 
@@ -44,6 +46,7 @@ def _min(a, b):
 @triton.jit
 def sort_pairs_kernel(IDS, ORDER, ROW_IDX, EXPERT, ROW0, ROW1, POS, SCRATCH, P, n_experts, max_tiles,
                       K: tl.constexpr, BM: tl.constexpr, P_PAD: tl.constexpr, TILES_PAD: tl.constexpr):
+    pdl_start()
     r = tl.arange(0, P_PAD)
     inside = r < P
     ids = tl.load(IDS + r, mask=inside, other=n_experts).to(tl.int32)  # padding sorts last
@@ -100,5 +103,5 @@ def sort_pairs(expert_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[
     scratch = torch.empty(p_pad + 2, device=dev, dtype=torch.int32)
     sort_pairs_kernel[(1,)](expert_ids.contiguous(), order, row_idx, expert, row0, row1, positions, scratch, P,
                             n_experts, max_tiles, K=k, BM=block_m, P_PAD=p_pad, TILES_PAD=_padded(max_tiles),
-                            num_warps=max(1, min(16, p_pad // 256)))
+                            num_warps=max(1, min(16, p_pad // 256)), **pdl_launch())
     return order, fp8.Groups(expert=expert, row0=row0, row1=row1, row_idx=row_idx), positions

@@ -45,7 +45,7 @@ import functools
 import torch
 
 from deepinfer_adapters.kernels import register
-from deepinfer_adapters.kernels.triton_support import triton_available
+from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 NORM_MAX_WIDTH = 16384  # widest row kept in registers
 NORM_TILE = 4096  # values per program for narrow rows
@@ -62,11 +62,15 @@ def _kernels():
     import triton
     import triton.language as tl
 
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
+    from deepinfer_adapters.kernels.triton_pdl import pdl_start
+
     @triton.jit
     def rms_norm(X, PRE, W, OUT, R, N, stride_x, stride_xh, stride_p, stride_o, inv_n, eps, HC: tl.constexpr,
                  HAS_WEIGHT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
         """HC > 0: each row is first the hc_pre collapse of X's HC streams (products rounded,
         streams added in order, cast to OUT's dtype), as ``triton_hc.hc_pre`` computes it."""
+        pdl_start()
         rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
         cols = tl.arange(0, BLOCK_N)
         mask_c = cols < N
@@ -93,6 +97,7 @@ def _kernels():
     def apply_rope(X, F, OUT, M, stride_xs, stride_xm, stride_os, stride_om, sign,
                    NOPE: tl.constexpr, RD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_NOPE: tl.constexpr):
         """Position pid0, rows (heads) [pid1 * BLOCK_M, +BLOCK_M) of [M, NOPE + RD]; sign -1: conjugate."""
+        pdl_start()
         s = tl.program_id(0).to(tl.int64)
         offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
         mask_m = (offs_m < M)[:, None]
@@ -151,7 +156,7 @@ def _norm(x: torch.Tensor, pre: torch.Tensor | None, weight: torch.Tensor | None
             x, x if pre is None else pre, w, out, R, N, x.stride(0), x.stride(1) if hc else 0,
             pre.stride(0) if hc else 0, out.stride(0), 1.0 / N, float(eps), HC=hc, HAS_WEIGHT=weight is not None,
             BLOCK_R=block_r, BLOCK_N=block_n, num_warps=max(4, min(16, block_r * block_n // 1024)),
-            enable_fp_fusion=False)
+            enable_fp_fusion=False, **pdl_launch())
     return out
 
 
@@ -183,7 +188,7 @@ def apply_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -> t
         nope = dim - rd
         k_rope[(S, triton.cdiv(M, block_m))](x3, f, out, M, x3.stride(0), x3.stride(1), out.stride(0), out.stride(1),
                                              -1.0 if inverse else 1.0, NOPE=nope, RD=rd, BLOCK_M=block_m,
-                                             BLOCK_NOPE=_pow2(nope), num_warps=4)
+                                             BLOCK_NOPE=_pow2(nope), num_warps=4, **pdl_launch())
     return out.view(x.shape)
 
 

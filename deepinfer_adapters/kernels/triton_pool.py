@@ -20,7 +20,7 @@ import functools
 import torch
 
 from deepinfer_adapters.kernels import register
-from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
+from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
 
 TILE = 8192  # values of a [R, BLOCK_C] tile (32 per thread at 8 warps)
 MAX_ROWS = 1024
@@ -31,12 +31,16 @@ def _kernel():
     import triton
     import triton.language as tl
 
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
+    from deepinfer_adapters.kernels.triton_pdl import pdl_start
+
     if not interpreting():
         from triton.language.extra import libdevice
 
     @triton.jit
     def softmax_pool_kernel(KV, S, OUT, R, C, stride_kn, stride_kr, stride_sn, stride_sr, stride_on,
                             R_PAD: tl.constexpr, BLOCK_C: tl.constexpr, INTERPRET: tl.constexpr):
+        pdl_start()
         n = tl.program_id(0).to(tl.int64)
         cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         rows = tl.arange(0, R_PAD)
@@ -65,7 +69,7 @@ def softmax_pool(kv: torch.Tensor, score: torch.Tensor) -> torch.Tensor:
         block_c = max(16, min(triton.next_power_of_2(C), TILE // r_pad))
         kernel[(N, triton.cdiv(C, block_c))](
             kv, score, out, R, C, kv.stride(0), kv.stride(1), score.stride(0), score.stride(1), out.stride(0),
-            R_PAD=r_pad, BLOCK_C=block_c, INTERPRET=interpreting(), num_warps=8, enable_fp_fusion=False)
+            R_PAD=r_pad, BLOCK_C=block_c, INTERPRET=interpreting(), num_warps=8, enable_fp_fusion=False, **pdl_launch())
     return out
 
 

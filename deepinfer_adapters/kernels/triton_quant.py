@@ -17,7 +17,7 @@ import torch
 
 from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
-from deepinfer_adapters.kernels.triton_support import triton_available
+from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 _DTYPES = (torch.bfloat16, torch.float32, torch.float16)
 
@@ -47,7 +47,7 @@ def _fp4(x: torch.Tensor, group: int, e4m3_scale: bool) -> torch.Tensor:
     if rows.shape[0] and n:
         kernel[(rows.shape[0], triton.cdiv(n // group, groups))](
             rows, out, n, rows.stride(0), out.stride(0), GROUP=group, GROUPS=groups, E4M3_SCALE=e4m3_scale,
-            num_warps=4)
+            num_warps=4, **pdl_launch())
     return out.view(x.shape)
 
 

@@ -40,7 +40,7 @@ import functools
 import torch
 
 from deepinfer_adapters.kernels import register
-from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
+from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
 
 MAX_EXPERTS = 1024  # the logits of one token stay in the registers of one program
 SOFTPLUS_THRESHOLD = 20.0  # torch's default: above it softplus(x) is x
@@ -51,6 +51,9 @@ def _kernel():
     import triton
     import triton.language as tl
 
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
+    from deepinfer_adapters.kernels.triton_pdl import pdl_start
+
     if not interpreting():
         from triton.language.extra import libdevice  # expf and log1pf, as torch's softplus
 
@@ -59,6 +62,7 @@ def _kernel():
                      THRESHOLD: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
                      HAS_BIAS: tl.constexpr, HAS_IDS: tl.constexpr, RENORMALIZE: tl.constexpr,
                      INTERPRET: tl.constexpr):
+        pdl_start()
         t = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK_E)
         inside = offs < E
@@ -117,7 +121,7 @@ def moe_route(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renorm
                      0 if given is None else given.stride(0), weights.stride(0), picked.stride(0), eps, scale,
                      THRESHOLD=SOFTPLUS_THRESHOLD, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(topk),
                      HAS_BIAS=bias is not None, HAS_IDS=given is not None, RENORMALIZE=renormalize,
-                     INTERPRET=interpreting(), num_warps=max(1, block_e // 512), enable_fp_fusion=False)
+                     INTERPRET=interpreting(), num_warps=max(1, block_e // 512), enable_fp_fusion=False, **pdl_launch())
     return weights, picked
 
 

@@ -63,7 +63,7 @@ import torch
 
 from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.reference import SPARSE_ATTN_BLOCK
-from deepinfer_adapters.kernels.triton_support import triton_available
+from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 BLOCK_K = SPARSE_ATTN_BLOCK  # indices per online-softmax block: the reference's rounding points
 
@@ -118,6 +118,9 @@ def _kernels():
     import triton
     import triton.language as tl
 
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
+    from deepinfer_adapters.kernels.triton_pdl import pdl_start
+
     @triton.jit
     def sparse_attn_bf16(Q, KV, SINK, IDX, OUT, PM, PL, PACC, scale,
                          stride_qs, stride_qh, stride_kvn, stride_is, stride_os, stride_oh,
@@ -127,6 +130,7 @@ def _kernels():
         """bf16 q and kv: one [BLOCK_K, d] tile of gathered rows per step serves as K and V.
         SPLIT_K > 0: this program covers indices [pid2 * SPLIT_K, +SPLIT_K) and writes its
         running max, denominator and unnormalised accumulator to PM / PL / PACC."""
+        pdl_start()
         s = tl.program_id(0).to(tl.int64)
         offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
         mask_h = offs_h < H
@@ -179,6 +183,7 @@ def _kernels():
     def sparse_attn_merge(PM, PL, PACC, SINK, OUT, stride_os, stride_oh, H, D, NS,
                           BLOCK_H: tl.constexpr, D_PAD: tl.constexpr):
         """Merge split-K partials: o = sum_j e^(m_j-M) acc_j / (sum_j e^(m_j-M) l_j + e^(sink-M))."""
+        pdl_start()
         s = tl.program_id(0).to(tl.int64)
         offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
         mask_h = offs_h < H
@@ -207,6 +212,7 @@ def _kernels():
                         BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
                         D_PAD: tl.constexpr, BLOCK_DV: tl.constexpr, PROBS_BF16: tl.constexpr):
         """Any other dtypes: exact fp32 dots, d in chunks, output dims split over programs."""
+        pdl_start()
         s = tl.program_id(0).to(tl.int64)
         offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
         mask_h = offs_h < H
@@ -284,16 +290,17 @@ def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torc
         grid = (S, triton.cdiv(H, cfg.block_h), ns)
         k_bf16[grid](q, kv, sink, idx, out, pm if split_k else out, pl, pacc, float(scale), *strides, H, d, K, ns,
                      BLOCK_H=cfg.block_h, BLOCK_K=BLOCK_K, D_PAD=_pow2(d), PROBS_BF16=bool(probs_bf16),
-                     SPLIT_K=split_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                     SPLIT_K=split_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
         if split_k:
             k_merge[(S, triton.cdiv(H, 16))](pm, pl, pacc, sink, out, out.stride(0), out.stride(1), H, d, ns,
-                                              BLOCK_H=16, D_PAD=_pow2(d), num_warps=4)
+                                              BLOCK_H=16, D_PAD=_pow2(d), num_warps=4, **pdl_launch())
     else:
         args = (q, kv, sink, idx, out, float(scale), *strides, H, d, K)
         dv = min(cfg.block_dv, _pow2(d))
         k_f32[(S, triton.cdiv(H, cfg.block_h), triton.cdiv(d, dv))](
             *args, BLOCK_H=cfg.block_h, BLOCK_K=BLOCK_K, BLOCK_D=min(cfg.block_d, _pow2(d)), D_PAD=_pow2(d),
-            BLOCK_DV=dv, PROBS_BF16=bool(probs_bf16), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            BLOCK_DV=dv, PROBS_BF16=bool(probs_bf16), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            **pdl_launch())
     return out
 
 

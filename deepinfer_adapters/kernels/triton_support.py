@@ -20,3 +20,21 @@ def triton_available() -> bool:
 def interpreting() -> bool:
     """Triton's CPU interpreter is on (its own switch, read by Triton)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+# Launch the Triton kernels with programmatic dependent launch (kernels/triton_pdl.py) on Hopper
+# and later GPUs; a switch for A/B runs (benchmarks/bench_real_width.py --ab pdl:B)
+PDL = True
+
+
+@functools.cache
+def _pdl_device() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+
+
+def pdl_launch() -> dict:
+    """Launch options of a kernel that opens with ``triton_pdl.pdl_start``: ``kernel[grid](...,
+    **pdl_launch())``."""
+    return {"launch_pdl": True} if PDL and not interpreting() and _pdl_device() else {}

@@ -24,7 +24,7 @@ import functools
 import torch
 
 from deepinfer_adapters.kernels import register
-from deepinfer_adapters.kernels.triton_support import triton_available
+from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 MAX_ROW = 16384  # the row must fit the registers of one program
 
@@ -34,8 +34,12 @@ def _kernel():
     import triton
     import triton.language as tl
 
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
+    from deepinfer_adapters.kernels.triton_pdl import pdl_start
+
     @triton.jit
     def topk_kernel(S, IDX, VAL, m, k, stride_s, stride_i, stride_v, BLOCK: tl.constexpr):
+        pdl_start()
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK)
         inside = offs < m
@@ -57,6 +61,7 @@ def _kernel():
 
     @triton.jit
     def sort_kernel(X, OUT, m, stride_x, stride_o, BLOCK: tl.constexpr):
+        pdl_start()
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK)
         x = tl.load(X + row * stride_x + offs, mask=offs < m)
@@ -78,7 +83,7 @@ def topk_lowest_index(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch
     if n and k:
         block = max(16, triton.next_power_of_2(m))
         kernel[(n,)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0), BLOCK=block,
-                     num_warps=max(1, min(16, block // 512)))
+                     num_warps=max(1, min(16, block // 512)), **pdl_launch())
     return idx.view(*lead, k), val.view(*lead, k)
 
 
@@ -103,7 +108,7 @@ def sort_rows(x: torch.Tensor) -> torch.Tensor:
     if rows.numel():
         block = max(16, triton.next_power_of_2(m))
         kernel[(rows.shape[0],)](rows, out, m, rows.stride(0), out.stride(0), BLOCK=block,
-                                 num_warps=max(1, min(8, block // 256)))
+                                 num_warps=max(1, min(8, block // 256)), **pdl_launch())
     return out.view(*lead, m)
 
 

@@ -15,7 +15,8 @@ dequantized. ``weights="fp8"`` keeps what the kernels can read directly:
   ``weights="fp4"``: the same, but FP4 experts kept packed (E2M1, the checkpoint's scale per
   32, nibbles reordered per span of 64 inputs and 128-row tiles: quant.to_fp4_tiles; expert block
   ``PACKED_FP4``):
-  half the expert bytes, read by the GPU kernels directly;
+  half the expert bytes, read by the GPU kernels directly. E4M3 experts whose widths 128
+  divides are held in 128 x 128 tiles (quant.to_e4m3_tiles: each tile's bytes contiguous);
 - bf16 tensors (embeddings, head, gate, compressor, ...) bf16; the Engram table bf16
   (E4M3 x E8M0 is exact in bf16);
 - everything else (norms, hyper-connections, sinks) as in the dense model;
@@ -44,8 +45,8 @@ from deepinfer_adapters.model_impl.layers.engram import EngramEmbed
 from deepinfer_adapters.model_impl.layers.linear import Linear, merge_same_input
 from deepinfer_adapters.model_impl.layers.moe import Gate, MoE
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import (dequant_fp8_blocks, fp4_to_fp8_blocks, is_span_packed, to_fp4_tiles,
-                                                 unpack_fp4)
+from deepinfer_adapters.model_impl.quant import (dequant_fp8_blocks, e4m3_tiled, expert_matrix, fp4_to_fp8_blocks,
+                                                 is_span_packed, to_e4m3_tiles, to_fp4_tiles, unpack_fp4)
 from deepinfer_adapters.model_impl.weights import load_checkpoint
 
 WEIGHT_FORMATS = ("dense", "fp8", "fp4")
@@ -172,9 +173,12 @@ def _stacked_experts(ffn: str, parts: dict[tuple[int, str, str], torch.Tensor],
         out[f"{ffn}.routed.w13{suffix}"] = torch.stack([torch.cat([pairs[(e, "w1")][i], pairs[(e, "w3")][i]])
                                                         for e in range(n)])
         out[f"{ffn}.routed.w2{suffix}"] = torch.stack([pairs[(e, "w2")][i] for e in range(n)])
-    if fp4 and expert_block == PACKED_FP4:  # the GPU kernels' layout, per expert matrix (w1 and w3 joined)
-        for w in ("w13", "w2"):
-            out[f"{ffn}.routed.{w}"] = to_fp4_tiles(out[f"{ffn}.routed.{w}"])
+    # the GPU kernels' layouts, per expert matrix (w1 and w3 joined), as Fp8Experts holds them
+    w13, w2 = out[f"{ffn}.routed.w13"], out[f"{ffn}.routed.w2"]
+    if fp4 and expert_block == PACKED_FP4:
+        out[f"{ffn}.routed.w13"], out[f"{ffn}.routed.w2"] = to_fp4_tiles(w13), to_fp4_tiles(w2)
+    elif e4m3_tiled(*w13.shape[-2:]) and e4m3_tiled(*w2.shape[-2:]):
+        out[f"{ffn}.routed.w13"], out[f"{ffn}.routed.w2"] = to_e4m3_tiles(w13), to_e4m3_tiles(w2)
     return out
 
 
@@ -182,7 +186,7 @@ def expert_blocks(tensors: Mapping[str, torch.Tensor]) -> dict[str, int]:
     """Inputs per scale of each layer's stacked experts, by MoE module name (``build``);
     ``PACKED_FP4`` where they are packed E2M1."""
     def block(weight: torch.Tensor, scale: torch.Tensor) -> int:
-        return PACKED_FP4 if is_span_packed(weight) else weight.shape[-1] // scale.shape[-1]
+        return PACKED_FP4 if is_span_packed(weight) else expert_matrix(weight)[1] // scale.shape[-1]
 
     return {name.removesuffix(".routed.w13_scale"): block(tensors[name.removesuffix("_scale")], t)
             for name, t in tensors.items() if name.endswith(".routed.w13_scale")}

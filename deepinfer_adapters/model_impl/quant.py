@@ -287,6 +287,44 @@ def from_fp4_tiles(held: torch.Tensor) -> torch.Tensor:
     return from_span_pairs(b)
 
 
+E4M3_TILE = 128  # weight rows and inputs of a tile of E4M3 experts held for the GPU (``to_e4m3_tiles``)
+
+
+def e4m3_tiled(n: int, k: int) -> bool:
+    """Whether E4M3 experts of ``n`` rows and ``k`` inputs are held in tiles (``to_e4m3_tiles``):
+    where 128 divides both (every real V4 / V4.1 width)."""
+    return n % E4M3_TILE == 0 and k % E4M3_TILE == 0
+
+
+def to_e4m3_tiles(weight: torch.Tensor) -> torch.Tensor:
+    """E4M3 experts [E, N, K] -> the layout the GPU kernels read, [E, N / 128, K / 128, 128, 128]:
+    each 128-row x 128-input tile's 16 KB contiguous, tiles in (row tile, K tile) order, so a GEMM's
+    K step reads one block instead of 128 rows' 128-byte pieces, K bytes apart (H200, a V4.1 layer's
+    experts at 8 / 32 tokens on the bf16 path: 407 / 1337 us against 432 / 1410, BENCHMARKS.md
+    session 9). The shape says the layout: every consumer (``from_e4m3_tiles``) can tell."""
+    E, n, k = weight.shape
+    t = E4M3_TILE
+    return weight.reshape(E, n // t, t, k // t, t).transpose(2, 3).contiguous()
+
+
+def from_e4m3_tiles(held: torch.Tensor) -> torch.Tensor:
+    """``to_e4m3_tiles``' inverse for any leading dims: [..., N / 128, K / 128, 128, 128] -> [..., N, K]."""
+    *lead, nt, kt, t, _ = held.shape
+    return held.transpose(-3, -2).reshape(*lead, nt * t, kt * t)
+
+
+def is_e4m3_tiles(weight: torch.Tensor) -> bool:
+    """Whether ``weight`` holds stacked E4M3 experts in ``to_e4m3_tiles``' layout."""
+    return weight.dtype == torch.float8_e4m3fn and weight.dim() == 5
+
+
+def expert_matrix(weight: torch.Tensor) -> tuple[int, int]:
+    """(rows, inputs) of each expert matrix of held stacked experts, whatever their layout."""
+    if is_e4m3_tiles(weight):
+        return weight.shape[1] * E4M3_TILE, weight.shape[2] * E4M3_TILE
+    return weight.shape[-2], weight.shape[-1] * (2 if is_span_packed(weight) else 1)
+
+
 def is_span_packed(weight: torch.Tensor) -> bool:
     """Whether ``weight`` holds packed E2M1 experts for the GPU kernels (``to_fp4_tiles``' layout:
     uint8, two values a byte); held weights are otherwise E4M3 or wider."""

@@ -265,6 +265,34 @@ def test_moe_experts_128_blocks_match_reference(T, path, act_block):
     assert rel <= NORM_RTOL
 
 
+@pytest.mark.parametrize("act_block", [32, 128], ids=["v41_act32", "v4_act128"])
+@pytest.mark.parametrize("path", ["fp8", "bf16", "invariant"])
+@pytest.mark.parametrize("T", [1, 8, 57, 600, 1400])
+def test_e4m3_tiles_are_the_plain_experts_bit_for_bit(T, path, act_block):
+    """E4M3 experts held in 128 x 128 tiles (quant.to_e4m3_tiles, the native layout since session 9)
+    give the same bits as the same experts in plain rows, on each path, with scales per 32 and per 128
+    (the tiles only move bytes); "invariant": batch-invariant mode (the bf16 path's row tiles)."""
+    from deepinfer_adapters.kernels import invariance, triton_moe
+    from deepinfer_adapters.model_impl.quant import to_e4m3_tiles
+
+    E, D, I, k = 32, 512, 256, 6
+    g = torch.Generator(device="cuda").manual_seed(300 + T)
+    x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
+    w, ids = _routing(T, E, k, seed=T)
+    for block, (w13, s13, w2, s2) in zip(((1, 32), (1, 128)), _experts_128(E, D, I, seed=T)):
+        tiled = (to_e4m3_tiles(w13), s13, to_e4m3_tiles(w2), s2)
+        run = lambda weights: triton_moe.moe_experts(x, w, ids, *weights, block, act_block, 10.0,  # noqa: E731
+                                                     path=None if path == "invariant" else path)
+        with invariance.batch_invariant(path == "invariant"):
+            plain, out = run((w13, s13, w2, s2)), run(tiled)
+        ref = reference_fp8.moe_experts(x, w, ids, *tiled, block, act_block, 10.0)
+        assert torch.equal(ref, reference_fp8.moe_experts(x, w, ids, w13, s13, w2, s2, block, act_block, 10.0))
+        print(f"REPORT moe e4m3 tiles {path} block={block} act_block={act_block} T={T}: equal to plain "
+              f"{torch.equal(out, plain)}, rel to reference {_rel(out, ref):.2e}")
+        assert torch.equal(out, plain)
+        assert _rel(out, ref) <= NORM_RTOL
+
+
 def test_moe_experts_128_blocks_timing():
     """Not a pass/fail check: prefill-sized MoE at a mid width, (1, 32) vs (1, 128) storage on
     both paths (benchmarks/bench_moe_blocks.py times the real widths and tile configs)."""

@@ -10,8 +10,9 @@ as its E4M3 value with the checkpoint's scale per 32 inputs, a (1, 32) block. Or
 the nibbles of each 64 inputs reordered so that a GEMM step's two halves unpack without an
 interleave, and each 128-row x 64-input tile's bytes contiguous (quant.to_fp4_tiles), with the checkpoint's E8M0 scale per 32 inputs: half the
 bytes, which a decode step reads (the GPU kernel unpacks each tile in registers,
-kernels/fp8_triton_jit.py ``e2m1_halves``). w1 and w3 are stacked as w13 = [w1; w3] so one
-GEMM computes both.
+kernels/fp8_triton_jit.py ``e2m1_halves``). E4M3 experts whose widths 128 divides are held in
+128 x 128 tiles, each tile's bytes contiguous (quant.to_e4m3_tiles; shape [E, N / 128, K / 128,
+128, 128]). w1 and w3 are stacked as w13 = [w1; w3] so one GEMM computes both.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from torch import nn
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import dequant_fp4_experts, dequant_fp8_blocks, from_fp4_tiles, is_span_packed
+from deepinfer_adapters.model_impl.quant import (E4M3_TILE, dequant_fp4_experts, dequant_fp8_blocks, e4m3_tiled,
+                                                 from_e4m3_tiles, from_fp4_tiles, is_e4m3_tiles, is_span_packed)
 
 
 class Fp8Experts(nn.Module):
@@ -33,9 +35,17 @@ class Fp8Experts(nn.Module):
         super().__init__()
         self.block, self.act_block, self.limit = block, act_block, limit
 
+        # the GPU layouts (model_impl/native_format.py stacks the checkpoint's experts the same way)
+        tiles = not packed_fp4 and e4m3_tiled(2 * inter, dim) and e4m3_tiled(dim, inter)
+
         def weight(out_f: int, in_f: int) -> nn.Parameter:
-            shape, dtype = ((n_experts, out_f, in_f // 2), torch.uint8) if packed_fp4 else \
-                ((n_experts, out_f, in_f), torch.float8_e4m3fn)
+            if packed_fp4:
+                shape, dtype = (n_experts, out_f, in_f // 2), torch.uint8
+            elif tiles:
+                t = E4M3_TILE
+                shape, dtype = (n_experts, out_f // t, in_f // t, t, t), torch.float8_e4m3fn
+            else:
+                shape, dtype = (n_experts, out_f, in_f), torch.float8_e4m3fn
             return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
 
         def scale(out_f: int, in_f: int) -> nn.Parameter:
@@ -49,12 +59,16 @@ class Fp8Experts(nn.Module):
     def packed_fp4(self) -> bool:
         return is_span_packed(self.w13)
 
+    @property
+    def e4m3_tiles(self) -> bool:
+        return is_e4m3_tiles(self.w13)
+
     def dense(self, e: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Expert e's weights dequantized exactly, float32: (w13 [2I, D], w2 [D, I])."""
         def dequant(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
             if self.packed_fp4:
                 return dequant_fp4_experts(from_fp4_tiles(w), s, torch.float32, self.block[1])
-            return dequant_fp8_blocks(w, s, self.block, torch.float32)
+            return dequant_fp8_blocks(from_e4m3_tiles(w) if self.e4m3_tiles else w, s, self.block, torch.float32)
 
         return dequant(self.w13[e], self.w13_scale[e]), dequant(self.w2[e], self.w2_scale[e])
 
