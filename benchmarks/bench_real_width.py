@@ -267,7 +267,8 @@ AB_SWITCHES = {
     "moe_bf16": (lambda: setattr(triton_moe, "DECODE_PATH", "fp8"), lambda: setattr(triton_moe, "DECODE_PATH", "bf16")),
     "fp4_fp8": (lambda: setattr(triton_moe, "FP4_DECODE_PATH", "bf16"),
                 lambda: setattr(triton_moe, "FP4_DECODE_PATH", "fp8")),
-    "pdl": (lambda: setattr(triton_support, "PDL", False), lambda: setattr(triton_support, "PDL", True)),
+    # the A/B's other run turns PDL on (off by default: triton_support.PDL)
+    "pdl": (lambda: setattr(triton_support, "PDL", True), lambda: setattr(triton_support, "PDL", False)),
 }
 
 

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [s8check] [pdl] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -136,23 +136,8 @@ if has fp4rows; then  # packed FP4 on the fp8 path (fp4_gemm_rows_kernel): tests
     echo "fp4 fp8 path over 1.1x E4M3 bf16 at T=32: model runs skipped"
   fi
 fi
-if has s8check; then  # session 8's leftovers (~6 min): test_moe_gpu.py whole (the tiled FP4 layout, the default-path
-  # helper), the routed experts by storage with the E4M3 tiles experiment ("bf16_tiled": rel must read 0), and V4.1
-  # B=8/32 with E4M3 and with packed FP4 experts under the same flags
-  timeout 200 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_moe_gpu.py > "$OUT/gpu_tests_moe.log" 2>&1
-  echo "test_moe_gpu.py: $(tail -1 "$OUT/gpu_tests_moe.log")"; grep -hE "FAILED|Error" "$OUT/gpu_tests_moe.log" | head -10
-  pack
-  timeout 120 python benchmarks/bench_decode_gemv.py --rows 1 --quick --moe 8 32 --out "$OUT" > "$OUT/moe_storage.log" 2>&1
-  grep -E "^moe" "$OUT/moe_storage.log"; pack
-  for store in 128 0; do
-    mkdir -p "$OUT/rw_$store"
-    timeout 90 ${RW/--out $OUT/--out $OUT/rw_$store} --batches 8 32 --ref-batches 0 --prefill 0 --expert-block $store \
-      > "$OUT/real_width_$store.log" 2>&1
-    echo "V4.1, --expert-block $store:"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_$store.log" | grep decode; pack
-  done
-fi
-if has pdl; then  # programmatic dependent launch (kernels/triton_pdl.py): all of tests/gpu with it on, then V4.1
-  # decode with it on / off / on in one run, and the B=8 step's kernels (~7 min)
+if has pdl; then  # programmatic dependent launch (kernels/triton_pdl.py, off by default): all of tests/gpu, then
+  # V4.1 decode with it off / on / off in one run, and the B=8 step's kernels (~7 min)
   timeout 240 python -m pytest -q tests/gpu -p no:cacheprovider -s > "$OUT/gpu_tests.log" 2>&1
   echo "tests/gpu (PDL on): $(tail -1 "$OUT/gpu_tests.log")"; grep -hE "FAILED|Error" "$OUT/gpu_tests.log" | head -20
   pack
@@ -160,6 +145,24 @@ if has pdl; then  # programmatic dependent launch (kernels/triton_pdl.py): all o
   timeout 150 ${RW/--out $OUT/--out $OUT/pdl} --batches 1 8 32 --ref-batches 0 --prefill 0 --ab pdl:1,8,32 --profile 8 \
     > "$OUT/real_width_pdl.log" 2>&1
   grep -E "^A/B" "$OUT/real_width_pdl.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_pdl.log" | grep decode; pack
+fi
+if has s9; then  # session 9 (~9 min): all of tests/gpu (PDL on every Triton kernel, E4M3 experts in tiles), the
+  # routed experts by storage (tiled against untiled E4M3)
+  timeout 450 python -m pytest -q tests/gpu -p no:cacheprovider -s > "$OUT/gpu_tests.log" 2>&1
+  echo "tests/gpu: $(tail -1 "$OUT/gpu_tests.log")"; grep -hE "FAILED|Error|REPORT moe e4m3 tiles" "$OUT/gpu_tests.log" | head -40
+  pack
+  timeout 100 python benchmarks/bench_decode_gemv.py --rows 1 --quick --moe 8 32 --out "$OUT" > "$OUT/moe_storage.log" 2>&1
+  grep -E "^moe" "$OUT/moe_storage.log"; pack
+fi
+if has s9model; then  # session 9 (~5 min): V4.1 decode with PDL on / off / on (tiles held), V4 widths vs transformers
+  mkdir -p "$OUT/pdl" "$OUT/v4"
+  timeout 120 python -m pytest -q -p no:cacheprovider tests/gpu/test_decode_graphs_gpu.py > "$OUT/gpu_tests_decode.log" 2>&1
+  echo "test_decode_graphs_gpu.py: $(tail -1 "$OUT/gpu_tests_decode.log")"; grep -hE "FAILED|Error" "$OUT/gpu_tests_decode.log" | head
+  timeout 150 ${RW/--out $OUT/--out $OUT/pdl} --batches 1 8 32 --ref-batches 0 --prefill 0 --ab pdl:1,8,32 \
+    > "$OUT/real_width_pdl.log" 2>&1
+  grep -E "^A/B" "$OUT/real_width_pdl.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_pdl.log" | grep decode; pack
+  timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 > "$OUT/v4_width.log" 2>&1
+  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

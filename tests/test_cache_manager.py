@@ -57,6 +57,30 @@ def test_paged_rows_read_back_like_dense_across_blocks():
                     assert torch.equal(got, dense.read_rows(key, f.name, s, start, end)), (key, f.name, s, start)
 
 
+def test_fields_of_one_address_space_share_their_row_addresses():
+    """``model.decode`` computes a step's row addresses once per ``address_space``
+    (``shared_row_address``): every field of a space must map (slot, row) alike."""
+    spec = _spec()
+    spec.add("c", StateField("kv", (2,), torch.bfloat16, "rows", ratio=4),
+             StateField("idx", (5,), torch.float32, "rows", ratio=4))
+    mgr = CacheManager(spec, num_slots=3, num_blocks=40, block_size=8, max_blocks_per_slot=6)
+    slots = [mgr.allocate_slot() for _ in range(3)]
+    for length, slot in zip((40, 13, 24), slots):
+        assert mgr.grow(slot, length)
+    mgr.cache.bind({slot: mgr.table(slot) for slot in slots})
+    g = torch.Generator().manual_seed(0)
+    slot_ids = torch.tensor([slots[2], slots[0], slots[1]])
+    for cache in (DenseStateCache(spec, num_slots=3, max_len=96), mgr.cache):
+        fields = [(key, f.name) for key, f in spec.fields() if f.kind == "rows"]
+        spaces = {field: cache.address_space(*field) for field in fields}
+        assert len(set(spaces.values())) == 3  # ratios 1, 4 (both keys) and 8
+        for a in fields:
+            rows = torch.randint(-1, cache.row_capacity(*a) + 2, (3, 7), generator=g)  # -1 and past the end too
+            for b in fields:
+                if spaces[a] == spaces[b]:
+                    assert torch.equal(cache.row_address(*a, slot_ids, rows), cache.row_address(*b, slot_ids, rows))
+
+
 def test_reading_past_the_allocated_blocks_is_an_error():
     mgr = CacheManager(_spec(), num_slots=1, num_blocks=4, block_size=8)
     slot = mgr.allocate_slot()

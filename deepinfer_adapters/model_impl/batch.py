@@ -141,3 +141,8 @@ class DecodeBatch:
         if key not in self.scratch:
             self.scratch[key] = build()
         return self.scratch[key]
+
+    def arange(self, n: int) -> torch.Tensor:
+        """``torch.arange(n)`` on the batch's device, once per step (row numbers and ring offsets
+        that several layers index with). Shared: never write into it."""
+        return self.shared(("arange", n), lambda: torch.arange(n, device=self.positions.device))

@@ -15,8 +15,9 @@ dequantized. ``weights="fp8"`` keeps what the kernels can read directly:
   ``weights="fp4"``: the same, but FP4 experts kept packed (E2M1, the checkpoint's scale per
   32, nibbles reordered per span of 64 inputs and 128-row tiles: quant.to_fp4_tiles; expert block
   ``PACKED_FP4``):
-  half the expert bytes, read by the GPU kernels directly. E4M3 experts whose widths 128
-  divides are held in 128 x 128 tiles (quant.to_e4m3_tiles: each tile's bytes contiguous);
+  half the expert bytes, read by the GPU kernels directly. V4.1's E4M3 experts whose widths 128
+  divides are held in 128 x 128 tiles (quant.to_e4m3_tiles: each tile's bytes contiguous;
+  layers/experts_fp8.py ``holds_e4m3_tiles``);
 - bf16 tensors (embeddings, head, gate, compressor, ...) bf16; the Engram table bf16
   (E4M3 x E8M0 is exact in bf16);
 - everything else (norms, hyper-connections, sinks) as in the dense model;
@@ -42,10 +43,11 @@ from torch import nn
 from deepinfer_adapters.config import ModelConfig
 from deepinfer_adapters.model_impl.checkpoint_spec import BF16, F32, FP4_GROUP, TensorSpec, expected_tensors
 from deepinfer_adapters.model_impl.layers.engram import EngramEmbed
+from deepinfer_adapters.model_impl.layers.experts_fp8 import holds_e4m3_tiles
 from deepinfer_adapters.model_impl.layers.linear import Linear, merge_same_input
 from deepinfer_adapters.model_impl.layers.moe import Gate, MoE
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import (dequant_fp8_blocks, e4m3_tiled, expert_matrix, fp4_to_fp8_blocks,
+from deepinfer_adapters.model_impl.quant import (dequant_fp8_blocks, expert_matrix, fp4_to_fp8_blocks,
                                                  is_span_packed, to_e4m3_tiles, to_fp4_tiles, unpack_fp4)
 from deepinfer_adapters.model_impl.weights import load_checkpoint
 
@@ -144,12 +146,12 @@ def native_tensors(raw: dict[str, torch.Tensor], cfg: ModelConfig, *,
         elif not (specs[name].kind == "fp8_scale" and specs[specs[name].scale_for].kind == "fp8_table"):
             out[name] = tensor
     for ffn, parts in experts.items():
-        out.update(_stacked_experts(ffn, parts, expert_block))
+        out.update(_stacked_experts(ffn, parts, expert_block, cfg.quant.fp8_block[1]))
     return out
 
 
 def _stacked_experts(ffn: str, parts: dict[tuple[int, str, str], torch.Tensor],
-                     expert_block: int) -> dict[str, torch.Tensor]:
+                     expert_block: int, act_block: int) -> dict[str, torch.Tensor]:
     """One MoE layer's experts as ``{ffn}.routed.{w13, w13_scale, w2, w2_scale}``."""
     n = 1 + max(e for e, _, _ in parts)
     names = [(e, w) for e in range(n) for w in ("w1", "w2", "w3")]
@@ -177,7 +179,7 @@ def _stacked_experts(ffn: str, parts: dict[tuple[int, str, str], torch.Tensor],
     w13, w2 = out[f"{ffn}.routed.w13"], out[f"{ffn}.routed.w2"]
     if fp4 and expert_block == PACKED_FP4:
         out[f"{ffn}.routed.w13"], out[f"{ffn}.routed.w2"] = to_fp4_tiles(w13), to_fp4_tiles(w2)
-    elif e4m3_tiled(*w13.shape[-2:]) and e4m3_tiled(*w2.shape[-2:]):
+    elif w13.dtype == torch.float8_e4m3fn and holds_e4m3_tiles(w13.shape[-1], w2.shape[-1], act_block):
         out[f"{ffn}.routed.w13"], out[f"{ffn}.routed.w2"] = to_e4m3_tiles(w13), to_e4m3_tiles(w2)
     return out
 

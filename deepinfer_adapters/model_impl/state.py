@@ -27,15 +27,20 @@ captures) cannot loop over sequences on the host: it reads and writes rows field
 through ``row_pool`` (the field as one flat tensor of rows) and ``row_address``
 (slots and row numbers, as device tensors, to indices into that pool). A cache
 that implements both supports ``decode``; others (the vLLM adapter's) only ``forward``.
+Fields in one ``address_space`` share their addresses, so a decode step computes the
+addresses of rows that depend on the step only once for all of them (``shared_row_address``).
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import torch
+
+from deepinfer_adapters.model_impl.batch import DecodeBatch
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,9 @@ class StateSpec:
         for key, fields in self.layers.items():
             for f in fields:
                 yield key, f
+
+    def field(self, key: str, name: str) -> StateField:
+        return next(f for f in self.layers[key] if f.name == name)
 
     def bytes_per_token(self, key: str | None = None) -> float:
         return sum(f.nbytes / f.ratio for k, f in self.fields() if f.kind == "rows" and key in (None, k))
@@ -105,8 +113,16 @@ class StateCache(ABC):
         """Indices into ``row_pool`` of row ``rows[b, j]`` of slot ``slots[b]``; [B, n] int64.
         Device-side only (no host sync). Rows past a slot's capacity map to some valid index
         whose content is meaningless: callers mask what a sequence cannot see yet. Fields of
-        one key with the same ratio share their addresses (a layer computes them once)."""
+        one ``address_space`` share their addresses."""
         raise NotImplementedError(f"{type(self).__name__} has no device addressing (model.decode needs it)")
+
+    def address_space(self, key: str, name: str) -> Hashable:
+        """Fields whose ``row_address`` is the same function of (slots, rows) have equal address
+        spaces. By default, those with the same ratio and capacity: the dense cache's rows of a
+        slot are contiguous, the paged cache's blocks hold ``block_size // ratio`` rows and one
+        block table serves every field. A cache whose fields differ otherwise (a block table
+        per key) adds what they differ by."""
+        return self.spec.field(key, name).ratio, self.row_capacity(key, name)
 
     def row_capacity(self, key: str, name: str) -> int:
         """How many rows of this field one slot can address (sizes a decode step's index scan)."""
@@ -156,3 +172,12 @@ class DenseStateCache(StateCache):
             raise ValueError(f"state field {key}.{name}: writing rows up to {start + rows.shape[0]} "
                              f"exceeds capacity {t.shape[1]} (max_len {self.max_len})")
         t[slot, start : start + rows.shape[0]] = rows.to(t.dtype)
+
+
+def shared_row_address(state: StateCache, batch: DecodeBatch, key: str, name: str, rows_key: Hashable,
+                       rows: torch.Tensor) -> torch.Tensor:
+    """``state.row_address(key, name, batch.slots, rows)`` where ``rows`` depend on the step only
+    (``rows_key`` names them, as their ``batch.shared`` key does): once per step for every field
+    of the same address space, not once per layer."""
+    return batch.shared(("row_address", state.address_space(key, name), rows_key),
+                        lambda: state.row_address(key, name, batch.slots, rows))

@@ -35,23 +35,24 @@ class WindowSlots:
     (one ring size), so a step computes it once (``DecodeBatch.shared``)."""
 
     write: torch.Tensor  # [B] ring slot of each new token
-    read: torch.Tensor  # [B, W] ring slots of positions p - W + 1 .. p, oldest first
+    read_rows: torch.Tensor  # [B * W] rows of the flattened rings holding positions p - W + 1 .. p, oldest first
     valid: torch.Tensor  # [B, W] which of those positions exist (>= 0)
     attend_index: torch.Tensor  # [B, W] ``gathered_index(valid)``: a window-only layer's attention
 
     @classmethod
     def of(cls, batch: DecodeBatch, size: int, window: int) -> "WindowSlots":
         pos = batch.positions.unsqueeze(1) + torch.arange(1 - window, 1, device=batch.positions.device)
+        read = pos % size
         valid = pos >= 0
-        return cls(write=batch.positions % size, read=pos % size, valid=valid, attend_index=gathered_index(valid))
+        return cls(write=read[:, -1], read_rows=(batch.slots.unsqueeze(1) * size + read).flatten(), valid=valid,
+                   attend_index=gathered_index(batch, valid))
 
 
-def gathered_index(valid: torch.Tensor) -> torch.Tensor:
+def gathered_index(batch: DecodeBatch, valid: torch.Tensor) -> torch.Tensor:
     """Index rows [B, K] into per-sequence keys [B, K, d] flattened to [B * K, d]; -1 where
     ``valid`` [B, K] is False."""
     B, K = valid.shape
-    flat = torch.arange(B * K, device=valid.device).view(B, K)
-    return torch.where(valid, flat, -1)
+    return torch.where(valid, batch.arange(B * K).view(B, K), -1)
 
 
 class AttentionBase(nn.Module):
@@ -191,8 +192,7 @@ class AttentionBase(nn.Module):
         # one index over the flattened ring (a view: state fields are contiguous): torch's row
         # gather, where two index tensors take its per-element index kernel (H200, 128 sequences:
         # 50 -> 17 us, benchmarks/bench_gather.py)
-        rows = (batch.slots.unsqueeze(1) * size + slots.read).flatten()
-        keys = ring.flatten(0, 1).index_select(0, rows).view(*slots.read.shape, *ring.shape[2:])
+        keys = ring.flatten(0, 1).index_select(0, slots.read_rows).view(*slots.valid.shape, *ring.shape[2:])
         return keys.to(kv.dtype), slots
 
     def attend_gathered(self, q: torch.Tensor, keys: torch.Tensor, index: torch.Tensor,

@@ -18,11 +18,11 @@ import torch
 
 from deepinfer_adapters.config import AttnRole, LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
-from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, gathered_index
+from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, WindowSlots, gathered_index
 from deepinfer_adapters.model_impl.layers.compressor_v4 import CompressorV4, quantize_kv_v4, store_completed
 from deepinfer_adapters.model_impl.layers.indexer_v4 import IndexerV4
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.state import StateCache, StateField
+from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address
 
 
 class AttentionV4(AttentionBase):
@@ -79,18 +79,31 @@ class AttentionV4(AttentionBase):
             store_completed(state, self.key, "compressed_kv", batch, self.ratio, entries, complete)
             if self.indexer is not None:
                 picked = self.indexer.decode(x, self.indexer.query(qr, freqs, numerics), numerics, state, batch)
+                addr = state.row_address(self.key, "compressed_kv", batch.slots, picked)
+                index = gathered_index(batch, torch.cat([window.valid, picked >= 0], 1))
             else:
-                picked = self._visible_rows(batch, state)
-            pool = state.row_pool(self.key, "compressed_kv")
-            rows = pool[state.row_address(self.key, "compressed_kv", batch.slots, picked)].to(keys.dtype)
-            keys, index = torch.cat([keys, rows], 1), gathered_index(torch.cat([window.valid, picked >= 0], 1))
+                addr, index = self._visible_rows(batch, state, window)
+            rows = state.row_pool(self.key, "compressed_kv")[addr].to(keys.dtype)
+            keys = torch.cat([keys, rows], 1)
         return self.output(self.attend_gathered(q, keys, index, numerics), freqs, numerics)
 
-    def _visible_rows(self, batch: DecodeBatch, state: StateCache) -> torch.Tensor:
-        """HCA decode: rows 0 .. max_len // r - 1, -1 from the first one a sequence cannot see."""
-        n = min(batch.max_len // self.ratio, state.row_capacity(self.key, "compressed_kv"))
-        rows = torch.arange(n, device=batch.positions.device).expand(batch.num_seqs, n)
-        return torch.where(rows < ((batch.positions + 1) // self.ratio).unsqueeze(1), rows, -1)
+    def _visible_rows(self, batch: DecodeBatch, state: StateCache,
+                      window: WindowSlots) -> tuple[torch.Tensor, torch.Tensor]:
+        """HCA decode: the addresses of rows 0 .. max_len // r - 1 and the attention index over the
+        window keys followed by them (-1 from the first row a sequence cannot see). They depend on
+        the step only: built once per step for every HCA layer."""
+        r = self.ratio
+        n = min(batch.max_len // r, state.row_capacity(self.key, "compressed_kv"))
+
+        def visible_rows() -> torch.Tensor:
+            rows = batch.arange(n).expand(batch.num_seqs, n)
+            return torch.where(rows < ((batch.positions + 1) // r).unsqueeze(1), rows, -1)
+
+        picked = batch.shared(("hca_rows", r, n), visible_rows)
+        addr = shared_row_address(state, batch, self.key, "compressed_kv", ("hca_rows", r, n), picked)
+        index = batch.shared(("hca_index", r, n, self.window),
+                             lambda: gathered_index(batch, torch.cat([window.valid, picked >= 0], 1)))
+        return addr, index
 
     def attend_seq(self, x: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, iq: torch.Tensor | None,
                    state: StateCache, slot: int, start: int, numerics: Numerics) -> torch.Tensor:

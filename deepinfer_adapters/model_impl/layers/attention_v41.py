@@ -20,9 +20,9 @@ from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, WindowSlots, gathered_index
 from deepinfer_adapters.model_impl.layers.compressor_v41 import CompressorV41
-from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41
+from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41, unseen_rows
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.state import StateCache, StateField
+from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address
 from deepinfer_adapters import kernels
 
 WINDOW_FP8_BLOCK = 32  # the whole post-RoPE window vector, blocks of 32
@@ -90,7 +90,7 @@ class AttentionV41(AttentionBase):
         if cached is None or cached[0] is not sel or cached[1] != self.source_key:
             pool = state.row_pool(self.source_key, "compressed_kv")
             rows = pool[state.row_address(self.source_key, "compressed_kv", batch.slots, sel)].to(numerics.dtype)
-            cached = (sel, self.source_key, rows, gathered_index(torch.cat([window.valid, sel >= 0], 1)))
+            cached = (sel, self.source_key, rows, gathered_index(batch, torch.cat([window.valid, sel >= 0], 1)))
             batch.scratch["selected_rows"] = cached
         return cached[2], cached[3]
 
@@ -107,30 +107,34 @@ class AttentionV41(AttentionBase):
                             lambda: self._index_keys_decode(batch, state, n_rows, numerics))
         scores = self.indexer.scores(x, qr, freqs, keys, numerics)
         visible = batch.shared(("visible_rows", self.ratio), lambda: (batch.positions + 1) // self.ratio)
-        return self.indexer.select(scores, visible, batch.scratch.setdefault("pool", {}), numerics)
+        unseen = batch.shared(("unseen_rows", self.ratio, n_rows),
+                              lambda: unseen_rows(visible, batch.arange(n_rows)))
+        return self.indexer.select(scores, visible, batch.scratch.setdefault("pool", {}), numerics, unseen)
 
     def _index_keys_decode(self, batch: DecodeBatch, state: StateCache, n_rows: int,
                            numerics: Numerics) -> torch.Tensor:
         """Rows 0 .. n_rows - 1 of every sequence's index keys: [B, n_rows, index_head_dim]."""
-        rows = torch.arange(n_rows, device=batch.slots.device).expand(batch.num_seqs, n_rows)
-        pool = state.row_pool(self.source_key, "index_k")
-        return pool[state.row_address(self.source_key, "index_k", batch.slots, rows)].to(numerics.dtype)
+        rows = batch.arange(n_rows).expand(batch.num_seqs, n_rows)
+        addr = shared_row_address(state, batch, self.source_key, "index_k", ("arange", n_rows), rows)
+        return state.row_pool(self.source_key, "index_k")[addr].to(numerics.dtype)
 
     def _publish_decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> None:
         """``_publish`` for one token per sequence: every sequence computes its group's row;
         only those whose token completes the group store it (the others rewrite what is there)."""
         r = self.ratio
         latent, complete = self.compressor.decode(x, numerics, state, batch)
+        # row and RoPE of each token's group: the same for every source of this ratio
         if r == 1:  # every token is a group of its own, completed at once
             row, freqs = batch.positions, self.decode_freqs(batch)
         else:
-            row = batch.positions // r  # the group the token belongs to (= the row it completes)
-            freqs = self.rope.lookup(row * r, batch.max_len)  # a row sits at its group's first position
-        addr = None  # the same for both fields (one ratio, StateCache.row_address)
+            row = batch.shared(("compressed_row", r), lambda: batch.positions // r)  # the row the group completes
+            freqs = batch.shared(("group_rope", r, self.rope.kind),  # a row sits at its group's first position
+                                 lambda: self.rope.lookup(row * r, batch.max_len))
+        # the same for both fields (one ratio: one StateCache.address_space)
+        addr = shared_row_address(state, batch, self.key, "compressed_kv", ("compressed_row", r), row.unsqueeze(1))
+        addr = addr.squeeze(1)
         for name, value in self._cache_rows(latent, freqs, numerics).items():
             pool = state.row_pool(self.key, name)
-            if addr is None:
-                addr = state.row_address(self.key, name, batch.slots, row.unsqueeze(1)).squeeze(1)
             value = value.to(pool.dtype)
             pool[addr] = value if complete is None else torch.where(complete.unsqueeze(1), value, pool[addr])
 

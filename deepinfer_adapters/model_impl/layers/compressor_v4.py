@@ -20,6 +20,8 @@ where ``forward`` branches on whether a token completes its block.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -30,7 +32,7 @@ from deepinfer_adapters.model_impl.layers.linear import Linear, MergedLinear, sa
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.layers.rope import RotaryTable
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.state import StateCache, StateField
+from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address
 
 # Block of the V4 FP8 round trip on cached KV (non-rope dims) and of the FP4 round trip
 # on index keys/queries: constants of the official code, not config fields.
@@ -69,6 +71,27 @@ def hadamard(x: torch.Tensor) -> torch.Tensor:
         y = torch.stack([y[..., 0, :] + y[..., 1, :], y[..., 0, :] - y[..., 1, :]], dim=-2).flatten(-3)
         h //= 2
     return (y.reshape(x.shape) * d**-0.5).to(x.dtype)
+
+
+@dataclass(frozen=True)
+class BlockSlots:
+    """Where a decode step's tokens sit in a compressor's state (the layout above): the same for
+    every compressor of one ratio and layout, so a step computes it once (``DecodeBatch.shared``)."""
+
+    at: torch.Tensor  # [B] p mod r: the token's place in its block
+    complete: torch.Tensor  # [B] whether the token completes its block
+    block: torch.Tensor  # [r] state rows of the block in progress
+    new: torch.Tensor  # [B, r, 1] which of them is the token's
+    row: torch.Tensor  # [B] the token's state row
+    freqs: torch.Tensor  # RoPE of each token's entry, at its block's first position
+
+    @classmethod
+    def of(cls, batch: DecodeBatch, r: int, off: int, rope: RotaryTable) -> "BlockSlots":
+        pos = batch.positions
+        at = pos % r
+        return cls(at=at, complete=at == r - 1, block=off + batch.arange(r),
+                   new=(batch.arange(r) == at.unsqueeze(1)).unsqueeze(-1), row=off + at,
+                   freqs=rope.lookup(pos - at, batch.max_len))
 
 
 class CompressorV4(nn.Module):
@@ -134,33 +157,32 @@ class CompressorV4(nn.Module):
         branches: (the entry of each token's block [B, width], ready for the cache, and
         whether the token completes that block [B]). An entry of a block not yet complete
         pools stale rows and must not be stored (``store_completed``)."""
-        r, w, pos, slots = self.ratio, self.width, batch.positions, batch.slots
+        r, w, slots = self.ratio, self.width, batch.slots
         off = r if self.overlap else 0
-        at, complete = pos % r, pos % r == r - 1
+        place = batch.shared(("block_slots", r, off, self.rope.kind),
+                             lambda: BlockSlots.of(batch, r, off, self.rope))
+        complete = place.complete
         xf = x.float()
         kv, score = same_input(xf, numerics, self.kv_gate, self.wkv, self.wgate)
-        score = score + self.ape[at]
+        score = score + self.ape[place.at]
         kv_state = state.fixed(self.key, f"{self.name}_kv")
         score_state = state.fixed(self.key, f"{self.name}_score")
         each = slots.unsqueeze(1)
-        block = off + torch.arange(r, device=x.device)  # rows of the block in progress
-        new = (torch.arange(r, device=x.device) == at.unsqueeze(1)).unsqueeze(-1)
-        bkv = torch.where(new, kv.unsqueeze(1), kv_state[each, block])
-        bscore = torch.where(new, score.unsqueeze(1), score_state[each, block])
+        bkv = torch.where(place.new, kv.unsqueeze(1), kv_state[each, place.block])
+        bscore = torch.where(place.new, score.unsqueeze(1), score_state[each, place.block])
         done = complete.view(-1, 1, 1)
         if self.overlap:
-            prev = torch.arange(r, device=x.device)
+            prev = batch.arange(r)
             prev_kv, prev_score = kv_state[each, prev], score_state[each, prev]
             kv_state[each, prev] = torch.where(done, bkv, prev_kv)  # a completed block becomes the previous one
             score_state[each, prev] = torch.where(done, bscore, prev_score)
             bkv = torch.cat([prev_kv[..., :w], bkv[..., w:]], dim=1)
             bscore = torch.cat([prev_score[..., :w], bscore[..., w:]], dim=1)
-        row = off + at  # the token joins the block in progress, unless it completes it
+        row = place.row  # the token joins the block in progress, unless it completes it
         kv_state[slots, row] = torch.where(complete.unsqueeze(1), kv_state[slots, row], kv)
         score_state[slots, row] = torch.where(complete.unsqueeze(1), score_state[slots, row], score)
         pooled = kernels.softmax_pool(bkv, bscore)
-        freqs = self.rope.lookup(pos - at, batch.max_len)  # entry p // r sits at its block's first position
-        return self.cache_form(pooled.to(numerics.dtype), freqs, numerics), complete
+        return self.cache_form(pooled.to(numerics.dtype), place.freqs, numerics), complete
 
     def finish(self, pooled: torch.Tensor, first_entry: int, numerics: Numerics) -> torch.Tensor:
         """norm -> RoPE at entry j's first position j*r -> cache round trip."""
@@ -181,5 +203,6 @@ def store_completed(state: StateCache, key: str, name: str, batch: DecodeBatch, 
     """Batched ``write_rows`` of a decode step: entry b goes to row p_b // ratio of its slot
     where ``complete[b]``; the other sequences rewrite what is there (no host branch)."""
     pool = state.row_pool(key, name)
-    addr = state.row_address(key, name, batch.slots, (batch.positions // ratio).unsqueeze(1)).squeeze(1)
+    row = batch.shared(("compressed_row", ratio), lambda: batch.positions // ratio)
+    addr = shared_row_address(state, batch, key, name, ("compressed_row", ratio), row.unsqueeze(1)).squeeze(1)
     pool[addr] = torch.where(complete.unsqueeze(1), entries.to(pool.dtype), pool[addr])

@@ -73,17 +73,25 @@ class CompressorV41(nn.Module):
         """One token per sequence (model.decode): (the latent of each token's group [B, d],
         whether the token completes it [B], None at ratio 1 where every token does). A group
         not yet complete pools rows that are still stale; its latent is never stored."""
-        r, pos = self.ratio, batch.positions
+        r = self.ratio
         if r == 1:
             return self.norm(self.wkv(x, numerics)), None
         xf = x.float()
         kv_state, score_state = state.fixed(self.key, "comp_kv"), state.fixed(self.key, "comp_score")
         size = kv_state.shape[1]
-        at = pos % size
+        at, group, complete = batch.shared(("group_slots", r, size), lambda: group_slots(batch, r, size))
         kv, score = same_input(xf, numerics, self.kv_gate, self.wkv, self.wgate)
         kv_state[batch.slots, at] = kv
         score_state[batch.slots, at] = score
-        group = ((pos - pos % r).unsqueeze(1) + torch.arange(r, device=x.device)) % size
         kv, score = kv_state[batch.slots.unsqueeze(1), group], score_state[batch.slots.unsqueeze(1), group]
         pooled = kernels.softmax_pool(kv, score)
-        return self.norm(pooled.to(numerics.dtype)), (pos + 1) % r == 0
+        return self.norm(pooled.to(numerics.dtype)), complete
+
+
+def group_slots(batch: DecodeBatch, r: int, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ring slots (ring of ``size``) of each token [B] and of its group's ``r`` positions [B, r], and
+    whether the token completes its group [B]: the same for every source of one ratio, so a decode
+    step computes them once (``DecodeBatch.shared``)."""
+    pos = batch.positions
+    group = ((pos - pos % r).unsqueeze(1) + batch.arange(r)) % size
+    return pos % size, group, (pos + 1) % r == 0

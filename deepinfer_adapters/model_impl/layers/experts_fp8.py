@@ -11,8 +11,8 @@ the nibbles of each 64 inputs reordered so that a GEMM step's two halves unpack 
 interleave, and each 128-row x 64-input tile's bytes contiguous (quant.to_fp4_tiles), with the checkpoint's E8M0 scale per 32 inputs: half the
 bytes, which a decode step reads (the GPU kernel unpacks each tile in registers,
 kernels/fp8_triton_jit.py ``e2m1_halves``). E4M3 experts whose widths 128 divides are held in
-128 x 128 tiles, each tile's bytes contiguous (quant.to_e4m3_tiles; shape [E, N / 128, K / 128,
-128, 128]). w1 and w3 are stacked as w13 = [w1; w3] so one GEMM computes both.
+128 x 128 tiles where the decode path reads them faster (``holds_e4m3_tiles``), each tile's bytes
+contiguous (quant.to_e4m3_tiles; shape [E, N / 128, K / 128, 128, 128]). w1 and w3 are stacked as w13 = [w1; w3] so one GEMM computes both.
 """
 
 from __future__ import annotations
@@ -28,6 +28,15 @@ from deepinfer_adapters.model_impl.quant import (E4M3_TILE, dequant_fp4_experts,
                                                  from_e4m3_tiles, from_fp4_tiles, is_e4m3_tiles, is_span_packed)
 
 
+def holds_e4m3_tiles(dim: int, inter: int, act_block: int) -> bool:
+    """Whether E4M3 experts are held in 128 x 128 tiles (quant.to_e4m3_tiles): where 128 divides their
+    widths and the activation scales are finer than 128 (V4.1). Their decode then takes the bf16 path,
+    which the tiles speed up; V4's per-128 activations decode on the fp8 path, whose 64-row N tiles
+    the tiles would make 128 rows: 2x slower there (H200, a V4.1-width layer at 8 / 32 tokens: bf16 path
+    405 / 1370 us tiled against 431 / 1437; fp8 path 1057 / 3408 tiled against 535 / 1757, session 9)."""
+    return act_block < E4M3_TILE and e4m3_tiled(2 * inter, dim) and e4m3_tiled(dim, inter)
+
+
 class Fp8Experts(nn.Module):
     def __init__(self, n_experts: int, dim: int, inter: int, *, block: tuple[int, int], scale_dtype: torch.dtype,
                  act_block: int, limit: float, packed_fp4: bool = False,
@@ -36,7 +45,7 @@ class Fp8Experts(nn.Module):
         self.block, self.act_block, self.limit = block, act_block, limit
 
         # the GPU layouts (model_impl/native_format.py stacks the checkpoint's experts the same way)
-        tiles = not packed_fp4 and e4m3_tiled(2 * inter, dim) and e4m3_tiled(dim, inter)
+        tiles = not packed_fp4 and holds_e4m3_tiles(dim, inter, act_block)
 
         def weight(out_f: int, in_f: int) -> nn.Parameter:
             if packed_fp4:

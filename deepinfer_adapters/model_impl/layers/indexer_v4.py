@@ -29,7 +29,12 @@ from deepinfer_adapters.model_impl.layers.compressor_v4 import (INDEX_FP4_BLOCK,
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.topk import topk_lowest_index_ties
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.state import StateCache, StateField
+from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address
+
+
+def future_rows(visible: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """[n, m] True where entry ``rows[j]`` is past the ``visible[i]`` entries query i can see."""
+    return rows >= visible.unsqueeze(1)
 
 
 class IndexerV4(nn.Module):
@@ -79,10 +84,14 @@ class IndexerV4(nn.Module):
         n_rows = min(batch.max_len // self.ratio, state.row_capacity(self.key, "index_keys"))
         if n_rows == 0:
             return torch.empty(x.shape[0], 0, dtype=torch.long, device=x.device)
-        rows = torch.arange(n_rows, device=x.device).expand(x.shape[0], n_rows)
-        pool = state.row_pool(self.key, "index_keys")
-        keys = pool[state.row_address(self.key, "index_keys", batch.slots, rows)].to(numerics.dtype)
-        return self.select(self.scores(x, q, keys, numerics), (batch.positions + 1) // self.ratio)
+        rows = batch.arange(n_rows).expand(x.shape[0], n_rows)
+        addr = shared_row_address(state, batch, self.key, "index_keys", ("arange", n_rows), rows)
+        keys = state.row_pool(self.key, "index_keys")[addr].to(numerics.dtype)
+        # what each sequence can see: the same for every CSA layer of the step
+        visible = batch.shared(("visible_rows", self.ratio), lambda: (batch.positions + 1) // self.ratio)
+        future = batch.shared(("future_rows", self.ratio, n_rows),
+                              lambda: future_rows(visible, batch.arange(n_rows)))
+        return self.select(self.scores(x, q, keys, numerics), visible, future)
 
     def scores(self, x: torch.Tensor, q: torch.Tensor, keys: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         """[n, m] scores of n queries against m keys [m, d], or each query against its own
@@ -95,10 +104,12 @@ class IndexerV4(nn.Module):
         per_head = torch.einsum(spec, narrow(q, dt), narrow(keys, dt)).to(dt).relu() * w.unsqueeze(-1)
         return (wide(per_head).sum(dim=1) if invariance.enabled() else per_head.sum(dim=1)).to(dt)
 
-    def select(self, scores: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    def select(self, scores: torch.Tensor, visible: torch.Tensor, future: torch.Tensor | None = None) -> torch.Tensor:
         """Top min(topk, m) of scores [n, m] among the entries each query can see (visible
-        [n]), ascending; picks it cannot see are -1."""
+        [n]), ascending; picks it cannot see are -1. ``future``: ``future_rows(visible,
+        arange(m))`` where the caller has it (a decode step builds it once for every layer)."""
         m = scores.shape[-1]
-        future = torch.arange(m, device=scores.device) >= visible.unsqueeze(1)
+        if future is None:
+            future = future_rows(visible, torch.arange(m, device=scores.device))
         picked, _ = topk_lowest_index_ties(scores.float().masked_fill(future, float("-inf")), min(self.topk, m))
         return torch.where(picked < visible.unsqueeze(1), picked, -1)

@@ -26,6 +26,11 @@ from deepinfer_adapters.model_impl.numerics import Numerics
 INDEX_FP4_BLOCK = 32
 
 
+def unseen_rows(visible: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """[n, m] True where row ``rows[j]`` is past the ``visible[i]`` rows query i can see."""
+    return rows >= visible.unsqueeze(-1)
+
+
 class IndexerV41(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: LayerSpec) -> None:
         super().__init__()
@@ -59,17 +64,20 @@ class IndexerV41(nn.Module):
         return kernels.index_scores(q.to(dt), keys, w)
 
     def select(self, scores: torch.Tensor, visible: torch.Tensor, scratch: dict,
-               numerics: Numerics = Numerics()) -> torch.Tensor:
+               numerics: Numerics = Numerics(), unseen: torch.Tensor | None = None) -> torch.Tensor:
         """Masked top-k. scores [n, m]; visible [n] rows each query can see.
 
         Returns row indices [n, k] ascending, -1 where the pick is not visible.
         ``scratch['candidates']`` carries the candidate pool to the layers after the source.
+        ``unseen``: ``unseen_rows(visible, arange(m))`` where the caller has it (a decode step
+        builds it once for every layer of a ratio).
         """
         m = scores.shape[-1]
-        t = torch.arange(m, device=scores.device)
+        if unseen is None:
+            unseen = unseen_rows(visible, torch.arange(m, device=scores.device))
         # masks and top-k are exact in the scores' own dtype (the activation dtype, which
         # ``topk_select`` ranks in anyway)
-        scores = scores.masked_fill(t >= visible.unsqueeze(-1), -torch.inf)
+        scores = scores.masked_fill(unseen, -torch.inf)
         if self.is_candidate_source:
             scratch["candidates"] = self._candidate_pool(scores, visible, numerics)
         elif self.uses_pool:
