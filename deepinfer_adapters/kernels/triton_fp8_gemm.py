@@ -191,7 +191,8 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
          kstep: int | None = None, quantize_a: bool = False, swapped: bool | None = None,
          split_groups: bool = False) -> torch.Tensor:
     """out [rows, N] = A W^T with block scales (see the kernel). ``weight`` [N, K] or, with
-    ``groups``, [E, N, K] (or E4M3 in ``quant.to_e4m3_tiles``' [E, N / 128, K / 128, 128, 128]). ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16.
+    ``groups``, [E, N, K] (or E4M3 in ``quant.to_e4m3_tiles``' [E, N / 128, K / 128, 128, 128]).
+    ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16.
     ``kstep``: K per tensor-core product; bf16 ``a`` only, a multiple of the weight's K block
     (default: that block; packed E2M1 weights: their span, ``quant.fp4_span(K)``, the only one
     they take). ``quantize_a``: ``a`` is bf16 and quantized per ``act_block`` (the

@@ -8,9 +8,8 @@ here does (``pdl_start``), so no kernel reads or writes memory before its predec
 and the results are the same bits as without PDL. Each kernel also lets its own dependent
 launch as soon as all its programs have started (``griddepcontrol.launch_dependents``).
 
-Off by default (``triton_support.PDL``): measured neutral while every kernel waits first (BENCHMARKS.md,
-session 9); the wait-first kernels are the base for kernels that work before their wait (a GEMV
-prefetching its weights while the kernel before it runs).
+Off by default (``triton_support.PDL``): measured neutral while every kernel waits first, and 1-2% slower
+with the decode GEMV prefetching its weights into L2 before its wait (BENCHMARKS.md, session 9).
 
 Only kernels that open with ``pdl_start`` may be launched with ``pdl_launch()``'s option:
 tests/test_triton_pdl.py checks that every Triton kernel of the package does. Kernels from

@@ -26,8 +26,8 @@ def interpreting() -> bool:
 # later GPUs. Off: with every kernel waiting for its predecessor first, it measured neutral (H200, V4.1
 # real widths, graph replays, A/B in one run: B = 1 / 8 / 32 2.854 / 5.313 / 11.231 ms off against
 # 2.847 / 5.328 / 11.295 on; an earlier run 3.12 against 2.96-3.07 at B = 1; BENCHMARKS.md session 9),
-# and a profile under it counts each kernel's wait as its time. It pays only once kernels do work
-# before their wait (a GEMV's weight prefetch). All of tests/gpu passes with it on.
+# and a profile under it counts each kernel's wait as its time; a GEMV prefetching its weights before
+# its wait measured 1-2% slower. All of tests/gpu passes with it on.
 PDL = False
 
 
