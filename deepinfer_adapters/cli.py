@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from deepinfer_adapters.config import ARCHES
+from deepinfer_adapters.config import ARCHES, WEIGHT_FORMATS
 from deepinfer_adapters.errors import DeepInferAdaptersError
 
 
@@ -160,7 +160,7 @@ def _add_generate_parser(sub) -> None:
     g.add_argument("--replay-keep", type=int, help="positions the consumer layers keep (default 140)")
     g.add_argument("--decode", choices=("auto", "graphs", "eager", "forward"),
                    help="decode steps: CUDA graphs of the batched decode (auto on CUDA), eager, or forward")
-    g.add_argument("--weights", choices=("auto", "dense", "fp8", "fp4"),
+    g.add_argument("--weights", choices=("auto", *WEIGHT_FORMATS),
                    help="weight storage: fp8 as stored (auto on CUDA), fp4 (fp8, and FP4 experts kept packed) "
                         "or dense float64 (auto on the CPU)")
     g.add_argument("--speculative-tokens", type=int,

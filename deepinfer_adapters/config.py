@@ -28,6 +28,8 @@ ARCH_V4 = "v4"
 ARCH_V4_0731 = "v4-0731"
 ARCH_V41 = "v41"
 ARCHES = (ARCH_V4, ARCH_V4_0731, ARCH_V41)
+# how a native model holds its weights (model_impl/native_format.py); engines add "auto"
+WEIGHT_FORMATS = ("dense", "fp8", "fp4")
 
 
 class AttnRole(str, Enum):

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from deepinfer_adapters.config import ModelConfig
+from deepinfer_adapters.config import WEIGHT_FORMATS, ModelConfig
 from deepinfer_adapters.model_impl.checkpoint_spec import BF16, F32, FP4_GROUP, TensorSpec, expected_tensors
 from deepinfer_adapters.model_impl.layers.engram import EngramEmbed
 from deepinfer_adapters.model_impl.layers.experts_fp8 import holds_e4m3_tiles
@@ -51,7 +51,6 @@ from deepinfer_adapters.model_impl.quant import (dequant_fp8_blocks, expert_matr
                                                  is_span_packed, to_e4m3_tiles, to_fp4_tiles, unpack_fp4)
 from deepinfer_adapters.model_impl.weights import load_checkpoint
 
-WEIGHT_FORMATS = ("dense", "fp8", "fp4")
 EXPERT_BLOCK = 128  # FP4 experts: inputs per E8M0 scale after conversion, where exact (FP4_GROUP: as stored)
 PACKED_FP4 = 0  # expert "block" of FP4 experts kept packed, with the checkpoint's scale per FP4_GROUP
 _EXPERT = re.compile(r"^(?P<ffn>.+\.ffn)\.experts\.(?P<e>\d+)\.(?P<w>w[123])\.(?P<part>weight|scale)$")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deepinfer_adapters.config import WEIGHT_FORMATS
 from deepinfer_adapters.errors import ConfigError
 from deepinfer_adapters.model_impl.numerics import Numerics
 
@@ -73,8 +74,8 @@ class EngineConfig:
         if self.replay not in REPLAY_MODES:
             raise ConfigError(f"replay is {self.replay!r}; valid: {list(REPLAY_MODES)}", "replay")
         _positive_int("replay_keep", self.replay_keep)
-        if self.weights not in ("auto", "dense", "fp8", "fp4"):
-            raise ConfigError(f"weights is {self.weights!r}; valid: auto, dense, fp8, fp4", "weights")
+        if self.weights not in ("auto", *WEIGHT_FORMATS):
+            raise ConfigError(f"weights is {self.weights!r}; valid: {', '.join(('auto', *WEIGHT_FORMATS))}", "weights")
         if not isinstance(self.batch_invariant, bool):
             raise ConfigError(f"batch_invariant must be true or false, got {self.batch_invariant!r}",
                               "batch_invariant")
