@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -163,6 +163,14 @@ if has s9model; then  # session 9 (~5 min): V4.1 decode with PDL on / off / on (
   grep -E "^A/B" "$OUT/real_width_pdl.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_pdl.log" | grep decode; pack
   timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 > "$OUT/v4_width.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; pack
+fi
+if has final; then  # the decode path's GPU test and V4.1 decode at B = 1 / 8 (~2.5 min)
+  timeout 70 python -m pytest -q -p no:cacheprovider tests/gpu/test_decode_graphs_gpu.py > "$OUT/gpu_tests_decode.log" 2>&1
+  echo "test_decode_graphs_gpu.py: $(tail -1 "$OUT/gpu_tests_decode.log")"; grep -hE "FAILED|Error" "$OUT/gpu_tests_decode.log" | head
+  pack
+  mkdir -p "$OUT/final"
+  timeout 110 ${RW/--out $OUT/--out $OUT/final} --batches 1 8 --ref-batches 0 --prefill 0 > "$OUT/real_width_final.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_final.log" | grep decode; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -79,6 +79,9 @@ def test_fields_of_one_address_space_share_their_row_addresses():
             for b in fields:
                 if spaces[a] == spaces[b]:
                     assert torch.equal(cache.row_address(*a, slot_ids, rows), cache.row_address(*b, slot_ids, rows))
+                    # step_row_address: one slot_base per address space for every field of it
+                    base = cache.slot_base(*b, slot_ids)
+                    assert torch.equal(cache.row_address_at(*a, base, rows), cache.row_address(*a, slot_ids, rows))
 
 
 def test_reading_past_the_allocated_blocks_is_an_error():

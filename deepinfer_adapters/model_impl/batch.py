@@ -100,6 +100,15 @@ class ForwardBatch:
         return last
 
 
+_ARANGES: dict[tuple[int, int, torch.device], torch.Tensor] = {}  # DecodeBatch.arange
+
+
+def capturing(t: torch.Tensor) -> bool:
+    """Whether ``t``'s device stream is capturing a CUDA graph (a tensor made now holds its values
+    only once the graph replays)."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 @dataclass
 class DecodeBatch:
     """B sequences with one new token each, every per-sequence value a device tensor.
@@ -142,7 +151,23 @@ class DecodeBatch:
             self.scratch[key] = build()
         return self.scratch[key]
 
-    def arange(self, n: int) -> torch.Tensor:
-        """``torch.arange(n)`` on the batch's device, once per step (row numbers and ring offsets
-        that several layers index with). Shared: never write into it."""
-        return self.shared(("arange", n), lambda: torch.arange(n, device=self.positions.device))
+    def arange(self, n: int, start: int = 0) -> torch.Tensor:
+        """``torch.arange(start, start + n)`` on the batch's device (row numbers and ring offsets
+        that several layers index with): a constant, built once per process, i.e. at warm-up
+        (as RoPE tables), not in a captured graph. Shared: never write into it."""
+        key = (start, n, self.positions.device)
+        if key not in _ARANGES:
+            t = torch.arange(start, start + n, device=self.positions.device)
+            if capturing(t):  # a graph only records the fill: never keep such a tensor as a constant
+                return t
+            _ARANGES[key] = t
+        return _ARANGES[key]
+
+    def visible_rows(self, ratio: int) -> torch.Tensor:
+        """[B] rows of one per ``ratio`` tokens that each sequence has after this step,
+        ``(positions + 1) // ratio``, once per step per ratio. Shared: never write into it."""
+        def build() -> torch.Tensor:
+            context = self.shared("context_len", lambda: self.positions + 1)
+            return context if ratio == 1 else context // ratio  # // 1 would copy
+
+        return self.shared(("visible_rows", ratio), build)

@@ -14,7 +14,7 @@ from torch import nn
 
 from deepinfer_adapters.config import ModelConfig
 from deepinfer_adapters.model_impl.base import CausalLMBase, DraftOutput, ModelOutput, in_numerics_scope
-from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
+from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch, capturing
 from deepinfer_adapters.model_impl.engram_hash import (BLOCKED, EngramHasher, compressed_ids, engram_hash_chunk,
                                                       engram_hash_decode, make_engram_hasher)
 from deepinfer_adapters.model_impl.layers.block_v41 import BlockV41
@@ -53,6 +53,7 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             for l in (cfg.draft_layers if self.with_draft else ())
         )
         self.hasher = hasher
+        self._pre_mixes: dict[tuple[int, torch.device], torch.Tensor] = {}
         if cfg.engram is not None and hasher is None and model_dir is not None:
             self.hasher = make_engram_hasher(cfg, model_dir)
 
@@ -103,10 +104,13 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             return None
         recent = state.fixed(ENGRAM_KEY, "recent")
         size = recent.shape[1]
-        back = batch.positions.unsqueeze(1) - torch.arange(1, self.cfg.engram.max_ngram_size, device=recent.device)
-        earlier = torch.where(back >= 0, recent[batch.slots.unsqueeze(1), back % size], BLOCKED)
+        # positions p, p - 1, ..., p - (max_ngram_size - 1) and their ring slots, at once: the
+        # new token's (written), then those it looks back at (read first: the ring may hold no more)
+        back = batch.positions.unsqueeze(1) - batch.arange(self.cfg.engram.max_ngram_size)
+        ring = back % size
+        earlier = torch.where(back[:, 1:] >= 0, recent[batch.slots.unsqueeze(1), ring[:, 1:]], BLOCKED)
         compressed = compressed_ids(self.hasher, batch.input_ids, None)
-        recent[batch.slots, batch.positions % size] = compressed
+        recent[batch.slots, ring[:, 0]] = compressed
         return engram_hash_decode(self.hasher, compressed, earlier)
 
     def _engram_history(self, recent: torch.Tensor, slots: torch.Tensor, first_pos: torch.Tensor) -> torch.Tensor:
@@ -132,13 +136,25 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         num = self.numerics
         batch.scratch.clear()
         hash_ids = self._engram_ids_decode(batch, state)
-        h = self.embed.weight[batch.input_ids].to(num.dtype).unsqueeze(1).repeat(1, self.cfg.hc_mult, 1)
-        pre = identity_pre_mix(h.shape[0], self.cfg.hc_mult, h.device)
+        # hc copies of each embedding in one gather (an expanded index), not a gather and a repeat
+        h = self.embed.weight[batch.input_ids.unsqueeze(1).expand(-1, self.cfg.hc_mult)].to(num.dtype)
+        pre = self._identity_pre_mix(h.shape[0], h.device)
         for block in self.layers:
             if block.engram is not None:
                 h = block.engram(h, hash_ids[:, block.engram.table_index], num)
             h, pre = block.decode(h, pre, batch, state, num)
         return self.head(hc_pre_norm(h, pre, self.norm).float(), num)
+
+    def _identity_pre_mix(self, num_seqs: int, device: torch.device) -> torch.Tensor:
+        """``identity_pre_mix`` for a decode step: a constant, built once per batch size and device
+        (at warm-up, not in a captured graph). Shared: never write into it."""
+        key = (num_seqs, device)
+        if key not in self._pre_mixes:
+            mix = identity_pre_mix(num_seqs, self.cfg.hc_mult, device)
+            if capturing(mix):  # a graph only records the fill: never keep such a tensor as a constant
+                return mix
+            self._pre_mixes[key] = mix
+        return self._pre_mixes[key]
 
     def forward(self, batch: ForwardBatch, state: StateCache, replay: Replay | None = None) -> ModelOutput:
         """One step. ``replay`` (mask / compact) bounds the consumer layers' prefill work;

@@ -490,8 +490,7 @@ def _hash_slots(hasher: EngramHasher, slots: torch.Tensor) -> torch.Tensor:
     """slots [T, max_ngram_size] (compressed id s tokens back, pad where blocked) -> hash ids
     [T, n_engram_layers, n_hash_columns]."""
     products = slots.unsqueeze(1) * hasher.multipliers  # [T, n_layers, max_ngram]
-    rolling, columns = products[..., 0], []
-    for n in range(2, hasher.history_len + 2):
-        rolling = rolling ^ products[..., n - 1]
-        columns.append(rolling.unsqueeze(-1) % hasher.primes[:, n - 2])  # [T, n_layers, n_heads]
-    return torch.cat(columns, dim=-1) + hasher.offsets
+    for s in range(1, hasher.history_len + 1):  # in place: column s becomes h_(s+1) = h_s ^ x_s
+        products[..., s].bitwise_xor_(products[..., s - 1])
+    # every order's buckets in one op: [T, n_layers, max_ngram - 1, n_heads], columns n-major
+    return (products[..., 1:].unsqueeze(-1) % hasher.primes).flatten(-2) + hasher.offsets

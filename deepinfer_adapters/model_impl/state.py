@@ -28,7 +28,8 @@ through ``row_pool`` (the field as one flat tensor of rows) and ``row_address``
 (slots and row numbers, as device tensors, to indices into that pool). A cache
 that implements both supports ``decode``; others (the vLLM adapter's) only ``forward``.
 Fields in one ``address_space`` share their addresses, so a decode step computes the
-addresses of rows that depend on the step only once for all of them (``shared_row_address``).
+addresses of rows that depend on the step only once for all of them (``shared_row_address``),
+and the slots' part of any other rows' addresses (``slot_base``, ``step_row_address``).
 """
 
 from __future__ import annotations
@@ -116,6 +117,16 @@ class StateCache(ABC):
         one ``address_space`` share their addresses."""
         raise NotImplementedError(f"{type(self).__name__} has no device addressing (model.decode needs it)")
 
+    def slot_base(self, key: str, name: str, slots: torch.Tensor) -> torch.Tensor:
+        """The part of ``row_address`` that depends on the slots only, for ``row_address_at``:
+        a decode step computes it once per address space (``step_row_address``). By default
+        the slots themselves (a cache that overrides neither computes everything per call)."""
+        return slots
+
+    def row_address_at(self, key: str, name: str, base: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """``row_address(key, name, slots, rows)`` from ``base = slot_base(key, name, slots)``."""
+        return self.row_address(key, name, base, rows)
+
     def address_space(self, key: str, name: str) -> Hashable:
         """Fields whose ``row_address`` is the same function of (slots, rows) have equal address
         spaces. By default, those with the same ratio and capacity: the dense cache's rows of a
@@ -160,8 +171,13 @@ class DenseStateCache(StateCache):
         return self._tensors[(key, name)].flatten(0, 1)
 
     def row_address(self, key: str, name: str, slots: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        cap = self._tensors[(key, name)].shape[1]
-        return slots.unsqueeze(-1) * cap + rows.clamp(0, cap - 1)
+        return self.row_address_at(key, name, self.slot_base(key, name, slots), rows)
+
+    def slot_base(self, key: str, name: str, slots: torch.Tensor) -> torch.Tensor:
+        return slots.unsqueeze(-1) * self._tensors[(key, name)].shape[1]  # a slot's first row
+
+    def row_address_at(self, key: str, name: str, base: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return base + rows.clamp(0, self._tensors[(key, name)].shape[1] - 1)
 
     def row_capacity(self, key: str, name: str) -> int:
         return self._tensors[(key, name)].shape[1]
@@ -174,10 +190,18 @@ class DenseStateCache(StateCache):
         t[slot, start : start + rows.shape[0]] = rows.to(t.dtype)
 
 
+def step_row_address(state: StateCache, batch: DecodeBatch, key: str, name: str, rows: torch.Tensor) -> torch.Tensor:
+    """``state.row_address(key, name, batch.slots, rows)`` for any ``rows`` (e.g. a layer's
+    selections): the slots' part (``slot_base``) once per step per address space."""
+    base = batch.shared(("slot_base", state.address_space(key, name)),
+                        lambda: state.slot_base(key, name, batch.slots))
+    return state.row_address_at(key, name, base, rows)
+
+
 def shared_row_address(state: StateCache, batch: DecodeBatch, key: str, name: str, rows_key: Hashable,
                        rows: torch.Tensor) -> torch.Tensor:
     """``state.row_address(key, name, batch.slots, rows)`` where ``rows`` depend on the step only
     (``rows_key`` names them, as their ``batch.shared`` key does): once per step for every field
     of the same address space, not once per layer."""
     return batch.shared(("row_address", state.address_space(key, name), rows_key),
-                        lambda: state.row_address(key, name, batch.slots, rows))
+                        lambda: step_row_address(state, batch, key, name, rows))

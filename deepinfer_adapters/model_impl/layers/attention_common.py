@@ -41,7 +41,7 @@ class WindowSlots:
 
     @classmethod
     def of(cls, batch: DecodeBatch, size: int, window: int) -> "WindowSlots":
-        pos = batch.positions.unsqueeze(1) + torch.arange(1 - window, 1, device=batch.positions.device)
+        pos = batch.positions.unsqueeze(1) + batch.arange(window, start=1 - window)
         read = pos % size
         valid = pos >= 0
         return cls(write=read[:, -1], read_rows=(batch.slots.unsqueeze(1) * size + read).flatten(), valid=valid,

@@ -22,7 +22,7 @@ from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase,
 from deepinfer_adapters.model_impl.layers.compressor_v4 import CompressorV4, quantize_kv_v4, store_completed
 from deepinfer_adapters.model_impl.layers.indexer_v4 import IndexerV4
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address
+from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address, step_row_address
 
 
 class AttentionV4(AttentionBase):
@@ -79,7 +79,7 @@ class AttentionV4(AttentionBase):
             store_completed(state, self.key, "compressed_kv", batch, self.ratio, entries, complete)
             if self.indexer is not None:
                 picked = self.indexer.decode(x, self.indexer.query(qr, freqs, numerics), numerics, state, batch)
-                addr = state.row_address(self.key, "compressed_kv", batch.slots, picked)
+                addr = step_row_address(state, batch, self.key, "compressed_kv", picked)
                 index = gathered_index(batch, torch.cat([window.valid, picked >= 0], 1))
             else:
                 addr, index = self._visible_rows(batch, state, window)
@@ -97,7 +97,7 @@ class AttentionV4(AttentionBase):
 
         def visible_rows() -> torch.Tensor:
             rows = batch.arange(n).expand(batch.num_seqs, n)
-            return torch.where(rows < ((batch.positions + 1) // r).unsqueeze(1), rows, -1)
+            return torch.where(rows < batch.visible_rows(r).unsqueeze(1), rows, -1)
 
         picked = batch.shared(("hca_rows", r, n), visible_rows)
         addr = shared_row_address(state, batch, self.key, "compressed_kv", ("hca_rows", r, n), picked)

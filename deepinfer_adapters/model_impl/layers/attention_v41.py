@@ -19,10 +19,10 @@ import torch
 from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, WindowSlots, gathered_index
-from deepinfer_adapters.model_impl.layers.compressor_v41 import CompressorV41
+from deepinfer_adapters.model_impl.layers.compressor_v41 import CompressorV41, group_start
 from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41, unseen_rows
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address
+from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address, step_row_address
 from deepinfer_adapters import kernels
 
 WINDOW_FP8_BLOCK = 32  # the whole post-RoPE window vector, blocks of 32
@@ -85,31 +85,33 @@ class AttentionV41(AttentionBase):
         """The compressed rows the step's selections pick [B, k, d] and the attention index over
         the window keys followed by them. Gathered once per selections: the reuse layers after
         an index layer read the same rows of the same source, which no layer in between writes."""
-        sel = batch.scratch["selections"]
+        sel, seen = batch.scratch["selections"]
         cached = batch.scratch.get("selected_rows")
         if cached is None or cached[0] is not sel or cached[1] != self.source_key:
             pool = state.row_pool(self.source_key, "compressed_kv")
-            rows = pool[state.row_address(self.source_key, "compressed_kv", batch.slots, sel)].to(numerics.dtype)
-            cached = (sel, self.source_key, rows, gathered_index(batch, torch.cat([window.valid, sel >= 0], 1)))
+            rows = pool[step_row_address(state, batch, self.source_key, "compressed_kv", sel)].to(numerics.dtype)
+            cached = (sel, self.source_key, rows, gathered_index(batch, torch.cat([window.valid, seen], 1)))
             batch.scratch["selected_rows"] = cached
         return cached[2], cached[3]
 
     def _select_decode(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: DecodeBatch,
-                       state: StateCache, numerics: Numerics) -> torch.Tensor:
+                       state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
         """[B, k] selected compressed rows (ascending, -1 = none) over the first
-        max_len // ratio rows of each sequence's index keys."""
+        max_len // ratio rows of each sequence's index keys, and [B, k] which are selected (>= 0)."""
         n_rows = min(batch.max_len // self.ratio, state.row_capacity(self.source_key, "index_k"))
         B = batch.num_seqs
         if n_rows == 0:
-            return torch.empty(B, 0, dtype=torch.long, device=x.device)
+            return (torch.empty(B, 0, dtype=torch.long, device=x.device),
+                    torch.empty(B, 0, dtype=torch.bool, device=x.device))
         # a reindex layer scans the keys its source just published: gathered once per step
         keys = batch.shared(("index_keys", self.source_key, n_rows),
                             lambda: self._index_keys_decode(batch, state, n_rows, numerics))
         scores = self.indexer.scores(x, qr, freqs, keys, numerics)
-        visible = batch.shared(("visible_rows", self.ratio), lambda: (batch.positions + 1) // self.ratio)
+        visible = batch.visible_rows(self.ratio)
         unseen = batch.shared(("unseen_rows", self.ratio, n_rows),
                               lambda: unseen_rows(visible, batch.arange(n_rows)))
-        return self.indexer.select(scores, visible, batch.scratch.setdefault("pool", {}), numerics, unseen)
+        picked, seen = self.indexer.pick(scores, visible, batch.scratch.setdefault("pool", {}), numerics, unseen)
+        return torch.where(seen, picked, -1), seen
 
     def _index_keys_decode(self, batch: DecodeBatch, state: StateCache, n_rows: int,
                            numerics: Numerics) -> torch.Tensor:
@@ -129,7 +131,7 @@ class AttentionV41(AttentionBase):
         else:
             row = batch.shared(("compressed_row", r), lambda: batch.positions // r)  # the row the group completes
             freqs = batch.shared(("group_rope", r, self.rope.kind),  # a row sits at its group's first position
-                                 lambda: self.rope.lookup(row * r, batch.max_len))
+                                 lambda: self.rope.lookup(group_start(batch, r), batch.max_len))
         # the same for both fields (one ratio: one StateCache.address_space)
         addr = shared_row_address(state, batch, self.key, "compressed_kv", ("compressed_row", r), row.unsqueeze(1))
         addr = addr.squeeze(1)

@@ -92,6 +92,12 @@ def group_slots(batch: DecodeBatch, r: int, size: int) -> tuple[torch.Tensor, to
     """Ring slots (ring of ``size``) of each token [B] and of its group's ``r`` positions [B, r], and
     whether the token completes its group [B]: the same for every source of one ratio, so a decode
     step computes them once (``DecodeBatch.shared``)."""
-    pos = batch.positions
-    group = ((pos - pos % r).unsqueeze(1) + batch.arange(r)) % size
-    return pos % size, group, (pos + 1) % r == 0
+    at = batch.positions % size
+    group = (group_start(batch, r).unsqueeze(1) + batch.arange(r)) % size
+    # the token completes its group iff it sits in the group's last slot (rings hold >= r slots)
+    return at, group, group[:, -1] == at
+
+
+def group_start(batch: DecodeBatch, r: int) -> torch.Tensor:
+    """First position of each token's group [B] (``positions // r * r``), once per step per ratio."""
+    return batch.shared(("group_start", r), lambda: batch.positions - batch.positions % r)

@@ -88,7 +88,7 @@ class IndexerV4(nn.Module):
         addr = shared_row_address(state, batch, self.key, "index_keys", ("arange", n_rows), rows)
         keys = state.row_pool(self.key, "index_keys")[addr].to(numerics.dtype)
         # what each sequence can see: the same for every CSA layer of the step
-        visible = batch.shared(("visible_rows", self.ratio), lambda: (batch.positions + 1) // self.ratio)
+        visible = batch.visible_rows(self.ratio)
         future = batch.shared(("future_rows", self.ratio, n_rows),
                               lambda: future_rows(visible, batch.arange(n_rows)))
         return self.select(self.scores(x, q, keys, numerics), visible, future)

@@ -72,6 +72,13 @@ class IndexerV41(nn.Module):
         ``unseen``: ``unseen_rows(visible, arange(m))`` where the caller has it (a decode step
         builds it once for every layer of a ratio).
         """
+        picked, seen = self.pick(scores, visible, scratch, numerics, unseen)
+        return torch.where(seen, picked, -1)
+
+    def pick(self, scores: torch.Tensor, visible: torch.Tensor, scratch: dict, numerics: Numerics = Numerics(),
+             unseen: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``select`` as (the top-k rows [n, k] ascending, which of them are visible): a decode
+        step keeps the mask for its attention index (``select``'s result is >= 0 exactly there)."""
         m = scores.shape[-1]
         if unseen is None:
             unseen = unseen_rows(visible, torch.arange(m, device=scores.device))
@@ -83,7 +90,7 @@ class IndexerV41(nn.Module):
         elif self.uses_pool:
             scores = scores.masked_fill(~scratch["candidates"], -torch.inf)
         picked, _ = topk_select(scores, min(self.topk, m), numerics.topk_ties, numerics.dtype)
-        return torch.where(picked < visible.unsqueeze(-1), picked, -1)
+        return picked, picked < visible.unsqueeze(-1)
 
     def _candidate_pool(self, scores: torch.Tensor, visible: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         bs, m = self.pool_block_size, scores.shape[-1]
