@@ -13,7 +13,7 @@ CPU the tool assumes the backends the H200 picks for a bf16 decode (``CUDA_BACKE
 on a CUDA device it reads the dispatcher's real choice and counts the torch ops the fast
 backends' wrappers issue themselves.
 
-    PYTHONPATH=. python benchmarks/count_decode_ops.py [--device cpu] [--batch 1] [--context 4096]
+    PYTHONPATH=. python benchmarks/count_decode_ops.py [--device cpu] [--batch 1] [--context 4096] [--arch v4]
 """
 
 from __future__ import annotations
@@ -134,11 +134,16 @@ class OpCounter(TorchDispatchMode):
         return layer, site or "?"
 
 
-def build(device: str, batch: int, context: int):
-    cfg = parse_config(reduced_config(tiny=device == "cpu"))
-    model = native_format.build(DeepseekV41ForCausalLM, cfg, Numerics.reference(), device=device,
-                                hasher=random_hasher(cfg, device), with_draft=False)
-    fill_random(model, cfg)
+def build(device: str, batch: int, context: int, arch: str = "v41"):
+    if arch == "v4":  # benchmarks/bench_v4_width.py's reduced V4-Flash (4 layers: sliding x2, CSA, HCA)
+        from benchmarks import bench_v4_width as v4
+
+        model, cfg = v4.build_ours(v4.reduced_config(tiny=device == "cpu"), device, Numerics.reference())
+    else:
+        cfg = parse_config(reduced_config(tiny=device == "cpu"))
+        model = native_format.build(DeepseekV41ForCausalLM, cfg, Numerics.reference(), device=device,
+                                    hasher=random_hasher(cfg, device), with_draft=False)
+        fill_random(model, cfg)
     state = model.new_state(batch, context + 8)
     fill_state(state, cfg, torch.Generator(device=device).manual_seed(2))
     ids = torch.randint(3, cfg.vocab_size, (batch,), generator=torch.Generator().manual_seed(batch)).tolist()
@@ -185,11 +190,13 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--context", type=int, default=4096)
+    ap.add_argument("--arch", choices=("v41", "v4"), default="v41",
+                    help="v41: bench_real_width.py's reduced V4.1; v4: bench_v4_width.py's reduced V4-Flash")
     ap.add_argument("--top", type=int, default=40, help="call sites to list")
     ap.add_argument("--reference", action="store_true",
                     help="count every kernel op's torch reference too (what the CPU really runs)")
     args = ap.parse_args()
-    model, state, step = build(args.device, args.batch, args.context)
+    model, state, step = build(args.device, args.batch, args.context, args.arch)
     with torch.inference_mode():
         model.decode(step, state)  # warm-up: lazily built tables (RoPE) are not per-step work
     simulate = args.device == "cpu" and not args.reference
