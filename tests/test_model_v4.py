@@ -16,7 +16,7 @@ from deepinfer_adapters.config import load_config, parse_config
 from deepinfer_adapters.errors import ConfigError
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v4 import DeepseekV4ForCausalLM
-from deepinfer_adapters.model_impl.layers.compressor_v4 import hadamard
+from deepinfer_adapters.kernels.reference import hadamard
 from deepinfer_adapters.model_impl.layers.hyper_connection import hc_post, hc_pre
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.weights import load_checkpoint

@@ -17,7 +17,8 @@ from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
-       "hc_pre_norm", "index_scores", "topk_lowest_index", "sort_rows", "swiglu", "moe_route", "softmax_pool")
+       "hc_pre_norm", "index_scores", "topk_lowest_index", "sort_rows", "swiglu", "moe_route", "softmax_pool",
+       "hadamard")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -67,6 +68,25 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
     if weight is not None:
         y = weight.float() * y
     return y.to(x.dtype)
+
+
+def hadamard(x: torch.Tensor) -> torch.Tensor:
+    """Normalised Walsh-Hadamard transform of the last dim (Sylvester order, scale d^-1/2).
+
+    What ``fast_hadamard_transform`` computes (fp32 inside, cast back). Orthogonal, so
+    q.k is unchanged in exact arithmetic; it matters only for the FP4 round trip after it
+    (V4's indexer queries and keys).
+    """
+    d = x.shape[-1]
+    if d & (d - 1):
+        raise ValueError(f"Hadamard transform needs a power-of-two width, got {d}")
+    y = x.float()
+    h = d // 2
+    while h >= 1:  # H_2n [a; b] = [H_n(a + b); H_n(a - b)], applied from the widest stride down
+        y = y.unflatten(-1, (-1, 2, h))
+        y = torch.stack([y[..., 0, :] + y[..., 1, :], y[..., 0, :] - y[..., 1, :]], dim=-2).flatten(-3)
+        h //= 2
+    return (y.reshape(x.shape) * d**-0.5).to(x.dtype)
 
 
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -> torch.Tensor:

@@ -55,24 +55,6 @@ def quantize_kv_v4(kv: torch.Tensor, rope_dim: int) -> torch.Tensor:
     return torch.cat([head, kv[..., nope:]], dim=-1)
 
 
-def hadamard(x: torch.Tensor) -> torch.Tensor:
-    """Normalised Walsh-Hadamard transform of the last dim (Sylvester order, scale d^-1/2).
-
-    What ``fast_hadamard_transform`` computes (fp32 inside, cast back). Orthogonal, so
-    q.k is unchanged in exact arithmetic; it matters only for the FP4 round trip after it.
-    """
-    d = x.shape[-1]
-    if d & (d - 1):
-        raise ValueError(f"Hadamard transform needs a power-of-two width, got {d}")
-    y = x.float()
-    h = d // 2
-    while h >= 1:  # H_2n [a; b] = [H_n(a + b); H_n(a - b)], applied from the widest stride down
-        y = y.unflatten(-1, (-1, 2, h))
-        y = torch.stack([y[..., 0, :] + y[..., 1, :], y[..., 0, :] - y[..., 1, :]], dim=-2).flatten(-3)
-        h //= 2
-    return (y.reshape(x.shape) * d**-0.5).to(x.dtype)
-
-
 @dataclass(frozen=True)
 class BlockSlots:
     """Where a decode step's tokens sit in a compressor's state (the layout above): the same for
@@ -193,7 +175,7 @@ class CompressorV4(nn.Module):
     def cache_form(self, pooled: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         out = kernels.apply_rope(self.norm(pooled), freqs)
         if self.rotate:  # indexer keys: Hadamard always (it is part of the math), FP4 when simulated
-            out = hadamard(out)
+            out = kernels.hadamard(out)
             return kernels.fp4_roundtrip_e8m0(out, INDEX_FP4_BLOCK) if numerics.kv_quant else out
         return quantize_kv_v4(out, self.rope_dim) if numerics.kv_quant else out
 

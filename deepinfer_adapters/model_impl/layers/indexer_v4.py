@@ -24,8 +24,7 @@ from deepinfer_adapters.config import ModelConfig
 from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import narrow, wide
 from deepinfer_adapters.model_impl.batch import DecodeBatch
-from deepinfer_adapters.model_impl.layers.compressor_v4 import (INDEX_FP4_BLOCK, CompressorV4, hadamard,
-                                                               store_completed)
+from deepinfer_adapters.model_impl.layers.compressor_v4 import INDEX_FP4_BLOCK, CompressorV4, store_completed
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.topk import topk_lowest_index_ties
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -55,7 +54,7 @@ class IndexerV4(nn.Module):
     def query(self, qr: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         """qr [T, q_lora] -> index queries [T, H, d] (RoPE, Hadamard, FP4)."""
         q = self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim))
-        q = hadamard(kernels.apply_rope(q, freqs))
+        q = kernels.hadamard(kernels.apply_rope(q, freqs))
         return kernels.fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK) if numerics.kv_quant else q
 
     def forward(self, x: torch.Tensor, q: torch.Tensor, numerics: Numerics, state: StateCache,
