@@ -253,12 +253,12 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         mask_n = cols < N
         a_ptr = A + a_rows[:, None] * stride_am
         as_ptr = A_SCALE + a_rows * stride_asm
-        w_ptr = W + expert * stride_we + cols.to(tl.int64)[None, :] * stride_wn
         if W_FP4:
             w4_ptr = weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, 64, 32,
                                      W_TILED)[None, :]
-        elif W_TILED:  # E4M3 in 128 x 128 tiles
-            w_ptr = weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, 128, 128, True)[None, :]
+        else:  # E4M3 rows, or (W_TILED) 128 x 128 tiles
+            w_ptr = weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, 128, 128,
+                                    W_TILED)[None, :]
         ws_ptr = W_SCALE + expert * stride_wse + (cols // W_BN).to(tl.int64) * stride_wsn
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         k_lo = pid_k * k_per_split

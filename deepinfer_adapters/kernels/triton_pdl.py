@@ -17,7 +17,6 @@ elsewhere (torch, cuBLAS, FlashMLA) launch as before; a kernel after one of them
 to finish as usual. This module imports triton.
 """
 
-import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -26,8 +25,7 @@ from deepinfer_adapters.kernels import triton_support
 
 # griddepcontrol is SM90 PTX: compiled in where the kernels are built for a Hopper or later GPU;
 # the CPU interpreter cannot run PTX
-GRID_DEPENDENCY = tl.constexpr(not triton_support.interpreting() and torch.cuda.is_available()
-                               and torch.cuda.get_device_capability() >= (9, 0))
+GRID_DEPENDENCY = tl.constexpr(triton_support.pdl_capable())
 
 
 @triton.jit

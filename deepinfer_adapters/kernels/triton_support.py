@@ -32,13 +32,15 @@ PDL = False
 
 
 @functools.cache
-def _pdl_device() -> bool:
+def pdl_capable() -> bool:
+    """Whether kernels built here can use programmatic dependent launch: compiled (not the CPU
+    interpreter) for a Hopper or later GPU."""
     import torch
 
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+    return not interpreting() and torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
 
 
 def pdl_launch() -> dict:
     """Launch options of a kernel that opens with ``triton_pdl.pdl_start``: ``kernel[grid](...,
     **pdl_launch())``."""
-    return {"launch_pdl": True} if PDL and not interpreting() and _pdl_device() else {}
+    return {"launch_pdl": True} if PDL and pdl_capable() else {}

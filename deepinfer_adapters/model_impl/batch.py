@@ -103,10 +103,16 @@ class ForwardBatch:
 _ARANGES: dict[tuple[int, int, torch.device], torch.Tensor] = {}  # DecodeBatch.arange
 
 
-def capturing(t: torch.Tensor) -> bool:
-    """Whether ``t``'s device stream is capturing a CUDA graph (a tensor made now holds its values
-    only once the graph replays)."""
-    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+def cached_constant(cache: dict, key: Hashable, build: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """``cache[key]``, built on first use (a decode step's warm-up, not a captured graph). Shared:
+    never write into it. One made while its stream captures a CUDA graph is returned but not kept:
+    it holds its values only once the graph replays."""
+    if key not in cache:
+        t = build()
+        if t.is_cuda and torch.cuda.is_current_stream_capturing():
+            return t
+        cache[key] = t
+    return cache[key]
 
 
 @dataclass
@@ -155,13 +161,8 @@ class DecodeBatch:
         """``torch.arange(start, start + n)`` on the batch's device (row numbers and ring offsets
         that several layers index with): a constant, built once per process, i.e. at warm-up
         (as RoPE tables), not in a captured graph. Shared: never write into it."""
-        key = (start, n, self.positions.device)
-        if key not in _ARANGES:
-            t = torch.arange(start, start + n, device=self.positions.device)
-            if capturing(t):  # a graph only records the fill: never keep such a tensor as a constant
-                return t
-            _ARANGES[key] = t
-        return _ARANGES[key]
+        device = self.positions.device
+        return cached_constant(_ARANGES, (start, n, device), lambda: torch.arange(start, start + n, device=device))
 
     def visible_rows(self, ratio: int) -> torch.Tensor:
         """[B] rows of one per ``ratio`` tokens that each sequence has after this step,

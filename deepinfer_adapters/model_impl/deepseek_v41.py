@@ -14,7 +14,7 @@ from torch import nn
 
 from deepinfer_adapters.config import ModelConfig
 from deepinfer_adapters.model_impl.base import CausalLMBase, DraftOutput, ModelOutput, in_numerics_scope
-from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch, capturing
+from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch, cached_constant
 from deepinfer_adapters.model_impl.engram_hash import (BLOCKED, EngramHasher, compressed_ids, engram_hash_chunk,
                                                       engram_hash_decode, make_engram_hasher)
 from deepinfer_adapters.model_impl.layers.block_v41 import BlockV41
@@ -148,13 +148,8 @@ class DeepseekV41ForCausalLM(CausalLMBase):
     def _identity_pre_mix(self, num_seqs: int, device: torch.device) -> torch.Tensor:
         """``identity_pre_mix`` for a decode step: a constant, built once per batch size and device
         (at warm-up, not in a captured graph). Shared: never write into it."""
-        key = (num_seqs, device)
-        if key not in self._pre_mixes:
-            mix = identity_pre_mix(num_seqs, self.cfg.hc_mult, device)
-            if capturing(mix):  # a graph only records the fill: never keep such a tensor as a constant
-                return mix
-            self._pre_mixes[key] = mix
-        return self._pre_mixes[key]
+        return cached_constant(self._pre_mixes, (num_seqs, device),
+                               lambda: identity_pre_mix(num_seqs, self.cfg.hc_mult, device))
 
     def forward(self, batch: ForwardBatch, state: StateCache, replay: Replay | None = None) -> ModelOutput:
         """One step. ``replay`` (mask / compact) bounds the consumer layers' prefill work;

@@ -8,11 +8,12 @@ exact code under it (quant.fp4_to_fp8_blocks); otherwise each E2M1 value (0, .5,
 as its E4M3 value with the checkpoint's scale per 32 inputs, a (1, 32) block. Or
 (``packed_fp4``, weights="fp4") kept packed: E2M1, two values a byte (uint8 [E, out, in / 2]),
 the nibbles of each 64 inputs reordered so that a GEMM step's two halves unpack without an
-interleave, and each 128-row x 64-input tile's bytes contiguous (quant.to_fp4_tiles), with the checkpoint's E8M0 scale per 32 inputs: half the
-bytes, which a decode step reads (the GPU kernel unpacks each tile in registers,
-kernels/fp8_triton_jit.py ``e2m1_halves``). E4M3 experts whose widths 128 divides are held in
-128 x 128 tiles where the decode path reads them faster (``holds_e4m3_tiles``), each tile's bytes
-contiguous (quant.to_e4m3_tiles; shape [E, N / 128, K / 128, 128, 128]). w1 and w3 are stacked as w13 = [w1; w3] so one GEMM computes both.
+interleave, and each 128-row x 64-input tile's bytes contiguous (quant.to_fp4_tiles), with the
+checkpoint's E8M0 scale per 32 inputs: half the bytes, which a decode step reads (the GPU kernel
+unpacks each tile in registers, kernels/fp8_triton_jit.py ``e2m1_halves``). E4M3 experts whose
+widths 128 divides are held in 128 x 128 tiles where the decode path reads them faster
+(``holds_e4m3_tiles``), each tile's bytes contiguous (quant.to_e4m3_tiles; shape [E, N / 128,
+K / 128, 128, 128]). w1 and w3 are stacked as w13 = [w1; w3] so one GEMM computes both.
 """
 
 from __future__ import annotations
