@@ -63,6 +63,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from benchmarks.bench_real_width import ceilings_or_none, fill_random, log, param_bytes, sync  # noqa: E402
 from benchmarks.profiling import profile_step  # noqa: E402
+from deepinfer_adapters import kernels  # noqa: E402
 from deepinfer_adapters.config import parse_config  # noqa: E402
 from deepinfer_adapters.model_impl import native_format  # noqa: E402
 from deepinfer_adapters.model_impl.batch import ForwardBatch  # noqa: E402
@@ -254,7 +255,7 @@ def graphed_decoder(model, state, B: int, max_len: int, device: str, capture: bo
 
 
 @torch.no_grad()
-def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, profile=(), out_dir="."):
+def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, profile=(), out_dir=".", ab_pin=None):
     rows = {}
     for B in batches:
         ids = prompts[:B]
@@ -288,6 +289,8 @@ def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, p
             t, g_logits = elapsed(lambda: decode_loop(step, first, P, new - 1), device)
             row.update(graphed="ok", graphed_ms=t / (new - 1) * 1e3, rel_graphed_vs_forward=rel(g_logits, logits),
                        rel_graphed=rel(g_logits, ref["decode"]))
+            if ab_pin:  # the same graphed decode with one op pinned to a backend, side by side
+                row.update(graphed_pinned(model, state, saved, ab_pin, B, P, new, first, g_logits, device))
         if B in profile:  # the eager model.decode step: the kernels a graph replays
             try:
                 for k, v in saved.items():
@@ -303,6 +306,22 @@ def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, p
         if device == "cuda":
             torch.cuda.empty_cache()
     return rows
+
+
+def graphed_pinned(model, state, saved, ab_pin, B, P, new, first, unpinned_logits, device) -> dict:
+    op, backend = ab_pin
+    for k, v in saved.items():
+        state._tensors[k].copy_(v)
+    kernels.use_backend(op, backend)
+    try:
+        step, why = graphed_decoder(model, state, B, P + new + 8, device)
+        if step is None:
+            return {"pinned": f"not available: {why}"}
+        t, logits = elapsed(lambda: decode_loop(step, first, P, new - 1), device)
+    finally:
+        kernels.use_backend(op, None)
+    return {"pinned": f"{op}={backend}", "graphed_ms_pinned": t / (new - 1) * 1e3,
+            "rel_pinned_vs_graphed": rel(logits, unpinned_logits)}
 
 
 def noise_yardstick(model, ids, first, ref, prefill, decode) -> dict:
@@ -366,7 +385,7 @@ def run(args) -> dict:
     error = None
     try:
         our_rows = measure_ours(model, cfg, prompts, args.batches, args.new, device, refs, args.noise_batch,
-                                args.profile if device == "cuda" else (), args.out)
+                                args.profile if device == "cuda" else (), args.out, args.ab_pin)
     except Exception as e:  # keep the peer's numbers: they cost minutes
         traceback.print_exc()
         error, our_rows = f"{type(e).__name__}: {e}", {}
@@ -420,11 +439,23 @@ def summary(result: dict) -> None:
                     f"ours {r[f'f32_rel_{step}_ours']:.3e} ({r[f'f32_agree_{step}_ours']:.2f}); ours bf16 without "
                     f"round trips {r[f'f32_rel_{step}_plain']:.3e} ({r[f'f32_agree_{step}_plain']:.2f}); "
                     f"ours vs transformers {r[f'rel_{step}']:.3e}")
+    for r in result["rows"]:
+        if "graphed_ms_pinned" in r:
+            log(f"A/B B={r['B']}: graph {r['graphed_ms']:.3f} ms, with {r['pinned']} {r['graphed_ms_pinned']:.3f} ms "
+                f"(ratio {r['graphed_ms_pinned'] / r['graphed_ms']:.3f}; rel to the unpinned graph "
+                f"{r['rel_pinned_vs_graphed']:.2e})")
     graphed = {r["B"]: r.get("graphed") for r in result["rows"]}
     if any(g != "ok" for g in graphed.values()):
         log(f"graphed decode: {json.dumps(graphed)}")
     if result["ours_error"]:
         log(f"OURS FAILED: {result['ours_error']}")
+
+
+def pin_spec(text: str) -> tuple[str, str]:
+    op, _, backend = text.partition("=")
+    if backend not in kernels.backends(op):
+        raise argparse.ArgumentTypeError(f"--ab-pin takes OP=BACKEND; {op!r} has backends {kernels.backends(op)}")
+    return op, backend
 
 
 def main():
@@ -444,6 +475,8 @@ def main():
     ap.add_argument("--profile", type=int, nargs="*", default=None, metavar="B",
                     help="torch.profiler over one eager model.decode step at these batch sizes (bare flag: the "
                     "smallest; CUDA; profile_decode_bB.txt and kernels_decode_bB.txt in --out)")
+    ap.add_argument("--ab-pin", type=pin_spec, default=None, metavar="OP=BACKEND",
+                    help="after each graphed decode, the same with kernel OP pinned to BACKEND (side by side)")
     args = ap.parse_args()
     defaults = TINY if args.tiny else {"batches": BATCHES, "prompt": PROMPT, "new": NEW}
     for key, value in defaults.items():

@@ -164,16 +164,21 @@ if has s9model; then  # session 9 (~5 min): V4.1 decode with PDL on / off / on (
   timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 > "$OUT/v4_width.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; pack
 fi
-if has final; then  # session 9's CPU-checked changes (~3 min): the decode path's GPU test (the second op pass),
+if has final; then  # session 9's CPU-checked changes (~6 min): the decode path's GPU test (the second op pass),
   # the Triton hadamard (opt-in until it passes), V4.1 decode at B = 1 / 8
   timeout 100 python -m pytest -q -p no:cacheprovider tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_hadamard_gpu.py \
     > "$OUT/gpu_tests_decode.log" 2>&1
   echo "test_decode_graphs_gpu.py + test_hadamard_gpu.py: $(tail -1 "$OUT/gpu_tests_decode.log")"
   grep -hE "FAILED|Error" "$OUT/gpu_tests_decode.log" | head
   pack
-  mkdir -p "$OUT/final"
-  timeout 110 ${RW/--out $OUT/--out $OUT/final} --batches 1 8 --ref-batches 0 --prefill 0 > "$OUT/real_width_final.log" 2>&1
+  mkdir -p "$OUT/final" "$OUT/v4"
+  timeout 150 ${RW/--out $OUT/--out $OUT/final} --batches 1 8 --ref-batches 0 --prefill 0 --profile 8 \
+    > "$OUT/real_width_final.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_final.log" | grep decode; pack
+  # V4 widths with the Triton hadamard side by side (one graph each, same state)
+  timeout 200 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 --ab-pin hadamard=triton \
+    > "$OUT/v4_width.log" 2>&1
+  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; grep -E "^A/B|FAILED|Error" "$OUT/v4_width.log"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"
