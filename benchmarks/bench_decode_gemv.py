@@ -36,31 +36,41 @@ BLOCK = (32, 32)
 LINEARS = {"wq_a": (1280, 5120), "wkv": (512, 5120), "wq_a+wkv": (1792, 5120), "wq_b": (32768, 1280),
            "idx_wq_b": (4096, 1280), "wo_b": (5120, 8192), "shared_w1": (2304, 5120), "shared_w13": (4608, 5120),
            "shared_w2": (5120, 2304), "engram_wkv": (25600, 6144)}
-PER_LAYER = ("wq_a", "wkv", "wq_b", "idx_wq_b", "wo_b", "shared_w1", "shared_w1", "shared_w2")  # the calls today
+PER_LAYER = ("wq_a+wkv", "wq_b", "idx_wq_b", "wo_b", "shared_w13", "shared_w2")  # a CSA layer's calls today
 ROWS = (1, 8, 32)
 
 
-def configs(M: int, quick: bool = False) -> dict[str, tuple[bool | None, tg.GemmConfig | None]]:
-    """name -> (swapped, config): the GEMM's kernel (the swapped one for decode rows, or not),
-    tiles and split-K."""
+def configs(M: int, quick: bool = False) -> dict[str, dict]:
+    """name -> fp8_linear's keywords: the GEMM's kernel (the swapped one for decode rows, or not),
+    its products (FP8 per scale block, or bf16 128 deep), tiles and split-K."""
     bm = 16 if M <= 16 else 32
-    c = {"default": (None, None)}
+    c = {"default": {}}
     if M <= tg.SWAPPED_ROWS:
-        c["rows_first"] = (False, None)
+        c["rows_first"] = {"swapped": False}
+        c["bf16_steps"] = {"swapped": True, "bf16_steps": True}
+        c["bf16_rows"] = {"path": "bf16_triton"}
     if quick:
         return c
     if M <= tg.SWAPPED_ROWS:  # the swapped kernel's tiles: weight rows, scale steps, stages, split-K target
-        for n, sub, stages, programs in ((64, 4, 4, 528), (64, 4, 4, 1056), (64, 8, 3, 264), (64, 2, 6, 264),
-                                         (64, 4, 6, 264), (128, 4, 4, 264), (128, 4, 3, 528), (128, 2, 4, 264),
-                                         (64, 4, 4, 132), (32, 4, 4, 528)):
-            c[f"sw_n{n}_s{sub}_p{stages}_t{programs}"] = (True, tg.GemmConfig(16, n, sub, 4, stages, programs=programs))
+        for n, sub, stages, programs in ((64, 4, 4, 528), (64, 2, 6, 264), (128, 4, 4, 264), (128, 2, 4, 264)):
+            c[f"sw_n{n}_s{sub}_p{stages}_t{programs}"] = {
+                "swapped": True, "config": tg.GemmConfig(16, n, sub, 4, stages, programs=programs)}
+        # bf16 steps (128 deep): weight rows, steps an iteration, warps, stages, split-K target
+        for n, sub, warps, stages, programs in ((64, 1, 4, 4, 528), (64, 2, 4, 4, 264), (64, 1, 4, 6, 264),
+                                                (128, 1, 4, 4, 264), (128, 1, 8, 4, 264), (32, 1, 4, 4, 528),
+                                                (64, 1, 4, 3, 1056)):
+            c[f"b16_n{n}_s{sub}_w{warps}_p{stages}_t{programs}"] = {
+                "swapped": True, "bf16_steps": True, "config": tg.GemmConfig(16, n, sub, warps, stages, programs)}
+        for n, stages, programs in ((64, 4, 528), (128, 4, 264), (32, 4, 528)):
+            c[f"b16rows_n{n}_p{stages}_t{programs}"] = {
+                "path": "bf16_triton", "config": tg.GemmConfig(16, n, 1, 4, stages, programs)}
         return c
     for n in (16, 32, 64, 128):
         for programs in (0, 132, 264, 528):
-            c[f"n{n}_p{programs}"] = (False, tg.GemmConfig(bm, n, 4, 4, 4, programs=programs))
-    c["n64_sub8_p264"] = (False, tg.GemmConfig(bm, 64, 8, 4, 3))
-    c["n32_w2_p264"] = (False, tg.GemmConfig(bm, 32, 4, 2, 4))
-    c["n64_st6_p264"] = (False, tg.GemmConfig(bm, 64, 4, 4, 6))
+            c[f"n{n}_p{programs}"] = {"swapped": False, "config": tg.GemmConfig(bm, n, 4, 4, 4, programs=programs)}
+    c["n64_sub8_p264"] = {"swapped": False, "config": tg.GemmConfig(bm, 64, 8, 4, 3)}
+    c["n32_w2_p264"] = {"swapped": False, "config": tg.GemmConfig(bm, 32, 4, 2, 4)}
+    c["n64_st6_p264"] = {"swapped": False, "config": tg.GemmConfig(bm, 64, 4, 4, 6)}
     return c
 
 
@@ -79,12 +89,11 @@ def run_linear(name, N, K, M, c, g, quick):
     floor = (N * K * (1 + 1 / 1024) + M * K * 2 + M * N * 2) / c["copy_bw"] * 1e6
     ref = reference_fp8.fp8_linear(xs[0], *ws[0], BLOCK, 32)
     row = {"op": name, "M": M, "N": N, "K": K, "floor_us": floor, "us": {}}
-    for cname, (swapped, cfg) in configs(M, quick).items():
+    for cname, kw in configs(M, quick).items():
+        kw = {"path": "triton", **kw}
         try:
-            out = tg.fp8_linear(xs[0], *ws[0], BLOCK, 32, config=cfg, path="triton", swapped=swapped)
-            t = time_graph([lambda x=x, w=w, cfg=cfg, sw=swapped: tg.fp8_linear(x, *w, BLOCK, 32, config=cfg,
-                                                                                 path="triton", swapped=sw)
-                            for x, w in zip(xs, ws)])
+            out = tg.fp8_linear(xs[0], *ws[0], BLOCK, 32, **kw)
+            t = time_graph([lambda x=x, w=w, kw=kw: tg.fp8_linear(x, *w, BLOCK, 32, **kw) for x, w in zip(xs, ws)])
             row["us"][cname] = t
             row.setdefault("rel", {})[cname] = rel(out, ref)
         except Exception as e:  # a config that does not compile or fit: record, go on

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -179,6 +179,15 @@ if has final; then  # session 9's CPU-checked changes (~6 min): the decode path'
   timeout 200 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 --ab-pin hadamard=triton \
     > "$OUT/v4_width.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; grep -E "^A/B|FAILED|Error" "$OUT/v4_width.log"; pack
+fi
+if has gemv; then  # session 10: decode GEMVs with bf16 products 128 deep (swapped or rows first), their GPU test (~3 min)
+  timeout 200 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_fp8_linear_gpu.py > "$OUT/gpu_tests_linear.log" 2>&1
+  echo "test_fp8_linear_gpu.py: $(tail -1 "$OUT/gpu_tests_linear.log")"
+  grep -hE "FAILED|Error|REPORT fp8_linear (swapped bf16|bf16_triton)" "$OUT/gpu_tests_linear.log" | head -30
+  pack
+  timeout 300 python benchmarks/bench_decode_gemv.py --rows 1 8 --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
+  grep -E "^[a-z_+0-9]+ +M=" "$OUT/decode_gemv.log"; sed -n '/^SUMMARY/,$p' "$OUT/decode_gemv.log"
+  pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -312,19 +312,50 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
+@triton.jit
+def dequant_blocks(x, scales, BLOCK: tl.constexpr):
+    """x [R, C] (E4M3 codes) times one scale per BLOCK columns (scales [R, C / BLOCK]), as bf16:
+    exact, E4M3 x a power of two fits bf16."""
+    R: tl.constexpr = x.shape[0]
+    C: tl.constexpr = x.shape[1]
+    y = tl.reshape(x.to(tl.float32), (R, C // BLOCK, BLOCK)) * scales[:, :, None]
+    return tl.reshape(y, (R, C)).to(tl.bfloat16)
+
+
+@triton.jit
+def bf16_operands(w, a, ws_ptr, as_ptr, kb, mask_n, mask_t, KSTEP: tl.constexpr, A_SB: tl.constexpr,
+                  W_BK: tl.constexpr, W_E8M0: tl.constexpr, QUANT_A: tl.constexpr):
+    """A K step's weight tile w [BLOCK_N, KSTEP] (E4M3) and activation tile a [BLOCK_T, KSTEP] (E4M3
+    with stored scales, or QUANT_A: bf16, quantized here per A_SB as act_quant_kernel would) as exact
+    bf16 values: every scale block of the step gets its own scale."""
+    w_blocks = (kb // W_BK + tl.arange(0, KSTEP // W_BK))[None, :]
+    sw = weight_scale(tl.load(ws_ptr[:, None] + w_blocks, mask=mask_n[:, None], other=0), W_E8M0)
+    BLOCK_T: tl.constexpr = a.shape[0]
+    if QUANT_A:
+        q, sa = quantize_rows(tl.reshape(a.to(tl.float32), (BLOCK_T * (KSTEP // A_SB), A_SB)))
+        ab = tl.reshape(q.to(tl.float32) * sa[:, None], (BLOCK_T, KSTEP)).to(tl.bfloat16)
+    else:
+        a_blocks = (kb // A_SB + tl.arange(0, KSTEP // A_SB))[None, :]
+        ab = dequant_blocks(a, tl.load(as_ptr[:, None] + a_blocks, mask=mask_t[:, None], other=0.0), A_SB)
+    return dequant_blocks(w, sw, W_BK), ab
+
+
 @triton.jit(do_not_specialize=["M"])
 def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
                          stride_am, stride_asm, stride_wn, stride_wsn, stride_om, stride_os,
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                          A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
-                         QUANT_A: tl.constexpr):
+                         QUANT_A: tl.constexpr, BF16_STEPS: tl.constexpr = False):
     """``fp8_gemm_kernel`` (ungrouped, FP8 activations) for a few rows, with the product swapped:
     program (N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T] = W A^T, so the weight tile is
     the 64-row operand of Hopper's FP8 tensor-core instruction (wgmma needs 64 rows) and the
     M <= BLOCK_T rows of a decode step the narrow one; the rows-first kernel must pad them to
     16 and, below 64, run FP8 through the older instruction after converting the weight tile.
     Each KSTEP product is scaled by its rows' activation scales and the weight block's scale
-    (KSTEP <= W_BK), as the rows-first kernel's per-step branch does."""
+    (KSTEP <= W_BK), as the rows-first kernel's per-step branch does.
+    BF16_STEPS (KSTEP a multiple of A_SB and W_BK): both operands are dequantized in registers
+    (E4M3 x a power of two: exact in bf16) and meet in one bf16 product KSTEP deep, so a step
+    spans several scale blocks and the accumulator is never rescaled (``bf16_operands``)."""
     pdl_start()
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -345,9 +376,13 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
             ks = kb + tl.arange(0, KSTEP)
             a = tl.load(a_ptr + ks[None, :], mask=mask_t[:, None], other=0.0)
             w = tl.load(w_ptr + ks[None, :], mask=mask_n[:, None], other=0.0)
-            sw = weight_scale(tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0), W_E8M0)
-            a, sa = scaled_activation(a, as_ptr, kb, mask_t, A_SB, QUANT_A)
-            acc += tl.dot(w, tl.trans(a)) * (sw[:, None] * sa[None, :])
+            if BF16_STEPS:
+                wb, ab = bf16_operands(w, a, ws_ptr, as_ptr, kb, mask_n, mask_t, KSTEP, A_SB, W_BK, W_E8M0, QUANT_A)
+                acc = tl.dot(wb, tl.trans(ab), acc)
+            else:
+                sw = weight_scale(tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0), W_E8M0)
+                a, sa = scaled_activation(a, as_ptr, kb, mask_t, A_SB, QUANT_A)
+                acc += tl.dot(w, tl.trans(a)) * (sw[:, None] * sa[None, :])
     out_ptr = OUT + pid_k * stride_os + toks.to(tl.int64)[None, :] * stride_om + cols[:, None]
     tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_n[:, None] & mask_t[None, :])
 

@@ -189,7 +189,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
          w_scale: torch.Tensor, weight_block: tuple[int, int], out_dtype: torch.dtype, *,
          rows: int | None = None, groups: Groups | None = None, config: GemmConfig | None = None,
          kstep: int | None = None, quantize_a: bool = False, swapped: bool | None = None,
-         split_groups: bool = False) -> torch.Tensor:
+         split_groups: bool = False, bf16_steps: bool = False) -> torch.Tensor:
     """out [rows, N] = A W^T with block scales (see the kernel). ``weight`` [N, K] or, with
     ``groups``, [E, N, K] (or E4M3 in ``quant.to_e4m3_tiles``' [E, N / 128, K / 128, 128, 128]).
     ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16.
@@ -199,7 +199,9 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     same codes and scales as ``act_quant``; ``act_block`` must be the K step), inside the GEMM
     when its K loop is short (``QUANT_IN_GEMM_STEPS``), else by ``act_quant`` first.
     ``swapped``: run ``fp8_gemm_rows_kernel`` (W A^T; None: where ``SWAPPED_ROWS`` says).
-    ``split_groups``: a grouped GEMM may split K too (as an ungrouped one does while few tiles run)."""
+    ``split_groups``: a grouped GEMM may split K too (as an ungrouped one does while few tiles run).
+    ``bf16_steps`` (swapped only): the swapped kernel's bf16 products ``BF16_KSTEP`` deep, both
+    operands dequantized exactly in registers (``fp8_triton_jit.bf16_operands``)."""
     triton, _, kernel, _, rows_kernel = _kernels()
     fp4 = is_span_packed(weight)  # packed E2M1, two values a byte, in quant.to_fp4_tiles' layout
     e4m3_tiles = is_e4m3_tiles(weight)  # grouped E4M3 in quant.to_e4m3_tiles' 128 x 128 tiles
@@ -224,6 +226,11 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
         raise ValueError(f"fp8 gemm: kstep {kstep} needs a bf16 activation and a multiple of {weight_block[1]}")
     kstep = kstep or kstep_for(weight_block, act_block)
+    if bf16_steps:
+        if swapped is False or BF16_KSTEP % max(act_block, weight_block[1]) or K % BF16_KSTEP or not act_block:
+            raise ValueError(f"fp8 gemm: bf16_steps take the swapped kernel, FP8 activations and scale blocks "
+                             f"dividing {BF16_KSTEP}, K a multiple of it (K = {K})")
+        swapped = True
     if quantize_a and (a_scale is not None or act_block != kstep):
         raise ValueError(f"fp8 gemm: quantize_a needs a bf16 activation and act_block == K step ({kstep})")
     if K % kstep:
@@ -241,6 +248,8 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         invariant_config(kstep) if invariant else default_config(rows_per_tile, kstep))
     if fp4_tiles or e4m3_tiles:  # the N tile is the weights' row tile
         cfg = dataclasses.replace(cfg, block_n=FP4_TILE_ROWS if fp4 else E4M3_TILE)
+    if bf16_steps:
+        kstep = BF16_KSTEP
     sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
     step = kstep * sub
     if e4m3_tiles and E4M3_TILE % step:
@@ -264,7 +273,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
             a.stride(0), 0 if a_scale is None else a_scale.stride(0), weight.stride(0), ws.stride(0),
             out.stride(-2), out.stride(0) if split > 1 else 0,
             BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, KSTEP=kstep, SUB=sub, A_SB=act_block,
-            W_BN=weight_block[0], W_BK=weight_block[1], W_E8M0=e8m0, QUANT_A=quantize_a,
+            W_BN=weight_block[0], W_BK=weight_block[1], W_E8M0=e8m0, QUANT_A=quantize_a, BF16_STEPS=bf16_steps,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
     else:
         _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
@@ -372,20 +381,26 @@ def dequant_bf16(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, in
 
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
                act_block: int, *, config: GemmConfig | None = None, path: str | None = None,
-               swapped: bool | None = None) -> torch.Tensor:
-    """See ``reference_fp8.fp8_linear``: [.., K] bf16 -> [.., N] bf16 (``swapped``: see ``gemm``)."""
+               swapped: bool | None = None, bf16_steps: bool = False) -> torch.Tensor:
+    """See ``reference_fp8.fp8_linear``: [.., K] bf16 -> [.., N] bf16 (``swapped``, ``bf16_steps``:
+    see ``gemm``). ``path`` "bf16_triton": the activation round-tripped to bf16 first, then
+    ``gemm``'s bf16 products ``BF16_KSTEP`` deep (rows first)."""
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
     path = path or (LARGE_M_PATH if x2.shape[0] >= LARGE_M and not invariance.enabled() else "triton")
     if path == "bf16_cublas":
         xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
         out = torch.nn.functional.linear(xa, dequant_bf16(weight, scale, block))
+    elif path == "bf16_triton":
+        xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
+        out = gemm(xa, None, 0, weight, scale, block, x.dtype, config=config, kstep=bf16_kstep(K, block))
     elif act_block and x2.shape[0] <= QUANT_IN_GEMM_ROWS and kstep_for(block, act_block) == act_block:
         out = gemm(x2, None, act_block, weight, scale, block, x.dtype, config=config, quantize_a=True,
-                   swapped=swapped)
+                   swapped=swapped, bf16_steps=bf16_steps)
     elif act_block:
         q, s = act_quant(x2, act_block)
-        out = gemm(q, s, act_block, weight, scale, block, x.dtype, config=config, swapped=swapped)
+        out = gemm(q, s, act_block, weight, scale, block, x.dtype, config=config, swapped=swapped,
+                   bf16_steps=bf16_steps)
     else:
         out = gemm(x2, None, 0, weight, scale, block, x.dtype, config=config)
     return out.view(*lead, weight.shape[0])
