@@ -107,6 +107,13 @@ def default_config(m: int, kstep: int) -> GemmConfig:
 # (block_m: rows per program; block_n: weight rows). 0: never.
 SWAPPED_ROWS = 16
 SWAPPED_CONFIG = GemmConfig(16, 64, 4, 4, 4)
+# The swapped kernel's bf16 steps (``gemm(bf16_steps=...)``) by default where the weight has fewer than
+# programs / 4 row tiles, so K is split (H200, bench_decode_gemv.py, session 10, us at 8 rows, FP8 steps ->
+# bf16 steps: wq_a + wkv 11.9 -> 10.2, index wq_b 8.3 -> 7.9, wo_b 28.0 -> 22.9, shared w1 + w3 19.0 -> 16.0,
+# shared w2 13.0 -> 11.0; unsplit, each program walking K alone, the in-register conversion made them
+# slower: wq_b 21.3 -> 24.4, Engram wkv 72.3 -> 74.8). The same at one row.
+BF16_STEPS = True
+BF16_STEPS_CONFIG = GemmConfig(16, 64, 1, 4, 3, programs=1056)
 
 
 def invariant_config(kstep: int) -> GemmConfig:
@@ -189,7 +196,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
          w_scale: torch.Tensor, weight_block: tuple[int, int], out_dtype: torch.dtype, *,
          rows: int | None = None, groups: Groups | None = None, config: GemmConfig | None = None,
          kstep: int | None = None, quantize_a: bool = False, swapped: bool | None = None,
-         split_groups: bool = False, bf16_steps: bool = False) -> torch.Tensor:
+         split_groups: bool = False, bf16_steps: bool | None = None) -> torch.Tensor:
     """out [rows, N] = A W^T with block scales (see the kernel). ``weight`` [N, K] or, with
     ``groups``, [E, N, K] (or E4M3 in ``quant.to_e4m3_tiles``' [E, N / 128, K / 128, 128, 128]).
     ``a`` [*, K] E4M3 with ``a_scale`` per ``act_block``, or bf16.
@@ -201,7 +208,8 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     ``swapped``: run ``fp8_gemm_rows_kernel`` (W A^T; None: where ``SWAPPED_ROWS`` says).
     ``split_groups``: a grouped GEMM may split K too (as an ungrouped one does while few tiles run).
     ``bf16_steps`` (swapped only): the swapped kernel's bf16 products ``BF16_KSTEP`` deep, both
-    operands dequantized exactly in registers (``fp8_triton_jit.bf16_operands``)."""
+    operands dequantized exactly in registers (``fp8_triton_jit.bf16_operands``); None: where
+    ``BF16_STEPS`` says."""
     triton, _, kernel, _, rows_kernel = _kernels()
     fp4 = is_span_packed(weight)  # packed E2M1, two values a byte, in quant.to_fp4_tiles' layout
     e4m3_tiles = is_e4m3_tiles(weight)  # grouped E4M3 in quant.to_e4m3_tiles' 128 x 128 tiles
@@ -226,8 +234,9 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     if kstep is not None and (a_scale is not None or kstep % weight_block[1]):
         raise ValueError(f"fp8 gemm: kstep {kstep} needs a bf16 activation and a multiple of {weight_block[1]}")
     kstep = kstep or kstep_for(weight_block, act_block)
+    steps_fit = act_block > 0 and BF16_KSTEP % max(act_block, weight_block[1]) == 0 and K % BF16_KSTEP == 0
     if bf16_steps:
-        if swapped is False or BF16_KSTEP % max(act_block, weight_block[1]) or K % BF16_KSTEP or not act_block:
+        if swapped is False or not steps_fit:
             raise ValueError(f"fp8 gemm: bf16_steps take the swapped kernel, FP8 activations and scale blocks "
                              f"dividing {BF16_KSTEP}, K a multiple of it (K = {K})")
         swapped = True
@@ -243,6 +252,10 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     if swapped and (grouped or M > (config or SWAPPED_CONFIG).block_m or (a_scale is None and not quantize_a)):
         raise ValueError(f"fp8 gemm: the swapped kernel takes up to {(config or SWAPPED_CONFIG).block_m} rows of FP8 "
                          "activations, ungrouped")
+    if bf16_steps is None:
+        bf16_steps = bool(swapped and config is None and steps_fit and BF16_STEPS
+                          and triton.cdiv(N, BF16_STEPS_CONFIG.block_n) < BF16_STEPS_CONFIG.programs // 4)
+        config = BF16_STEPS_CONFIG if bf16_steps else None
     rows_per_tile = max(1, M // weight.shape[0]) if grouped else M
     cfg = (config or SWAPPED_CONFIG) if swapped else config or (
         invariant_config(kstep) if invariant else default_config(rows_per_tile, kstep))

@@ -1,4 +1,4 @@
-"""The Triton ``hadamard`` (kernels/triton_hadamard.py, opt-in until this passes on the H200) against
+"""The Triton ``hadamard`` (kernels/triton_hadamard.py) against
 the torch reference on CUDA: bit for bit, bf16 and fp32, V4's index width (128) and others, from one
 row to a prefill's worth."""
 
@@ -25,5 +25,6 @@ def test_hadamard_kernel_is_the_reference_bit_for_bit(rows, d, dtype):
     finally:
         kernels.use_backend("hadamard", None)
     want = reference(x)
+    assert kernels.chosen("hadamard", x) == "triton"  # the default on CUDA
     assert got.dtype == dtype and got.shape == x.shape
     assert torch.equal(got, want)
