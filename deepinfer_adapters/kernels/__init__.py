@@ -132,6 +132,10 @@ def hadamard(*args: Any, **kwargs: Any) -> Any:
     return call("hadamard", *args, **kwargs)
 
 
+def engram_gate(*args: Any, **kwargs: Any) -> Any:
+    return call("engram_gate", *args, **kwargs)
+
+
 def fp8_roundtrip(*args: Any, **kwargs: Any) -> Any:
     return call("fp8_roundtrip", *args, **kwargs)
 
@@ -162,5 +166,5 @@ from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe  # noqa: E402
 from deepinfer_adapters.kernels import triton_hc, triton_norm_rope  # noqa: E402,F401
 from deepinfer_adapters.kernels import cublas_linear, flashmla_sparse, triton_index  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_linear, triton_quant, triton_route, triton_topk  # noqa: E402,F401
-from deepinfer_adapters.kernels import triton_hadamard  # noqa: E402,F401
+from deepinfer_adapters.kernels import triton_engram, triton_hadamard  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_pool  # noqa: E402,F401

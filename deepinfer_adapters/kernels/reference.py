@@ -18,7 +18,7 @@ from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "sort_rows", "swiglu", "moe_route", "softmax_pool",
-       "hadamard")
+       "hadamard", "engram_gate")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -68,6 +68,29 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
     if weight is not None:
         y = weight.float() * y
     return y.to(x.dtype)
+
+
+ENGRAM_GATE_FLOOR = 1e-6  # |dot| floor before the Engram gate's signed sqrt, from training
+
+
+def engram_gate(x: torch.Tensor, kv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+                token_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """V4.1's Engram after its projection (model_spec.md 2.7): x [T, hc, D] streams, kv [T, (hc + 1) D]
+    (a key per stream, then the shared value). Each stream's gate is sigmoid(signed sqrt(dot)) of
+    dot = sum_D(x * q_weight * k_weight * key) * rsqrt(ms(x) + eps) * rsqrt(ms(key) + eps) / sqrt(D),
+    normalised per (token, stream) over D, not jointly over the streams; out = x + gate * value in
+    fp32, cast to x's dtype. ``token_mask`` [T]: False = no contribution (gate 0)."""
+    hc, D = x.shape[-2:]
+    key, value = kv.split([hc * D, D], dim=-1)
+    key = key.float().unflatten(-1, (hc, D))
+    h = x.float()
+    weight = q_weight.float() * k_weight.float()
+    rstd = torch.rsqrt(mean_square(h)[..., 0] + eps) * torch.rsqrt(mean_square(key)[..., 0] + eps)
+    dot = wide(h * weight * key).sum(-1).float() * rstd * D**-0.5
+    gate = torch.sigmoid(torch.copysign(wide(dot).abs().clamp_min(ENGRAM_GATE_FLOOR).sqrt(), wide(dot))).float()
+    if token_mask is not None:
+        gate = gate.masked_fill(~token_mask.unsqueeze(-1), 0)
+    return (h + gate.unsqueeze(-1) * value.float().unsqueeze(-2)).to(x.dtype)
 
 
 def hadamard(x: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,8 @@
 Applied to the stream *before* its block. The table rows fetched for a token
 (one per n-gram order and hash head) are projected by ``wkv`` into one key per
 stream and a shared value; each stream's gate is a normalised dot product of
-stream and key, passed through a signed square root and a sigmoid.
+stream and key, passed through a signed square root and a sigmoid
+(``kernels.engram_gate``).
 """
 
 from __future__ import annotations
@@ -11,13 +12,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from deepinfer_adapters import kernels
 from deepinfer_adapters.config import ModelConfig
-from deepinfer_adapters.kernels.invariance import wide
-from deepinfer_adapters.kernels.reference import mean_square
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.numerics import Numerics
-
-GATE_FLOOR = 1e-6  # |dot| floor before the signed sqrt, from training
 
 
 class EngramEmbed(nn.Module):
@@ -48,14 +46,4 @@ class Engram(nn.Module):
                 token_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x [T, hc, D]; hash_ids [T, n_cols] table rows; token_mask [T] False = no contribution."""
         kv = self.wkv(self.embed(hash_ids, numerics.dtype).flatten(-2), numerics)
-        key, value = kv.split([self.hc * self.dim, self.dim], dim=-1)
-        key = key.float().unflatten(-1, (self.hc, self.dim))
-        h = x.float()
-        weight = self.q_weight.float() * self.k_weight.float()
-        # normalised per (token, stream) over D, not jointly over the streams
-        rstd = torch.rsqrt(mean_square(h)[..., 0] + self.eps) * torch.rsqrt(mean_square(key)[..., 0] + self.eps)
-        dot = wide(h * weight * key).sum(-1).float() * rstd * self.dim**-0.5
-        gate = torch.sigmoid(torch.copysign(wide(dot).abs().clamp_min(GATE_FLOOR).sqrt(), wide(dot))).float()
-        if token_mask is not None:
-            gate = gate.masked_fill(~token_mask.unsqueeze(-1), 0)
-        return (h + gate.unsqueeze(-1) * value.float().unsqueeze(-2)).to(x.dtype)
+        return kernels.engram_gate(x, kv, self.q_weight, self.k_weight, self.eps, token_mask)
