@@ -76,7 +76,7 @@ CONTEXT, PREFILL, BATCHES = 4096, 8192, (1, 8, 32, 128)
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm",
        "fp8_linear", "fp8_grouped_linear", "moe_experts", "index_scores", "moe_route", "swiglu", "sort_rows",
-       "softmax_pool")
+       "softmax_pool", "engram_gate", "hadamard")
 
 
 def log(*a):

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -188,6 +188,20 @@ if has gemv; then  # session 10: decode GEMVs with bf16 products 128 deep (swapp
   timeout 300 python benchmarks/bench_decode_gemv.py --rows 1 8 --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
   grep -E "^[a-z_+0-9]+ +M=" "$OUT/decode_gemv.log"; sed -n '/^SUMMARY/,$p' "$OUT/decode_gemv.log"
   pack
+fi
+if has s10; then  # session 10's changes (~7 min): their GPU tests, V4.1 decode B = 1 / 8 / 32 (B = 8 profiled), V4 widths
+  timeout 240 python -m pytest -q -p no:cacheprovider tests/gpu/test_engram_gpu.py tests/gpu/test_fp8_linear_gpu.py \
+    tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_model_gpu.py tests/gpu/test_batch_invariance_gpu.py \
+    tests/gpu/test_hadamard_gpu.py > "$OUT/gpu_tests_s10.log" 2>&1
+  echo "session 10 GPU tests: $(tail -1 "$OUT/gpu_tests_s10.log")"
+  grep -hE "FAILED|Error|REPORT engram" "$OUT/gpu_tests_s10.log" | head -20
+  pack
+  mkdir -p "$OUT/s10" "$OUT/v4"
+  timeout 200 ${RW/--out $OUT/--out $OUT/s10} --batches 1 8 32 --ref-batches 0 --prefill 0 --profile 8 \
+    > "$OUT/real_width_s10.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s10.log" | grep decode; pack
+  timeout 200 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 > "$OUT/v4_width.log" 2>&1
+  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; grep -E "FAILED|Error" "$OUT/v4_width.log"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"
