@@ -190,16 +190,15 @@ if has gemv; then  # session 10: decode GEMVs with bf16 products 128 deep (swapp
   pack
 fi
 if has s10; then  # session 10's changes (~7 min): their GPU tests, V4.1 decode B = 1 / 8 / 32 (B = 8 profiled), V4 widths
-  timeout 240 python -m pytest -q -p no:cacheprovider tests/gpu/test_engram_gpu.py tests/gpu/test_fp8_linear_gpu.py \
-    tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_model_gpu.py tests/gpu/test_batch_invariance_gpu.py \
-    tests/gpu/test_hadamard_gpu.py > "$OUT/gpu_tests_s10.log" 2>&1
+  timeout 150 python -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_linear_gpu.py \
+    tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_model_gpu.py > "$OUT/gpu_tests_s10.log" 2>&1
   echo "session 10 GPU tests: $(tail -1 "$OUT/gpu_tests_s10.log")"
   grep -hE "FAILED|Error|REPORT engram" "$OUT/gpu_tests_s10.log" | head -20
   pack
   mkdir -p "$OUT/s10" "$OUT/v4"
-  timeout 200 ${RW/--out $OUT/--out $OUT/s10} --batches 1 8 32 --ref-batches 0 --prefill 0 --profile 8 \
-    > "$OUT/real_width_s10.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s10.log" | grep decode; pack
+  timeout 240 ${RW/--out $OUT/--out $OUT/s10} --batches 1 8 32 --ref-batches 0 --prefill 0 --profile 8 \
+    --ab bf16_steps:1,8 mix_splits:1,8,32 > "$OUT/real_width_s10.log" 2>&1
+  grep -E "^A/B" "$OUT/real_width_s10.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s10.log" | grep decode; pack
   timeout 200 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 > "$OUT/v4_width.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; grep -E "FAILED|Error" "$OUT/v4_width.log"; pack
 fi

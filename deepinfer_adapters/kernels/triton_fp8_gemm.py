@@ -255,7 +255,8 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     if bf16_steps is None:
         bf16_steps = bool(swapped and config is None and steps_fit and BF16_STEPS
                           and triton.cdiv(N, BF16_STEPS_CONFIG.block_n) < BF16_STEPS_CONFIG.programs // 4)
-        config = BF16_STEPS_CONFIG if bf16_steps else None
+        if bf16_steps:
+            config = BF16_STEPS_CONFIG
     rows_per_tile = max(1, M // weight.shape[0]) if grouped else M
     cfg = (config or SWAPPED_CONFIG) if swapped else config or (
         invariant_config(kstep) if invariant else default_config(rows_per_tile, kstep))
@@ -394,7 +395,7 @@ def dequant_bf16(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, in
 
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
                act_block: int, *, config: GemmConfig | None = None, path: str | None = None,
-               swapped: bool | None = None, bf16_steps: bool = False) -> torch.Tensor:
+               swapped: bool | None = None, bf16_steps: bool | None = None) -> torch.Tensor:
     """See ``reference_fp8.fp8_linear``: [.., K] bf16 -> [.., N] bf16 (``swapped``, ``bf16_steps``:
     see ``gemm``). ``path`` "bf16_triton": the activation round-tripped to bf16 first, then
     ``gemm``'s bf16 products ``BF16_KSTEP`` deep (rows first)."""
