@@ -58,7 +58,7 @@ import torch
 
 from benchmarks.profiling import profile_step
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import triton_fp8_gemm, triton_hc, triton_moe, triton_support
+from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe, triton_support
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -272,9 +272,6 @@ AB_SWITCHES = {
     # decode GEMVs with few weight row tiles: FP8 steps instead of bf16 steps (triton_fp8_gemm.BF16_STEPS)
     "bf16_steps": (lambda: setattr(triton_fp8_gemm, "BF16_STEPS", False),
                    lambda: setattr(triton_fp8_gemm, "BF16_STEPS", True)),
-    # the A/B's other run splits hc_mix_logits' K over ~0.5 programs per SM instead of 2 (fewer partials to merge)
-    "mix_splits": (lambda: setattr(triton_hc, "MIX_PROGRAMS_PER_SM", 0.5),
-                   lambda: setattr(triton_hc, "MIX_PROGRAMS_PER_SM", 2.0)),
 }
 
 

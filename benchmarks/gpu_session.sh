@@ -52,7 +52,7 @@ if has gather; then  # decode row gathers by method (~20 s)
 fi
 if has linear; then  # the batch-invariant bf16 linear (head, gate) by tile config (~1 min)
   timeout 150 python benchmarks/bench_invariant_linear.py --out "$OUT" > "$OUT/invariant_linear.log" 2>&1
-  cat "$OUT/invariant_linear.log" | tail -6
+  cat "$OUT/invariant_linear.log" | tail -7
   pack
 fi
 if has peer; then  # V4-Flash widths against transformers' DeepseekV4ForCausalLM (~2 min)

@@ -77,7 +77,6 @@ from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, 
 
 SINKHORN_BLOCK_T = 8  # x 16 comb values = one per thread of 4 warps (the divisions are the cost)
 MERGE_CHUNK = 64  # K splits added per load by the merge kernel
-MIX_PROGRAMS_PER_SM = 2.0  # hc_mix_logits splits K until about this many programs per SM run
 _FLOAT = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -291,7 +290,7 @@ def mix_config(T: int, K: int, bf16: bool, sms: int) -> MixConfig:
         block_t, block_k, warps, stages = 64, 64 if bf16 else 32, 8, 3 if bf16 else 2
     n_k = -(-K // block_k)
     tiles = -(-T // block_t)
-    splits = max(1, min(n_k, -(-int(MIX_PROGRAMS_PER_SM * sms) // tiles)))
+    splits = max(1, min(n_k, -(-2 * sms // tiles)))
     steps = -(-n_k // splits)
     return MixConfig(block_t, block_k, steps, -(-n_k // steps), warps, stages)
 
