@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -200,6 +200,19 @@ if has s10; then  # session 10's changes (~7 min): their GPU tests, V4.1 decode 
     --ab bf16_steps:1,8 mix_splits:1,8,32 > "$OUT/real_width_s10.log" 2>&1
   grep -E "^A/B" "$OUT/real_width_s10.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s10.log" | grep decode; pack
   timeout 200 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 > "$OUT/v4_width.log" 2>&1
+  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; grep -E "FAILED|Error" "$OUT/v4_width.log"; pack
+fi
+if has s10final; then  # session 10's last call (~6 min): the gate's tiles' GPU tests, V4.1 B = 1 / 8 / 32, V4 widths
+  timeout 120 python -m pytest -q -p no:cacheprovider tests/gpu/test_linear_gpu.py tests/gpu/test_batch_invariance_gpu.py \
+    > "$OUT/gpu_tests_s10final.log" 2>&1
+  echo "linear + batch invariance GPU tests: $(tail -1 "$OUT/gpu_tests_s10final.log")"
+  grep -hE "FAILED|Error" "$OUT/gpu_tests_s10final.log" | head -10
+  pack
+  mkdir -p "$OUT/s10final" "$OUT/v4"
+  timeout 150 ${RW/--out $OUT/--out $OUT/s10final} --batches 1 8 32 --ref-batches 0 --prefill 0 \
+    > "$OUT/real_width_s10final.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s10final.log" | grep decode; pack
+  timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 > "$OUT/v4_width.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; grep -E "FAILED|Error" "$OUT/v4_width.log"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)

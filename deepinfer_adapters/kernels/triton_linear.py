@@ -51,6 +51,10 @@ class LinearConfig:
 # steps against 371 with 64 (its floor ~320 us at the copy rate, cuBLAS 322); the gate (N = 384:
 # 3 column tiles) 33-46 us unsplit, against 18 for cuBLAS's split-K: hence the K split
 CONFIG = LinearConfig()
+# Weights with fewer column tiles than programs (K split; the gate): narrower column tiles and
+# shorter splits. H200 (bench_invariant_linear.py, session 10): the gate at 1 / 8 / 32 rows 6.2 /
+# 6.4 / 7.1 us against CONFIG's 8.8 / 8.9 / 10.6. Chosen by the weight's shape alone: invariant.
+SPLIT_CONFIG = LinearConfig(block_n=64, programs=2 * TARGET_PROGRAMS, min_steps=2)
 
 
 DECODE_ROWS = 16  # outside batch-invariant mode: this backend up to this many rows (the sizes measured)
@@ -99,12 +103,12 @@ def _kernel():
 def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch.float32, *,
            config: LinearConfig | None = None) -> torch.Tensor:
     """See ``reference.linear``: x [.., K] fp32 @ weight [N, K] bf16 ^T, fp32 cast to ``out_dtype``."""
-    cfg = config or CONFIG
     triton, kernel = _kernel()
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
     x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
     M, N = x2.shape[0], weight.shape[0]
+    cfg = config or (SPLIT_CONFIG if triton.cdiv(N, CONFIG.block_n) < CONFIG.programs else CONFIG)
     n_tiles = triton.cdiv(N, cfg.block_n)
     split, k_per_split = split_k(n_tiles, K, cfg.block_k * cfg.min_steps, cfg.programs)  # by N and K alone
     parts = torch.empty((split, M, N), device=x.device, dtype=torch.float32)
