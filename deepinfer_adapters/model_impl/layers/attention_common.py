@@ -34,7 +34,7 @@ class WindowSlots:
     """Where a decode step's positions sit in the window rings: the same for every layer
     (one ring size), so a step computes it once (``DecodeBatch.shared``)."""
 
-    write: torch.Tensor  # [B] ring slot of each new token
+    write_rows: torch.Tensor  # [B] row of the flattened rings each new token goes to
     read_rows: torch.Tensor  # [B * W] rows of the flattened rings holding positions p - W + 1 .. p, oldest first
     valid: torch.Tensor  # [B, W] which of those positions exist (>= 0)
     attend_index: torch.Tensor  # [B, W] ``gathered_index(valid)``: a window-only layer's attention
@@ -44,7 +44,8 @@ class WindowSlots:
         pos = batch.positions.unsqueeze(1) + batch.arange(window, start=1 - window)
         read = pos % size
         valid = pos >= 0
-        return cls(write=read[:, -1], read_rows=(batch.slots.unsqueeze(1) * size + read).flatten(), valid=valid,
+        rows = batch.slots.unsqueeze(1) * size + read
+        return cls(write_rows=rows[:, -1], read_rows=rows.flatten(), valid=valid,
                    attend_index=gathered_index(batch, valid))
 
 
@@ -188,11 +189,13 @@ class AttentionBase(nn.Module):
         ring = state.fixed(self.key, "window_kv")
         size = ring.shape[1]
         slots = batch.shared(("window_slots", size, self.window), lambda: WindowSlots.of(batch, size, self.window))
-        ring[batch.slots, slots.write] = kv.to(ring.dtype)
         # one index over the flattened ring (a view: state fields are contiguous): torch's row
-        # gather, where two index tensors take its per-element index kernel (H200, 128 sequences:
-        # 50 -> 17 us, benchmarks/bench_gather.py)
-        keys = ring.flatten(0, 1).index_select(0, slots.read_rows).view(*slots.valid.shape, *ring.shape[2:])
+        # copy and gather, where two index tensors take its per-element index kernel (H200, 128
+        # sequences: 50 -> 17 us for the read, benchmarks/bench_gather.py; the write at 8
+        # sequences was 3.4-4.1 us so, session 10)
+        rows = ring.flatten(0, 1)
+        rows.index_copy_(0, slots.write_rows, kv.to(ring.dtype))
+        keys = rows.index_select(0, slots.read_rows).view(*slots.valid.shape, *ring.shape[2:])
         return keys.to(kv.dtype), slots
 
     def attend_gathered(self, q: torch.Tensor, keys: torch.Tensor, index: torch.Tensor,
