@@ -173,3 +173,41 @@ def test_dispatch_picks_triton_on_cuda():
     x = _x(4, 128, 12)
     assert _tri().supports_linear(x, w8, scale, (32, 32), 32)
     assert not _tri().supports_linear(x.float(), w8, scale, (32, 32), 32)  # float32 numerics: the reference
+
+
+@pytest.mark.parametrize("bf16_steps", [True, False])
+@pytest.mark.parametrize("M,N,K", [(1, 1792, 5120), (8, 5120, 8192), (16, 4608, 5120), (5, 4096, 1280)])
+def test_split_sums_in_the_gemm(M, N, K, bf16_steps):
+    """The swapped kernel's split-K partials summed by each tile's last program: the bits of the
+    second launch, launch after launch (the counters go back to 0), from a CUDA graph too, and on a
+    second stream at the same time as the first (each stream its own counters)."""
+    from deepinfer_adapters.kernels import split_counters
+
+    tri = _tri()
+    w8, scale = _weight(N, K, (32, 32), seed=M + 40)
+    x = _x(M, K, M + 41)
+    run = lambda: tri.fp8_linear(x, w8, scale, (32, 32), 32, swapped=True, bf16_steps=bf16_steps)  # noqa: E731
+    tri.SPLIT_SUMS_IN_GEMM = False
+    try:
+        two_launches = run()
+    finally:
+        tri.SPLIT_SUMS_IN_GEMM = True
+    for _ in range(3):
+        assert torch.equal(run(), two_launches)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    outs = []
+    for _ in range(4):  # the same GEMM on two streams at once, repeatedly
+        outs.append(run())
+        with torch.cuda.stream(side):
+            outs.append(run())
+    torch.cuda.synchronize()
+    assert all(torch.equal(o, two_launches) for o in outs)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, two_launches)
+    assert all(int(b.abs().sum()) == 0 for b in split_counters._BUFFERS.values())  # every counter back at 0
