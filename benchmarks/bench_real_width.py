@@ -58,7 +58,7 @@ import torch
 
 from benchmarks.profiling import profile_step
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import triton_fp8_gemm, triton_linear, triton_moe, triton_support
+from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe, triton_support
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -272,13 +272,7 @@ AB_SWITCHES = {
     # decode GEMVs with few weight row tiles: FP8 steps instead of bf16 steps (triton_fp8_gemm.BF16_STEPS)
     "bf16_steps": (lambda: setattr(triton_fp8_gemm, "BF16_STEPS", False),
                    lambda: setattr(triton_fp8_gemm, "BF16_STEPS", True)),
-    # split-K partials summed by a second launch instead of each tile's last program (the decode GEMVs, the gate)
-    "split_sums": (lambda: split_sums(False), lambda: split_sums(True)),
 }
-
-
-def split_sums(in_kernel: bool) -> None:
-    triton_fp8_gemm.SPLIT_SUMS_IN_GEMM = triton_linear.SPLIT_SUMS = in_kernel
 
 
 def ab_spec(text: str) -> tuple[str, list[int]]:

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10sums] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -212,20 +212,6 @@ if has s10final; then  # session 10's last call (~6 min): the gate's tiles' GPU 
   timeout 150 ${RW/--out $OUT/--out $OUT/s10final} --batches 1 8 32 --ref-batches 0 --prefill 0 \
     > "$OUT/real_width_s10final.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s10final.log" | grep decode; pack
-  timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 > "$OUT/v4_width.log" 2>&1
-  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; grep -E "FAILED|Error" "$OUT/v4_width.log"; pack
-fi
-if has s10sums; then  # session 10, split sums in the kernels (~6 min): their GPU tests, V4.1 A/B, V4 widths
-  timeout 150 python -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_linear_gpu.py tests/gpu/test_linear_gpu.py \
-    tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_overlap_gpu.py tests/gpu/test_batch_invariance_gpu.py \
-    > "$OUT/gpu_tests_s10sums.log" 2>&1
-  echo "split sums GPU tests: $(tail -1 "$OUT/gpu_tests_s10sums.log")"
-  grep -hE "^FAILED|Error" "$OUT/gpu_tests_s10sums.log" | head -10
-  pack
-  mkdir -p "$OUT/s10sums" "$OUT/v4"
-  timeout 150 ${RW/--out $OUT/--out $OUT/s10sums} --batches 1 8 32 --ref-batches 0 --prefill 0 --ab split_sums:1,8 \
-    > "$OUT/real_width_s10sums.log" 2>&1
-  grep -E "^A/B" "$OUT/real_width_s10sums.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s10sums.log" | grep decode; pack
   timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 > "$OUT/v4_width.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; grep -E "FAILED|Error" "$OUT/v4_width.log"; pack
 fi

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deepinfer_adapters.kernels import invariance, register, split_counters
+from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels.triton_fp8_gemm import TARGET_PROGRAMS, split_k, sum_splits
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
@@ -57,7 +57,6 @@ CONFIG = LinearConfig()
 SPLIT_CONFIG = LinearConfig(block_n=64, programs=2 * TARGET_PROGRAMS, min_steps=2)
 
 
-SPLIT_SUMS = True  # split-K partials summed by each tile's last program (split_counters), not a second launch
 DECODE_ROWS = 16  # outside batch-invariant mode: this backend up to this many rows (the sizes measured)
 
 
@@ -70,16 +69,13 @@ def _kernel():
     import triton
     import triton.language as tl
 
-    global pdl_start, last_split_sums  # bound at module level: Triton's interpreter resolves a kernel's names there
-    from deepinfer_adapters.kernels.fp8_triton_jit import last_split_sums
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
 
     @triton.jit
     def split_linear_kernel(X, W, OUT, M, N, K, k_per_split, stride_xm, stride_wn, stride_om, stride_os,
-                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SUM_OUT=None, COUNTERS=None,
-                            SPLITS: tl.constexpr = 0):
-        """OUT[pid 2] = this program's K range of x w^T (fp32): the whole K when unsplit. SPLITS > 0:
-        the last program of a tile also writes the partials' sum to SUM_OUT (``last_split_sums``)."""
+                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        """OUT[pid 2] = this program's K range of x w^T (fp32): the whole K when unsplit."""
         pdl_start()
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         cols = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -98,13 +94,8 @@ def _kernel():
             lo = (x - hi.to(tl.float32)).to(tl.bfloat16)
             acc = tl.dot(hi, w, acc)
             acc = tl.dot(lo, w, acc)
-        offs = rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
-        mask = mask_m[:, None] & mask_n[None, :]
-        if SPLITS:
-            counter = COUNTERS + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
-            last_split_sums(acc, OUT, SUM_OUT, counter, tl.program_id(2), offs, mask, stride_os, SPLITS)
-        else:
-            tl.store(OUT + tl.program_id(2) * stride_os + offs, acc, mask=mask)
+        out = OUT + tl.program_id(2) * stride_os + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
+        tl.store(out, acc, mask=mask_m[:, None] & mask_n[None, :])
 
     return triton, split_linear_kernel
 
@@ -121,16 +112,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch
     n_tiles = triton.cdiv(N, cfg.block_n)
     split, k_per_split = split_k(n_tiles, K, cfg.block_k * cfg.min_steps, cfg.programs)  # by N and K alone
     parts = torch.empty((split, M, N), device=x.device, dtype=torch.float32)
-    bm = row_tile(M)
-    m_tiles = triton.cdiv(M, bm)
-    tile_counters = split_counters.counters(x.device, m_tiles * n_tiles) if split > 1 and SPLIT_SUMS else None
-    total = None if tile_counters is None else torch.empty((M, N), device=x.device, dtype=torch.float32)
     if M and N:
-        kernel[(m_tiles, n_tiles, split)](
+        bm = row_tile(M)
+        kernel[(triton.cdiv(M, bm), n_tiles, split)](
             x2, weight, parts, M, N, K, k_per_split, x2.stride(0), weight.stride(0), parts.stride(1),
-            parts.stride(0), BM=bm, BN=cfg.block_n, BK=cfg.block_k, SUM_OUT=total, COUNTERS=tile_counters,
-            SPLITS=0 if total is None else split, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
-    out = total if total is not None else parts[0] if split == 1 else sum_splits(parts, torch.float32)
+            parts.stride(0), BM=bm, BN=cfg.block_n, BK=cfg.block_k, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages, **pdl_launch())
+    out = parts[0] if split == 1 else sum_splits(parts, torch.float32)
     return out.view(*lead, N).to(out_dtype)
 
 
