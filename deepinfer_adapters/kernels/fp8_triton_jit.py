@@ -345,8 +345,7 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
                          stride_am, stride_asm, stride_wn, stride_wsn, stride_om, stride_os,
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                          A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
-                         QUANT_A: tl.constexpr, BF16_STEPS: tl.constexpr = False, SUM_OUT=None, COUNTERS=None,
-                         SPLITS: tl.constexpr = 0):
+                         QUANT_A: tl.constexpr, BF16_STEPS: tl.constexpr = False):
     """``fp8_gemm_kernel`` (ungrouped, FP8 activations) for a few rows, with the product swapped:
     program (N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T] = W A^T, so the weight tile is
     the 64-row operand of Hopper's FP8 tensor-core instruction (wgmma needs 64 rows) and the
@@ -356,9 +355,7 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
     (KSTEP <= W_BK), as the rows-first kernel's per-step branch does.
     BF16_STEPS (KSTEP a multiple of A_SB and W_BK): both operands are dequantized in registers
     (E4M3 x a power of two: exact in bf16) and meet in one bf16 product KSTEP deep, so a step
-    spans several scale blocks and the accumulator is never rescaled (``bf16_operands``).
-    SPLITS > 0 (K split that many ways): OUT holds the fp32 partials and the last program of each
-    N tile writes their sum to SUM_OUT (``last_split_sums``; COUNTERS: one zeroed int32 per N tile)."""
+    spans several scale blocks and the accumulator is never rescaled (``bf16_operands``)."""
     pdl_start()
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -386,31 +383,8 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
                 sw = weight_scale(tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0), W_E8M0)
                 a, sa = scaled_activation(a, as_ptr, kb, mask_t, A_SB, QUANT_A)
                 acc += tl.dot(w, tl.trans(a)) * (sw[:, None] * sa[None, :])
-    offs = toks.to(tl.int64)[None, :] * stride_om + cols[:, None]
-    mask = mask_n[:, None] & mask_t[None, :]
-    if SPLITS:
-        last_split_sums(acc, OUT, SUM_OUT, COUNTERS + pid_n, pid_k, offs, mask, stride_os, SPLITS)
-    else:
-        tl.store(OUT + pid_k * stride_os + offs, acc.to(OUT.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def last_split_sums(acc, PARTS, SUM_OUT, counter, pid_k, offs, mask, stride_ps, SPLITS: tl.constexpr):
-    """Split-K without a second launch: each program stores its fp32 partial of a tile in
-    PARTS[pid_k], then counts itself in at the tile's counter; the program that arrives last
-    adds the SPLITS partials in split order (the bits of ``sum_splits``), writes SUM_OUT in its
-    dtype and sets the counter back to 0 for the next launch. The barrier makes every thread's
-    store precede the count; the count's release / acquire publishes the partials to the last
-    program, which reads them from L2 (.cg: no stale L1 line)."""
-    tl.store(PARTS + pid_k * stride_ps + offs, acc, mask=mask)
-    tl.debug_barrier()
-    arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-    if arrived == SPLITS - 1:
-        total = tl.zeros(acc.shape, tl.float32)
-        for s in tl.static_range(SPLITS):
-            total += tl.load(PARTS + s * stride_ps + offs, mask=mask, other=0.0, cache_modifier=".cg")
-        tl.store(SUM_OUT + offs, total.to(SUM_OUT.dtype.element_ty), mask=mask)
-        tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+    out_ptr = OUT + pid_k * stride_os + toks.to(tl.int64)[None, :] * stride_om + cols[:, None]
+    tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_n[:, None] & mask_t[None, :])
 
 
 @triton.jit
