@@ -23,6 +23,11 @@ Arithmetic (``act_block`` > 0, the reference's FP8 GEMM):
   about one bf16 ulp (tests/gpu/test_fp8_linear_gpu.py).
 - ``act_block`` == 0 (wo_a; bf16 weights' rule): the bf16 activation meets the
   weight tile dequantized to bf16 in registers (exact), bf16 tensor-core products.
+- Decode rows on the swapped kernel with ``bf16_steps`` (the default where the weight has
+  few row tiles, ``BF16_STEPS``): the same E4M3 codes and scales, but both operands
+  dequantized in registers (E4M3 x a power of two is exact in bf16) and multiplied in one
+  bf16 product 128 deep: the same exact products as above, summed in fp32 in another order,
+  with a quarter of the products and no per-step rescale of the accumulator.
 
 Shape choices: tiles by the number of rows M (decode rows fit one tile; from 65 rows
 64 x 128, ``default_config``), and split-K (fp32 partials, summed in a fixed order) when too few
