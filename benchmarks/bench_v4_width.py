@@ -421,7 +421,7 @@ def summary(result: dict) -> None:
     log("(fwd = ours through forward(ForwardBatch); graph = model.decode from CUDA graphs; x/hf = throughput "
         "ratio; xfl = measured / own decode floor, transformers' floor in its bf16 bytes; rel dec = |ours - hf| "
         "/ |hf| of the first decode step's logits, same input token)")
-    log(f"\nSUMMARY prefill (tokens/s; floor: ours FP8 linears at the FP8 rate, transformers all bf16)")
+    log("\nSUMMARY prefill (tokens/s; floor: ours FP8 linears at the FP8 rate, transformers all bf16)")
     log(f"{'B':>3s} {'tokens':>7s} {'hf tok/s':>9s} {'ours tok/s':>10s} {'ours/hf':>7s} {'ours floor':>10s} "
         f"{'hf floor':>9s} {'rel prefill':>11s}")
     for r in result["rows"]:
