@@ -58,7 +58,7 @@ import torch
 
 from benchmarks.profiling import profile_step
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe, triton_support
+from deepinfer_adapters.kernels import triton_fp8_gemm, triton_hc, triton_moe, triton_support
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -76,7 +76,7 @@ CONTEXT, PREFILL, BATCHES = 4096, 8192, (1, 8, 32, 128)
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm",
        "fp8_linear", "fp8_grouped_linear", "moe_experts", "index_scores", "moe_route", "swiglu", "sort_rows",
-       "softmax_pool", "engram_gate", "hadamard")
+       "softmax_pool", "engram_gate", "hadamard", "hc_mixes")
 
 
 def log(*a):
@@ -267,6 +267,9 @@ AB_SWITCHES = {
     "moe_bf16": (lambda: setattr(triton_moe, "DECODE_PATH", "fp8"), lambda: setattr(triton_moe, "DECODE_PATH", "bf16")),
     "fp4_fp8": (lambda: setattr(triton_moe, "FP4_DECODE_PATH", "bf16"),
                 lambda: setattr(triton_moe, "FP4_DECODE_PATH", "fp8")),
+    # hc_mixes: the partials' merge and the Sinkhorn passes in two launches (triton_hc.MERGE_SINKHORN)
+    "merge_sinkhorn": (lambda: setattr(triton_hc, "MERGE_SINKHORN", False),
+                       lambda: setattr(triton_hc, "MERGE_SINKHORN", True)),
     # the A/B's other run turns PDL on (off by default: triton_support.PDL)
     "pdl": (lambda: setattr(triton_support, "PDL", True), lambda: setattr(triton_support, "PDL", False)),
     # decode GEMVs with few weight row tiles: FP8 steps instead of bf16 steps (triton_fp8_gemm.BF16_STEPS)

@@ -92,6 +92,10 @@ def hc_mix_logits(*args: Any, **kwargs: Any) -> Any:
     return call("hc_mix_logits", *args, **kwargs)
 
 
+def hc_mixes(*args: Any, **kwargs: Any) -> Any:
+    return call("hc_mixes", *args, **kwargs)
+
+
 def hc_pre(*args: Any, **kwargs: Any) -> Any:
     return call("hc_pre", *args, **kwargs)
 

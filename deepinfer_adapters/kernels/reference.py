@@ -18,7 +18,7 @@ from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "sort_rows", "swiglu", "moe_route", "softmax_pool",
-       "hadamard", "engram_gate")
+       "hadamard", "engram_gate", "hc_mixes")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -193,6 +193,14 @@ def hc_split_sinkhorn(
         comb = comb / (comb.sum(-1, keepdim=True) + eps)
         comb = comb / (comb.sum(-2, keepdim=True) + eps)
     return pre.float(), post.float(), comb.float()
+
+
+def hc_mixes(x: torch.Tensor, fn: torch.Tensor, norm_eps: float, scale: torch.Tensor, base: torch.Tensor, hc: int,
+             iters: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A sublayer's pre [..., hc], post [..., hc], comb [..., hc, hc] from its input streams x [..., hc, D]:
+    ``hc_split_sinkhorn(hc_mix_logits(x, fn, norm_eps), scale, base, hc, iters, eps)`` (one op, so a
+    backend can run the two without a launch between them)."""
+    return hc_split_sinkhorn(hc_mix_logits(x, fn, norm_eps), scale, base, hc, iters, eps)
 
 
 def hc_mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> torch.Tensor:

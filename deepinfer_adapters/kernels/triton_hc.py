@@ -77,6 +77,7 @@ from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, 
 
 SINKHORN_BLOCK_T = 8  # x 16 comb values = one per thread of 4 warps (the divisions are the cost)
 MERGE_CHUNK = 64  # K splits added per load by the merge kernel
+MERGE_SINKHORN = True  # hc_mixes: the merge and the Sinkhorn passes in one launch (False: two, for an A/B)
 _FLOAT = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -98,7 +99,8 @@ def _kernels():
     import triton
     import triton.language as tl
 
-    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
+    # bound at module level: Triton's interpreter resolves a kernel's names there
+    global pdl_start, merge_logits_row, sinkhorn_tokens
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
 
     if not interpreting():
@@ -155,12 +157,10 @@ def _kernels():
             tl.store(PSS + row, ss, mask=mask_t)
 
     @triton.jit
-    def mix_logits_merge(PACC, PSS, OUT, T, N, stride_ot, splits, inv_k, eps,
+    def merge_logits_row(PACC, PSS, OUT, t, T, N, stride_ot, splits, inv_k, eps,
                          N_PAD: tl.constexpr, CHUNK: tl.constexpr):
-        """Token pid0: adds the K splits' partials (CHUNK splits per load, a fixed order),
-        then scales by rsqrt(mean square + eps)."""
-        pdl_start()
-        t = tl.program_id(0)
+        """Token t: adds the K splits' partials (CHUNK splits per load, a fixed order), then
+        scales by rsqrt(mean square + eps) (the mean times 1 / K plus eps as one FMA)."""
         offs_s = tl.arange(0, CHUNK)
         offs_n = tl.arange(0, N_PAD)
         acc = tl.zeros([CHUNK, N_PAD], tl.float32)
@@ -170,17 +170,44 @@ def _kernels():
             row = (s0 + offs_s) * T + t
             acc += tl.load(PACC + row[:, None] * N_PAD + offs_n[None, :], mask=mask_s[:, None], other=0.0)
             ss += tl.load(PSS + row, mask=mask_s, other=0.0)
-        rsqrt = tl.rsqrt(tl.sum(ss, axis=0) * inv_k + eps)
+        rsqrt = tl.rsqrt(tl.fma(tl.sum(ss, axis=0), inv_k, eps))
         tl.store(OUT + t.to(tl.int64) * stride_ot + offs_n, tl.sum(acc, axis=0) * rsqrt, mask=offs_n < N)
+
+    @triton.jit
+    def mix_logits_merge(PACC, PSS, OUT, T, N, stride_ot, splits, inv_k, eps,
+                         N_PAD: tl.constexpr, CHUNK: tl.constexpr):
+        """Token pid0: ``merge_logits_row``."""
+        pdl_start()
+        merge_logits_row(PACC, PSS, OUT, tl.program_id(0), T, N, stride_ot, splits, inv_k, eps, N_PAD, CHUNK)
+
+    @triton.jit
+    def merge_sinkhorn(PACC, PSS, MIX, SCALE, BASE, PRE, POST, COMB, T, N, stride_m, splits, inv_k, norm_eps,
+                       iters, eps, N_PAD: tl.constexpr, CHUNK: tl.constexpr, HC: tl.constexpr,
+                       INTERPRET: tl.constexpr):
+        """Token pid0: ``merge_logits_row`` into MIX, then ``sinkhorn_tokens`` on that row, in one
+        program (the barrier orders the row's stores before its loads): the two launches'
+        operations, so their bits."""
+        pdl_start()
+        t = tl.program_id(0)
+        merge_logits_row(PACC, PSS, MIX, t, T, N, stride_m, splits, inv_k, norm_eps, N_PAD, CHUNK)
+        tl.debug_barrier()
+        offs_t = t + tl.arange(0, 2)  # the token and a masked neighbour (a tile of 2)
+        sinkhorn_tokens(MIX, SCALE, BASE, PRE, POST, COMB, offs_t, offs_t < t + 1, stride_m, iters, eps, HC,
+                        INTERPRET)
 
     @triton.jit
     def split_sinkhorn(MIX, SCALE, BASE, PRE, POST, COMB, T, stride_m, iters, eps,
                        HC: tl.constexpr, BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr):
-        """BLOCK_T tokens; pre and post as one [BLOCK_T, 2 HC] tile, comb as a
-        [BLOCK_T, HC (source a), HC (destination b)] tile."""
+        """BLOCK_T tokens: ``sinkhorn_tokens``."""
         pdl_start()
         offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-        mask_t = offs_t < T
+        sinkhorn_tokens(MIX, SCALE, BASE, PRE, POST, COMB, offs_t, offs_t < T, stride_m, iters, eps, HC, INTERPRET)
+
+    @triton.jit
+    def sinkhorn_tokens(MIX, SCALE, BASE, PRE, POST, COMB, offs_t, mask_t, stride_m, iters, eps,
+                        HC: tl.constexpr, INTERPRET: tl.constexpr):
+        """Tokens offs_t; pre and post as one [tokens, 2 HC] tile, comb as a
+        [tokens, HC (source a), HC (destination b)] tile."""
         t64 = offs_t.to(tl.int64)
         row = MIX + t64 * stride_m
         # pre = sigmoid(m s0 + b) + eps, post = 2 sigmoid(m s1 + b); torch's sigmoid: 1 / (1 + exp(-z))
@@ -249,7 +276,7 @@ def _kernels():
         tl.store(OUT + t * stride_ot + b[:, None] * stride_oh + offs[None, :], out.to(OUT.dtype.element_ty),
                  mask=mask[None, :])
 
-    return triton, mix_logits, mix_logits_merge, split_sinkhorn, hc_pre, hc_post
+    return triton, mix_logits, mix_logits_merge, split_sinkhorn, hc_pre, hc_post, merge_sinkhorn
 
 
 # ------------------------------------------------------------------------ hc_mix_logits ----
@@ -297,16 +324,35 @@ def mix_config(T: int, K: int, bf16: bool, sms: int) -> MixConfig:
 
 def hc_mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> torch.Tensor:
     """See ``reference.hc_mix_logits``: x [..., hc, D] -> [..., N] fp32."""
+    N = fn.shape[0]
+    out, partials = _mix_partials(x, fn, norm_eps)
+    if partials is not None:
+        _merge(out, partials, fn.shape[1], norm_eps)
+    return out.view(*x.shape[:-2], N)
+
+
+def _merge(out: torch.Tensor, partials: tuple, K: int, norm_eps: float) -> None:
+    """``mix_logits_merge``: the partials of ``_mix_partials`` summed and scaled into out [T, N]."""
+    _, _, k_merge, *_ = _kernels()
+    pacc, pss, splits, n_pad = partials
+    T, N = out.shape
+    k_merge[(T,)](pacc, pss, out, T, N, out.stride(0), splits, 1.0 / K, float(norm_eps), N_PAD=n_pad,
+                  CHUNK=MERGE_CHUNK, num_warps=4, **pdl_launch())
+
+
+def _mix_partials(x: torch.Tensor, fn: torch.Tensor, norm_eps: float):
+    """hc_mix_logits' product: (logits [T, N] fp32, None) when K is not split, else (the buffer
+    the logits go to, (partial dots [splits, T, N_PAD], partial sums of squares [splits, T],
+    splits, N_PAD)) for a merge."""
     N, K = fn.shape
-    lead = x.shape[:-2]
     x2 = _rows(x, K)
     fn = fn if fn.stride(-1) == 1 else fn.contiguous()
     T = x2.shape[0]
     out = torch.empty(T, N, device=x.device, dtype=torch.float32)
     if T == 0:
-        return out.view(*lead, N)
+        return out, None
     bf16 = x2.dtype == torch.bfloat16
-    triton, k_mix, k_merge, *_ = _kernels()
+    triton, k_mix, *_ = _kernels()
     cfg = mix_config(T, K, bf16, sm_count(x.device))
     n_pad = max(16, _pow2(N))
     final = cfg.splits == 1
@@ -320,10 +366,7 @@ def hc_mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> torch.T
         x2, fn, out, pacc, pss, T, N, K, x2.stride(0), fn.stride(0), out.stride(0), cfg.steps, inv_k, float(norm_eps),
         BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k, N_PAD=n_pad, SPLIT_BF16=bf16, FINAL=final, INTERPRET=interpreting(),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
-    if not final:
-        k_merge[(T,)](pacc, pss, out, T, N, out.stride(0), cfg.splits, inv_k, float(norm_eps), N_PAD=n_pad,
-                      CHUNK=MERGE_CHUNK, num_warps=4, **pdl_launch())
-    return out.view(*lead, N)
+    return out, None if final else (pacc, pss, cfg.splits, n_pad)
 
 
 def supports_mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> bool:
@@ -344,12 +387,43 @@ def hc_split_sinkhorn(mixes: torch.Tensor, scale: torch.Tensor, base: torch.Tens
     post = torch.empty(T, hc, device=dev, dtype=torch.float32)
     comb = torch.empty(T, hc, hc, device=dev, dtype=torch.float32)
     if T:
-        triton, _, _, k_sinkhorn, _, _ = _kernels()
+        triton, _, _, k_sinkhorn, *_ = _kernels()
         k_sinkhorn[(triton.cdiv(T, SINKHORN_BLOCK_T),)](
             m, scale.contiguous(), base.contiguous(), pre, post, comb, T, m.stride(0), int(iters), float(eps),
             HC=hc, BLOCK_T=SINKHORN_BLOCK_T, INTERPRET=interpreting(), num_warps=4, enable_fp_fusion=False,
             **pdl_launch())
     return pre.view(*lead, hc), post.view(*lead, hc), comb.view(*lead, hc, hc)
+
+
+# ------------------------------------------------------------------------------ hc_mixes ----
+def hc_mixes(x: torch.Tensor, fn: torch.Tensor, norm_eps: float, scale: torch.Tensor, base: torch.Tensor, hc: int,
+             iters: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """See ``reference.hc_mixes``. Where K is split, the merge of the partials and the Sinkhorn
+    passes run in one launch per token (``merge_sinkhorn``), not two."""
+    logits, partials = _mix_partials(x, fn, norm_eps)
+    if partials is not None and not MERGE_SINKHORN:  # two launches (A/B)
+        _merge(logits, partials, fn.shape[1], norm_eps)
+        partials = None
+    if partials is None:
+        return hc_split_sinkhorn(logits.view(*x.shape[:-2], -1), scale, base, hc, iters, eps)
+    pacc, pss, splits, n_pad = partials
+    T, N = logits.shape
+    pre = torch.empty(T, hc, device=x.device, dtype=torch.float32)
+    post = torch.empty(T, hc, device=x.device, dtype=torch.float32)
+    comb = torch.empty(T, hc, hc, device=x.device, dtype=torch.float32)
+    *_, k_merge_sinkhorn = _kernels()
+    k_merge_sinkhorn[(T,)](pacc, pss, logits, scale.contiguous(), base.contiguous(), pre, post, comb, T, N,
+                           logits.stride(0), splits, 1.0 / fn.shape[1], float(norm_eps), int(iters), float(eps),
+                           N_PAD=n_pad, CHUNK=MERGE_CHUNK, HC=hc, INTERPRET=interpreting(), num_warps=4,
+                           enable_fp_fusion=False, **pdl_launch())
+    lead = x.shape[:-2]
+    return pre.view(*lead, hc), post.view(*lead, hc), comb.view(*lead, hc, hc)
+
+
+def supports_mixes(x: torch.Tensor, fn: torch.Tensor, norm_eps: float, scale: torch.Tensor, base: torch.Tensor,
+                   hc: int, iters: int, eps: float) -> bool:
+    return (supports_mix_logits(x, fn, norm_eps) and fn.shape[0] == (2 + hc) * hc
+            and supports_sinkhorn(x.new_empty(0, fn.shape[0], dtype=torch.float32), scale, base, hc, iters, eps))
 
 
 def supports_sinkhorn(mixes: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, hc: int, iters: int,
@@ -375,7 +449,7 @@ def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
     T = x3.shape[0]
     out = torch.empty(T, D, device=x.device, dtype=x.dtype)
     if T and D:
-        triton, *_, k_pre, _ = _kernels()
+        triton, *_, k_pre, _, _ = _kernels()
         bd = _block_d(T, D)
         k_pre[(T, triton.cdiv(D, bd))](x3, p, out, D, x3.stride(0), x3.stride(1), p.stride(0), out.stride(0),
                                         HC=hc, BLOCK_D=bd, num_warps=4, enable_fp_fusion=False, **pdl_launch())
@@ -398,7 +472,7 @@ def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: t
     T = y2.shape[0]
     out = torch.empty(T, hc, D, device=y.device, dtype=y.dtype)
     if T and D:
-        triton, *_, k_post = _kernels()
+        triton, *_, k_post, _ = _kernels()
         bd = _block_d(T, D)
         k_post[(T, triton.cdiv(D, bd))](y2, r, p, c, out, D, y2.stride(0), r.stride(0), r.stride(1), p.stride(0),
                                          c.stride(0), out.stride(0), out.stride(1), HC=hc, BLOCK_D=bd, num_warps=4,
@@ -418,5 +492,6 @@ def supports_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, c
 
 register("hc_mix_logits", "triton", hc_mix_logits, supports=supports_mix_logits, priority=10)
 register("hc_split_sinkhorn", "triton", hc_split_sinkhorn, supports=supports_sinkhorn, priority=10)
+register("hc_mixes", "triton", hc_mixes, supports=supports_mixes, priority=10)
 register("hc_pre", "triton", hc_pre, supports=supports_pre, priority=10)
 register("hc_post", "triton", hc_post, supports=supports_post, priority=10)

@@ -19,7 +19,7 @@ import torch
 from vllm.model_executor.layers.mhc import HCHeadOp, MHCPostOp, MHCPreOp
 
 from deepinfer_adapters import kernels
-from deepinfer_adapters.model_impl.layers.hyper_connection import hc_head_collapse, hc_post, hc_pre, mix_logits
+from deepinfer_adapters.model_impl.layers.hyper_connection import hc_head_collapse, hc_post, hc_pre
 
 DEEPSEEK_POST_MULT = 2.0  # hc_split_sinkhorn's post = 2 * sigmoid(...)
 
@@ -40,8 +40,8 @@ class DeepinferMHCPre(MHCPreOp):
                 self, residual, fn, hc_scale, hc_base, rms_eps, hc_pre_eps, hc_sinkhorn_eps,
                 hc_post_mult_value, sinkhorn_repeat)
         else:
-            pre, post, comb = kernels.hc_split_sinkhorn(mix_logits(x, fn, rms_eps), hc_scale, hc_base, hc,
-                                                        sinkhorn_repeat, hc_sinkhorn_eps)
+            pre, post, comb = kernels.hc_mixes(x, fn, rms_eps, hc_scale, hc_base, hc, sinkhorn_repeat,
+                                               hc_sinkhorn_eps)
             if hc_post_mult_value != DEEPSEEK_POST_MULT:
                 post = post * (hc_post_mult_value / DEEPSEEK_POST_MULT)
             layer_input = hc_pre(x, pre)

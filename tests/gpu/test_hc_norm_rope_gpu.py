@@ -187,6 +187,33 @@ def test_hc_split_sinkhorn(T):
         assert d_exact <= 4 * d_ref + 2 * atol / 8, name
 
 
+# ------------------------------------------------------------------------ hc_mixes ----
+@pytest.mark.parametrize("invariant", [False, True])
+@pytest.mark.parametrize("T", (1, 7, 64, 128))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hc_mixes_is_mix_logits_then_sinkhorn(T, dtype, invariant):
+    """One launch less where K is split (the merge and the Sinkhorn passes in one program per
+    token): the bits of hc_mix_logits then hc_split_sinkhorn (both Triton), eager and replayed."""
+    hc_mod = _hc()
+    g = _gen(T + 11)
+    x = _stream(T, 5120, dtype, g)
+    fn = torch.randn(MIX_DIM, HC * 5120, device="cuda", generator=g) / (HC * 5120) ** 0.5
+    scale = 0.5 + torch.rand(3, device="cuda", generator=g)
+    base = torch.randn(MIX_DIM, device="cuda", generator=g) * 0.5
+    with invariance.batch_invariant(invariant):
+        assert kernels.chosen("hc_mixes", x, fn, NORM_EPS, scale, base, HC, ITERS, HC_EPS) == "triton"
+        got = kernels.hc_mixes(x, fn, NORM_EPS, scale, base, HC, ITERS, HC_EPS)
+        two = hc_mod.hc_split_sinkhorn(hc_mod.hc_mix_logits(x, fn, NORM_EPS), scale, base, HC, ITERS, HC_EPS)
+        for name, a, b in zip(("pre", "post", "comb"), got, two):
+            assert a.shape == b.shape and torch.equal(a, b), name
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = hc_mod.hc_mixes(x, fn, NORM_EPS, scale, base, HC, ITERS, HC_EPS)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert all(torch.equal(a, b) for a, b in zip(captured, two))
+
+
 # --------------------------------------------------------------------- hc_pre/post ----
 @pytest.mark.parametrize("T", TOKENS)
 @pytest.mark.parametrize("D", HIDDEN)

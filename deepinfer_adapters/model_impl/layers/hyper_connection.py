@@ -29,8 +29,7 @@ class HyperConnection(nn.Module):
 
     def mixes(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [T, hc, D] -> pre [T, hc], post [T, hc], comb [T, hc, hc] (fp32)."""
-        return kernels.hc_split_sinkhorn(mix_logits(x, self.fn, self.norm_eps), self.scale, self.base,
-                                         self.hc, self.iters, self.hc_eps)
+        return kernels.hc_mixes(x, self.fn, self.norm_eps, self.scale, self.base, self.hc, self.iters, self.hc_eps)
 
 
 def mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> torch.Tensor:
