@@ -78,6 +78,9 @@ from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, 
 SINKHORN_BLOCK_T = 8  # x 16 comb values = one per thread of 4 warps (the divisions are the cost)
 MERGE_CHUNK = 64  # K splits added per load by the merge kernel
 MERGE_SINKHORN = True  # hc_mixes: the merge and the Sinkhorn passes in one launch (False: two, for an A/B)
+# ... up to this many tokens (decode): one program per token leaves most of a Sinkhorn tile idle,
+# where split_sinkhorn takes 8 tokens a program; measured at decode only (session 10)
+MERGE_SINKHORN_TOKENS = 64
 _FLOAT = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -398,10 +401,10 @@ def hc_split_sinkhorn(mixes: torch.Tensor, scale: torch.Tensor, base: torch.Tens
 # ------------------------------------------------------------------------------ hc_mixes ----
 def hc_mixes(x: torch.Tensor, fn: torch.Tensor, norm_eps: float, scale: torch.Tensor, base: torch.Tensor, hc: int,
              iters: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """See ``reference.hc_mixes``. Where K is split, the merge of the partials and the Sinkhorn
-    passes run in one launch per token (``merge_sinkhorn``), not two."""
+    """See ``reference.hc_mixes``. Where K is split (up to ``MERGE_SINKHORN_TOKENS`` tokens), the
+    merge of the partials and the Sinkhorn passes run in one launch (``merge_sinkhorn``), not two."""
     logits, partials = _mix_partials(x, fn, norm_eps)
-    if partials is not None and not MERGE_SINKHORN:  # two launches (A/B)
+    if partials is not None and (not MERGE_SINKHORN or logits.shape[0] > MERGE_SINKHORN_TOKENS):  # two launches
         _merge(logits, partials, fn.shape[1], norm_eps)
         partials = None
     if partials is None:
