@@ -48,7 +48,6 @@ def configs(M: int, quick: bool = False) -> dict[str, dict]:
     if M <= tg.SWAPPED_ROWS:
         c["rows_first"] = {"swapped": False}
         c["bf16_steps"] = {"swapped": True, "bf16_steps": True}
-        c["bf16_rows"] = {"path": "bf16_triton"}
     if quick:
         return c
     if M <= tg.SWAPPED_ROWS:  # the swapped kernel's tiles: weight rows, scale steps, stages, split-K target
@@ -61,9 +60,6 @@ def configs(M: int, quick: bool = False) -> dict[str, dict]:
                                                 (64, 1, 4, 3, 1056)):
             c[f"b16_n{n}_s{sub}_w{warps}_p{stages}_t{programs}"] = {
                 "swapped": True, "bf16_steps": True, "config": tg.GemmConfig(16, n, sub, warps, stages, programs)}
-        for n, stages, programs in ((64, 4, 528), (128, 4, 264), (32, 4, 528)):
-            c[f"b16rows_n{n}_p{stages}_t{programs}"] = {
-                "path": "bf16_triton", "config": tg.GemmConfig(16, n, 1, 4, stages, programs)}
         return c
     for n in (16, 32, 64, 128):
         for programs in (0, 132, 264, 528):

@@ -402,17 +402,13 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block
                act_block: int, *, config: GemmConfig | None = None, path: str | None = None,
                swapped: bool | None = None, bf16_steps: bool | None = None) -> torch.Tensor:
     """See ``reference_fp8.fp8_linear``: [.., K] bf16 -> [.., N] bf16 (``swapped``, ``bf16_steps``:
-    see ``gemm``). ``path`` "bf16_triton": the activation round-tripped to bf16 first, then
-    ``gemm``'s bf16 products ``BF16_KSTEP`` deep (rows first)."""
+    see ``gemm``)."""
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
     path = path or (LARGE_M_PATH if x2.shape[0] >= LARGE_M and not invariance.enabled() else "triton")
     if path == "bf16_cublas":
         xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
         out = torch.nn.functional.linear(xa, dequant_bf16(weight, scale, block))
-    elif path == "bf16_triton":
-        xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
-        out = gemm(xa, None, 0, weight, scale, block, x.dtype, config=config, kstep=bf16_kstep(K, block))
     elif act_block and x2.shape[0] <= QUANT_IN_GEMM_ROWS and kstep_for(block, act_block) == act_block:
         out = gemm(x2, None, act_block, weight, scale, block, x.dtype, config=config, quantize_a=True,
                    swapped=swapped, bf16_steps=bf16_steps)
