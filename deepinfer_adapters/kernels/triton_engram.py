@@ -4,7 +4,8 @@ The torch reference is ~24 launches (casts, three row reductions, the gate's sqr
 sigmoid, the broadcast add); at decode its reductions over [T, hc, 5120] run with a few blocks each
 (~11 us apiece on the H200 at 8 tokens: ~75 us a layer, two Engram layers in V4.1-Flash). Here one
 program per (token, stream) holds the stream's D values, its key, both weights and the value in
-registers: one read of each, one write.
+registers: one read of each, one write. H200, session 10: 4.3 us at 8 tokens in the decode step's
+profile (benchmarks/KERNELS_real_width_decode_b8_s10.txt).
 
 Numerics: the reference's operations in fp32, in its order per element (x * (q_weight * k_weight) *
 key; rsqrt.approx, sqrt.rn and expf as torch on CUDA), except that the three sums over D are added
