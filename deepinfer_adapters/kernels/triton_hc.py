@@ -279,7 +279,7 @@ def _kernels():
         tl.store(OUT + t * stride_ot + b[:, None] * stride_oh + offs[None, :], out.to(OUT.dtype.element_ty),
                  mask=mask[None, :])
 
-    return triton, mix_logits, mix_logits_merge, split_sinkhorn, hc_pre, hc_post, merge_sinkhorn
+    return triton, mix_logits, mix_logits_merge, split_sinkhorn, merge_sinkhorn, hc_pre, hc_post
 
 
 # ------------------------------------------------------------------------ hc_mix_logits ----
@@ -385,10 +385,7 @@ def hc_split_sinkhorn(mixes: torch.Tensor, scale: torch.Tensor, base: torch.Tens
     lead = mixes.shape[:-1]
     m = _rows(mixes, mixes.shape[-1])
     T = m.shape[0]
-    dev = mixes.device
-    pre = torch.empty(T, hc, device=dev, dtype=torch.float32)
-    post = torch.empty(T, hc, device=dev, dtype=torch.float32)
-    comb = torch.empty(T, hc, hc, device=dev, dtype=torch.float32)
+    pre, post, comb = _empty_mixes(T, hc, mixes.device)
     if T:
         triton, _, _, k_sinkhorn, *_ = _kernels()
         k_sinkhorn[(triton.cdiv(T, SINKHORN_BLOCK_T),)](
@@ -411,10 +408,8 @@ def hc_mixes(x: torch.Tensor, fn: torch.Tensor, norm_eps: float, scale: torch.Te
         return hc_split_sinkhorn(logits.view(*x.shape[:-2], -1), scale, base, hc, iters, eps)
     pacc, pss, splits, n_pad = partials
     T, N = logits.shape
-    pre = torch.empty(T, hc, device=x.device, dtype=torch.float32)
-    post = torch.empty(T, hc, device=x.device, dtype=torch.float32)
-    comb = torch.empty(T, hc, hc, device=x.device, dtype=torch.float32)
-    *_, k_merge_sinkhorn = _kernels()
+    pre, post, comb = _empty_mixes(T, hc, x.device)
+    k_merge_sinkhorn = _kernels()[4]
     k_merge_sinkhorn[(T,)](pacc, pss, logits, scale.contiguous(), base.contiguous(), pre, post, comb, T, N,
                            logits.stride(0), splits, 1.0 / fn.shape[1], float(norm_eps), int(iters), float(eps),
                            N_PAD=n_pad, CHUNK=MERGE_CHUNK, HC=hc, INTERPRET=interpreting(), num_warps=4,
@@ -425,15 +420,26 @@ def hc_mixes(x: torch.Tensor, fn: torch.Tensor, norm_eps: float, scale: torch.Te
 
 def supports_mixes(x: torch.Tensor, fn: torch.Tensor, norm_eps: float, scale: torch.Tensor, base: torch.Tensor,
                    hc: int, iters: int, eps: float) -> bool:
-    return (supports_mix_logits(x, fn, norm_eps) and fn.shape[0] == (2 + hc) * hc
-            and supports_sinkhorn(x.new_empty(0, fn.shape[0], dtype=torch.float32), scale, base, hc, iters, eps))
+    return supports_mix_logits(x, fn, norm_eps) and _sinkhorn_fits(fn.shape[0], scale, base, hc, iters)
 
 
 def supports_sinkhorn(mixes: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, hc: int, iters: int,
                       eps: float) -> bool:
-    return (mixes.is_cuda and scale.is_cuda and base.is_cuda and 1 <= hc <= 16 and hc & (hc - 1) == 0
-            and iters >= 1 and mixes.shape[-1] == (2 + hc) * hc and base.numel() == (2 + hc) * hc
-            and scale.numel() == 3 and triton_available())
+    return mixes.is_cuda and _sinkhorn_fits(mixes.shape[-1], scale, base, hc, iters)
+
+
+def _sinkhorn_fits(width: int, scale: torch.Tensor, base: torch.Tensor, hc: int, iters: int) -> bool:
+    """The Sinkhorn kernel takes mixes ``width`` wide with these parameters (CUDA)."""
+    return (scale.is_cuda and base.is_cuda and 1 <= hc <= 16 and hc & (hc - 1) == 0 and iters >= 1
+            and width == (2 + hc) * hc and base.numel() == (2 + hc) * hc and scale.numel() == 3
+            and triton_available())
+
+
+def _empty_mixes(T: int, hc: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """pre [T, hc], post [T, hc], comb [T, hc, hc] fp32, to be written by a Sinkhorn kernel."""
+    return (torch.empty(T, hc, device=device, dtype=torch.float32),
+            torch.empty(T, hc, device=device, dtype=torch.float32),
+            torch.empty(T, hc, hc, device=device, dtype=torch.float32))
 
 
 # ------------------------------------------------------------------------ hc_pre / post ----
@@ -452,7 +458,7 @@ def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
     T = x3.shape[0]
     out = torch.empty(T, D, device=x.device, dtype=x.dtype)
     if T and D:
-        triton, *_, k_pre, _, _ = _kernels()
+        triton, *_, k_pre, _ = _kernels()
         bd = _block_d(T, D)
         k_pre[(T, triton.cdiv(D, bd))](x3, p, out, D, x3.stride(0), x3.stride(1), p.stride(0), out.stride(0),
                                         HC=hc, BLOCK_D=bd, num_warps=4, enable_fp_fusion=False, **pdl_launch())
@@ -475,7 +481,7 @@ def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: t
     T = y2.shape[0]
     out = torch.empty(T, hc, D, device=y.device, dtype=y.dtype)
     if T and D:
-        triton, *_, k_post, _ = _kernels()
+        triton, *_, k_post = _kernels()
         bd = _block_d(T, D)
         k_post[(T, triton.cdiv(D, bd))](y2, r, p, c, out, D, y2.stride(0), r.stride(0), r.stride(1), p.stride(0),
                                          c.stride(0), out.stride(0), out.stride(1), HC=hc, BLOCK_D=bd, num_warps=4,
