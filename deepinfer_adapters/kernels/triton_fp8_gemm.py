@@ -60,6 +60,7 @@ import torch
 
 from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
+from deepinfer_adapters.model_impl.batch import cached_constant
 from deepinfer_adapters.model_impl.quant import (E4M3_TILE, FP4_TILE_ROWS, expert_matrix, fp4_span, fp4_tiled,
                                                  is_e4m3_tiles, is_span_packed)
 
@@ -449,17 +450,9 @@ _SHAPE_TENSORS: dict[tuple, object] = {}
 
 
 def shape_cached(key: tuple, build):
-    """``build()``'s tensors, kept per ``key`` (they must be a function of shapes only). Not
-    kept when built while a CUDA graph is being captured: those hold their values only
-    once that graph has replayed."""
-    value = _SHAPE_TENSORS.get(key)
-    if value is None:
-        value = build()
-        if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
-            if len(_SHAPE_TENSORS) >= 256:
-                _SHAPE_TENSORS.clear()
-            _SHAPE_TENSORS[key] = value
-    return value
+    """``build()``'s tensors, kept per ``key`` (they must be a function of shapes only; up to 256
+    keys): ``batch.cached_constant``, so never kept from inside a CUDA graph capture."""
+    return cached_constant(_SHAPE_TENSORS, key, build, limit=256)
 
 
 def _group_tiles(T: int, G: int, block_m: int, device: torch.device) -> Groups:

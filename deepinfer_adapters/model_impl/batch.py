@@ -103,16 +103,19 @@ class ForwardBatch:
 _ARANGES: dict[tuple[int, int, torch.device], torch.Tensor] = {}  # DecodeBatch.arange
 
 
-def cached_constant(cache: dict, key: Hashable, build: Callable[[], torch.Tensor]) -> torch.Tensor:
+def cached_constant(cache: dict, key: Hashable, build: Callable[[], T], limit: int = 0) -> T:
     """``cache[key]``, built on first use (a decode step's warm-up, not a captured graph). Shared:
-    never write into it. One made while its stream captures a CUDA graph is returned but not kept:
-    it holds its values only once the graph replays."""
-    if key not in cache:
-        t = build()
-        if t.is_cuda and torch.cuda.is_current_stream_capturing():
-            return t
-        cache[key] = t
-    return cache[key]
+    never write into it. One made while a CUDA graph is being captured is returned but not kept:
+    it holds its values only once the graph replays. ``limit``: the cache is emptied before an
+    entry beyond that many is kept (keys of unbounded variety, e.g. token counts)."""
+    value = cache.get(key)
+    if value is None:
+        value = build()
+        if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            if limit and len(cache) >= limit:
+                cache.clear()
+            cache[key] = value
+    return value
 
 
 @dataclass
