@@ -180,7 +180,7 @@ if has final; then  # session 9's CPU-checked changes (~6 min): the decode path'
     > "$OUT/v4_width.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; grep -E "^A/B|FAILED|Error" "$OUT/v4_width.log"; pack
 fi
-if has gemv; then  # session 10: decode GEMVs with bf16 products 128 deep (swapped or rows first), their GPU test (~3 min)
+if has gemv; then  # session 10: decode GEMVs with bf16 products 128 deep (swapped kernel), their GPU test (~3 min)
   timeout 200 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_fp8_linear_gpu.py > "$OUT/gpu_tests_linear.log" 2>&1
   echo "test_fp8_linear_gpu.py: $(tail -1 "$OUT/gpu_tests_linear.log")"
   grep -hE "FAILED|Error|REPORT fp8_linear swapped bf16" "$OUT/gpu_tests_linear.log" | head -30
@@ -202,7 +202,7 @@ if has s10; then  # session 10's changes (~7 min): their GPU tests, V4.1 decode 
   timeout 200 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 > "$OUT/v4_width.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; grep -E "FAILED|Error" "$OUT/v4_width.log"; pack
 fi
-if has s10final; then  # session 10's last call (~6 min): the gate's tiles' GPU tests, V4.1 B = 1 / 8 / 32, V4 widths
+if has s10final; then  # session 10 (~6 min): the gate's tiles' GPU tests, V4.1 B = 1 / 8 / 32, V4 widths
   timeout 120 python -m pytest -q -p no:cacheprovider tests/gpu/test_linear_gpu.py tests/gpu/test_batch_invariance_gpu.py \
     > "$OUT/gpu_tests_s10final.log" 2>&1
   echo "linear + batch invariance GPU tests: $(tail -1 "$OUT/gpu_tests_s10final.log")"
@@ -215,7 +215,7 @@ if has s10final; then  # session 10's last call (~6 min): the gate's tiles' GPU 
   timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 > "$OUT/v4_width.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width.log"; grep -E "FAILED|Error" "$OUT/v4_width.log"; pack
 fi
-if has s10hc; then  # session 10's last call (~3 min): hc_mixes' GPU tests, V4.1 B = 8 with the A/B
+if has s10hc; then  # session 10 (~3 min): hc_mixes' GPU tests, V4.1 B = 8 with the A/B
   timeout 100 python -m pytest -q -p no:cacheprovider tests/gpu/test_hc_norm_rope_gpu.py -k "mixes or sinkhorn" \
     tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_overlap_gpu.py > "$OUT/gpu_tests_s10hc.log" 2>&1
   echo "hc_mixes GPU tests: $(tail -1 "$OUT/gpu_tests_s10hc.log")"
