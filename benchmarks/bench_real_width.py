@@ -64,7 +64,6 @@ from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.engram_hash import EngramHasher
-from deepinfer_adapters.model_impl.layers import attention_v41
 from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -271,10 +270,6 @@ AB_SWITCHES = {
     # hc_mixes: the partials' merge and the Sinkhorn passes in two launches (triton_hc.MERGE_SINKHORN)
     "merge_sinkhorn": (lambda: setattr(triton_hc, "MERGE_SINKHORN", False),
                        lambda: setattr(triton_hc, "MERGE_SINKHORN", True)),
-    # the A/B's other run reads the index keys through their row addresses (off by default:
-    # attention_v41.ADDRESSED_INDEX_KEYS, until its GPU test has run)
-    "index_key_rows": (lambda: setattr(attention_v41, "ADDRESSED_INDEX_KEYS", True),
-                       lambda: setattr(attention_v41, "ADDRESSED_INDEX_KEYS", False)),
     # the A/B's other run turns PDL on (off by default: triton_support.PDL)
     "pdl": (lambda: setattr(triton_support, "PDL", True), lambda: setattr(triton_support, "PDL", False)),
     # decode GEMVs with few weight row tiles: FP8 steps instead of bf16 steps (triton_fp8_gemm.BF16_STEPS)

@@ -12,8 +12,8 @@ any context (the index scan covers rows nobody may see yet).
 from __future__ import annotations
 
 import pytest
+import torch
 
-from deepinfer_adapters import kernels
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -48,22 +48,6 @@ def _paged(model):
 def test_decode_equals_forward_bit_for_bit(ckpt, numerics, layout):
     model = _model(ckpt, numerics)
     assert_decode_equals_forward(model, layout(model), SLOTS, PROMPTS, STEPS, MAX_LEN)
-
-
-@pytest.mark.parametrize("layout", [_dense, _paged], ids=["dense", "paged"])
-def test_decode_with_addressed_index_keys_equals_forward(ckpt, layout, monkeypatch):
-    """The index scores reading each key through its cache address (attention_v41.ADDRESSED_INDEX_KEYS):
-    the same keys, so the same bits."""
-    from deepinfer_adapters.model_impl.layers import attention_v41
-
-    monkeypatch.setattr(attention_v41, "ADDRESSED_INDEX_KEYS", True)
-    key_rows = []
-    scores = kernels.index_scores
-    monkeypatch.setattr(kernels, "index_scores", lambda q, keys, w, rows=None: key_rows.append(rows) or scores(
-        q, keys, w, rows))
-    model = _model(ckpt, Numerics.reference().invariant())
-    assert_decode_equals_forward(model, layout(model), SLOTS, PROMPTS, STEPS, MAX_LEN)
-    assert any(rows is not None for rows in key_rows)  # the decode steps took the addressed path
 
 
 def test_decode_sees_the_context(ckpt):

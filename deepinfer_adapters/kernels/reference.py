@@ -246,15 +246,10 @@ def exp32(x: torch.Tensor) -> torch.Tensor:
     return torch.exp(wide(x)).float()
 
 
-def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor,
-                 key_rows: torch.Tensor | None = None) -> torch.Tensor:
+def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """V4.1 indexer scores ``sum_h w_h relu(q_h . k_t)`` rounded where the reference's tensors are
     in the activation dtype: q [n, H, d]; keys [m, d] (shared) or [n, m, d] (each query its own);
-    weights [n, H] in q's dtype. Returns [n, m] in q's dtype (layers/indexer_v41.py).
-    ``key_rows`` [n, m]: keys is a pool of rows [P, d] and query i's keys are its rows key_rows[i]
-    (a decode step's per-sequence keys, read where the cache holds them)."""
-    if key_rows is not None:
-        keys = keys[key_rows].to(q.dtype)
+    weights [n, H] in q's dtype. Returns [n, m] in q's dtype (layers/indexer_v41.py)."""
     dt = q.dtype
     spec = "nhd,nmd->nhm" if keys.dim() == 3 else "nhd,md->nhm"
     qk = torch.einsum(spec, invariance.narrow(q), invariance.narrow(keys, dt)).to(dt)

@@ -46,10 +46,7 @@ def _kernel():
 
     @triton.jit
     def index_scores_kernel(Q, K, W, OUT, M, stride_qn, stride_qh, stride_kn, stride_km, stride_wn, stride_on,
-                            H: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr, KEY_ROWS=None,
-                            stride_rn=0):
-        """KEY_ROWS [n, M] (int64): query i's key j is row KEY_ROWS[i, j] of K (a pool, stride_km
-        apart), not K's row j of query i."""
+                            H: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr):
         pdl_start()
         i = tl.program_id(0).to(tl.int64)
         keys = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -57,11 +54,8 @@ def _kernel():
         h = tl.arange(0, H)
         d = tl.arange(0, D)
         q = tl.load(Q + i * stride_qn + h[:, None] * stride_qh + d[None, :])  # [H, D]
-        if KEY_ROWS is None:
-            k_rows = K + i * stride_kn + keys.to(tl.int64) * stride_km
-        else:
-            k_rows = K + tl.load(KEY_ROWS + i * stride_rn + keys, mask=mask, other=0) * stride_km
-        k = tl.load(k_rows[None, :] + d[:, None], mask=mask[None, :], other=0.0)  # [D, BLOCK_K]
+        k = tl.load(K + i * stride_kn + keys.to(tl.int64)[None, :] * stride_km + d[:, None],
+                    mask=mask[None, :], other=0.0)  # [D, BLOCK_K]
         qk = tl.dot(q, k).to(tl.bfloat16).to(tl.float32)  # [H, BLOCK_K]
         w = tl.load(W + i * stride_wn + h).to(tl.float32)
         term = (tl.maximum(qk, 0.0) * w[:, None]).to(tl.bfloat16).to(tl.float32)
@@ -70,11 +64,9 @@ def _kernel():
     return triton, index_scores_kernel
 
 
-def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor,
-                 key_rows: torch.Tensor | None = None) -> torch.Tensor:
-    """See ``reference.index_scores``; with ``key_rows`` each key row is read where the pool holds it."""
+def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     n, H, D = q.shape
-    m = keys.shape[-2] if key_rows is None else key_rows.shape[-1]
+    m = keys.shape[-2]
     out = torch.empty(n, m, device=q.device, dtype=q.dtype)
     if n and m:
         triton, kernel = _kernel()
@@ -82,22 +74,18 @@ def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor,
         keys = keys if keys.stride(-1) == 1 else keys.contiguous()
         weights = weights.contiguous()
         shared = keys.dim() == 2
-        rows = None if key_rows is None else key_rows.to(torch.int64).contiguous()
         kernel[(n, triton.cdiv(m, BLOCK_K))](
             q, keys, weights, out, m, q.stride(0), q.stride(1), 0 if shared else keys.stride(0), keys.stride(-2),
-            weights.stride(0), out.stride(0), H=H, D=D, BLOCK_K=BLOCK_K, KEY_ROWS=rows,
-            stride_rn=0 if rows is None else rows.stride(0), num_warps=4, **pdl_launch())
+            weights.stride(0), out.stride(0), H=H, D=D, BLOCK_K=BLOCK_K, num_warps=4, **pdl_launch())
     return out
 
 
-def supports(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor, key_rows: torch.Tensor | None = None) -> bool:
+def supports(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> bool:
     n, H, D = q.shape
     pow2 = lambda v: v >= 16 and v & (v - 1) == 0  # noqa: E731  (tensor-core tile sizes)
-    layout = (keys.dim() == 2 or keys.shape[0] == n) if key_rows is None else (
-        keys.dim() == 2 and key_rows.dim() == 2 and key_rows.shape[0] == n)
     return (q.is_cuda and q.dtype == torch.bfloat16 and keys.dtype == torch.bfloat16 and keys.dim() in (2, 3)
-            and keys.shape[-1] == D and layout and weights.shape == (n, H) and pow2(H) and pow2(D)
-            and triton_available())
+            and keys.shape[-1] == D and (keys.dim() == 2 or keys.shape[0] == n) and weights.shape == (n, H)
+            and pow2(H) and pow2(D) and triton_available())
 
 
 register("index_scores", "triton", index_scores, supports=supports, priority=10)

@@ -43,22 +43,3 @@ def test_index_scores_rows_do_not_depend_on_the_batch():
     w = torch.rand(50, 32, device="cuda", generator=g).bfloat16()
     full = triton_index.index_scores(q, keys, w)
     assert torch.equal(triton_index.index_scores(q[10:11], keys, w[10:11]), full[10:11])
-
-
-@pytest.mark.parametrize("n,m", [(1, 1), (8, 1024), (32, 100)])
-def test_index_scores_with_key_rows_reads_the_gathered_keys(n, m):
-    """Keys read through their row addresses in a pool (a decode step's paged index keys): the
-    bits of the kernel on the gathered keys [n, m, d]; the reference's too within its tolerance."""
-    g = torch.Generator(device="cuda").manual_seed(n + m)
-    H, D, P = 32, 128, 4096
-    q = torch.randn(n, H, D, device="cuda", generator=g).bfloat16()
-    pool = torch.randn(P, D, device="cuda", generator=g).bfloat16()
-    rows = torch.randint(0, P, (n, m), device="cuda", generator=g)
-    w = (torch.randn(n, H, device="cuda", generator=g) * H**-0.5 * D**-0.5).bfloat16()
-    assert triton_index.supports(q, pool, w, rows)
-    out = triton_index.index_scores(q, pool, w, rows)
-    assert torch.equal(out, triton_index.index_scores(q, pool[rows], w))
-    ref = reference.index_scores(q, pool, w, rows)
-    torch.testing.assert_close(out.float(), ref.float(), rtol=2**-7, atol=2**-7 * float(ref.float().abs().max()))
-    if m > 1:  # a control: the rows matter
-        assert not torch.equal(out, triton_index.index_scores(q, pool, w, rows.flip(-1)))

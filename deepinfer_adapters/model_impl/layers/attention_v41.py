@@ -27,11 +27,6 @@ from deepinfer_adapters import kernels
 
 WINDOW_FP8_BLOCK = 32  # the whole post-RoPE window vector, blocks of 32
 COMPRESSED_FP4_GROUP = 16  # stored compressed rows: FP4 with e4m3 scales per 16
-# Decode: the index scores read each sequence's keys through their row addresses in the cache
-# (``kernels.index_scores(key_rows=...)``) instead of a gather into [B, n_rows, d] first (11.5 us for
-# 2 MB at 8 sequences on the H200, session 10). Opt-in until tests/gpu/test_index_scores_gpu.py's
-# addressed case has run on the H200 (written in session 10, with no device time left).
-ADDRESSED_INDEX_KEYS = False
 
 
 class AttentionV41(AttentionBase):
@@ -108,23 +103,22 @@ class AttentionV41(AttentionBase):
         if n_rows == 0:
             return (torch.empty(B, 0, dtype=torch.long, device=x.device),
                     torch.empty(B, 0, dtype=torch.bool, device=x.device))
-        pool, addr = self._index_key_rows(batch, state, n_rows)
-        if ADDRESSED_INDEX_KEYS:  # the scores read each key where the cache holds it
-            scores = self.indexer.scores(x, qr, freqs, pool, numerics, key_rows=addr)
-        else:  # a reindex layer scans the keys its source just published: gathered once per step
-            keys = batch.shared(("index_keys", self.source_key, n_rows), lambda: pool[addr].to(numerics.dtype))
-            scores = self.indexer.scores(x, qr, freqs, keys, numerics)
+        # a reindex layer scans the keys its source just published: gathered once per step
+        keys = batch.shared(("index_keys", self.source_key, n_rows),
+                            lambda: self._index_keys_decode(batch, state, n_rows, numerics))
+        scores = self.indexer.scores(x, qr, freqs, keys, numerics)
         visible = batch.visible_rows(self.ratio)
         unseen = batch.shared(("unseen_rows", self.ratio, n_rows),
                               lambda: unseen_rows(visible, batch.arange(n_rows)))
         picked, seen = self.indexer.pick(scores, visible, batch.scratch.setdefault("pool", {}), numerics, unseen)
         return torch.where(seen, picked, -1), seen
 
-    def _index_key_rows(self, batch: DecodeBatch, state: StateCache, n_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The source's index-key pool and where rows 0 .. n_rows - 1 of every sequence sit in it [B, n_rows]."""
+    def _index_keys_decode(self, batch: DecodeBatch, state: StateCache, n_rows: int,
+                           numerics: Numerics) -> torch.Tensor:
+        """Rows 0 .. n_rows - 1 of every sequence's index keys: [B, n_rows, index_head_dim]."""
         rows = batch.arange(n_rows).expand(batch.num_seqs, n_rows)
         addr = shared_row_address(state, batch, self.source_key, "index_k", ("arange", n_rows), rows)
-        return state.row_pool(self.source_key, "index_k"), addr
+        return state.row_pool(self.source_key, "index_k")[addr].to(numerics.dtype)
 
     def _publish_decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> None:
         """``_publish`` for one token per sequence: every sequence computes its group's row;

@@ -53,16 +53,15 @@ class IndexerV41(nn.Module):
         return kernels.fp4_roundtrip_e8m0(k, INDEX_FP4_BLOCK) if numerics.kv_quant else k
 
     def scores(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, keys: torch.Tensor,
-               numerics: Numerics, key_rows: torch.Tensor | None = None) -> torch.Tensor:
+               numerics: Numerics) -> torch.Tensor:
         """[n, m] index scores of n queries against m keys [m, dk] (no masking yet); keys
-        [n, m, dk]: each query its own m keys (batched decode); or keys a pool [P, dk] and
-        ``key_rows`` [n, m] where each query's keys sit in it."""
+        [n, m, dk]: each query its own m keys (batched decode)."""
         dt = numerics.dtype
         q = kernels.apply_rope(self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim)), freqs)
         if numerics.kv_quant:
             q = kernels.fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK)
         w = (self.weights_proj(x, numerics) * self.weight_scale).to(dt)
-        return kernels.index_scores(q.to(dt), keys, w, key_rows)
+        return kernels.index_scores(q.to(dt), keys, w)
 
     def select(self, scores: torch.Tensor, visible: torch.Tensor, scratch: dict,
                numerics: Numerics = Numerics(), unseen: torch.Tensor | None = None) -> torch.Tensor:
