@@ -75,7 +75,7 @@ from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
 CONTEXT, PREFILL, BATCHES = 4096, 8192, (1, 8, 32, 128)
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm",
-       "fp8_linear", "fp8_grouped_linear", "moe_experts", "index_scores", "moe_route", "swiglu", "sort_rows",
+       "fp8_linear", "fp8_grouped_linear", "moe_experts", "index_scores", "moe_route", "swiglu", "topk_torch_order",
        "softmax_pool", "engram_gate", "hadamard", "hc_mixes")
 
 
@@ -275,6 +275,9 @@ AB_SWITCHES = {
     # decode GEMVs with few weight row tiles: FP8 steps instead of bf16 steps (triton_fp8_gemm.BF16_STEPS)
     "bf16_steps": (lambda: setattr(triton_fp8_gemm, "BF16_STEPS", False),
                    lambda: setattr(triton_fp8_gemm, "BF16_STEPS", True)),
+    # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
+    "topk_torch_order": (lambda: kernels.use_backend("topk_torch_order", "torch"),
+                         lambda: kernels.use_backend("topk_torch_order", None)),
 }
 
 

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -225,6 +225,17 @@ if has s10hc; then  # session 10 (~3 min): hc_mixes' GPU tests, V4.1 B = 8 with 
   timeout 100 ${RW/--out $OUT/--out $OUT/s10hc} --batches 8 --ref-batches 0 --prefill 0 --ab merge_sinkhorn:8 \
     > "$OUT/real_width_s10hc.log" 2>&1
   grep -E "^A/B" "$OUT/real_width_s10hc.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s10hc.log" | grep decode; pack
+fi
+if has s11; then  # session 11 (~4 min): the torch-order top-k's GPU tests, then V4.1 B = 1 / 8 / 32 with its A/B
+  timeout 150 python -m pytest -q -p no:cacheprovider tests/gpu/test_topk_gpu.py tests/gpu/test_decode_graphs_gpu.py \
+    > "$OUT/gpu_tests_s11.log" 2>&1
+  echo "topk + decode graphs GPU tests: $(tail -1 "$OUT/gpu_tests_s11.log")"
+  grep -hE "^FAILED|Error" "$OUT/gpu_tests_s11.log" | head -10
+  pack
+  mkdir -p "$OUT/s11"
+  timeout 200 ${RW/--out $OUT/--out $OUT/s11} --batches 1 8 32 --ref-batches 8 --prefill 0 --profile 8 \
+    --ab topk_torch_order:1,8,32 > "$OUT/real_width_s11.log" 2>&1
+  grep -E "^A/B" "$OUT/real_width_s11.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s11.log" | grep decode; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -116,12 +116,12 @@ def topk_lowest_index(*args: Any, **kwargs: Any) -> Any:
     return call("topk_lowest_index", *args, **kwargs)
 
 
+def topk_torch_order(*args: Any, **kwargs: Any) -> Any:
+    return call("topk_torch_order", *args, **kwargs)
+
+
 def softmax_pool(*args: Any, **kwargs: Any) -> Any:
     return call("softmax_pool", *args, **kwargs)
-
-
-def sort_rows(*args: Any, **kwargs: Any) -> Any:
-    return call("sort_rows", *args, **kwargs)
 
 
 def swiglu(*args: Any, **kwargs: Any) -> Any:

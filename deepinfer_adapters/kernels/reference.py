@@ -17,7 +17,7 @@ from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
-       "hc_pre_norm", "index_scores", "topk_lowest_index", "sort_rows", "swiglu", "moe_route", "softmax_pool",
+       "hc_pre_norm", "index_scores", "topk_lowest_index", "topk_torch_order", "swiglu", "moe_route", "softmax_pool",
        "hadamard", "engram_gate", "hc_mixes")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
@@ -267,15 +267,18 @@ def topk_lowest_index(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch
     return picked, scores.gather(-1, picked)
 
 
+def topk_torch_order(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indices ascending [..., k] int64, their values) of the k entries ``torch.topk`` takes
+    from the last dim: DeepSeek's reference code's selection, whose choice among values equal to
+    the k-th largest is torch's, per device (the Triton backend states CUDA's)."""
+    picked = torch.sort(scores.topk(k, dim=-1, sorted=False).indices, dim=-1).values
+    return picked, scores.gather(-1, picked)
+
+
 def softmax_pool(kv: torch.Tensor, score: torch.Tensor) -> torch.Tensor:
     """The compressors' pooling: sum over rows (dim 1) of kv * softmax over rows of score, fp32
     (the softmax in fp64 in batch-invariant mode, as every fp32-valued reference step)."""
     return (kv * wide(score).softmax(dim=1).float()).sum(dim=1)
-
-
-def sort_rows(x: torch.Tensor) -> torch.Tensor:
-    """x sorted ascending along its last dim (the reference's top-k picks put in index order)."""
-    return torch.sort(x, dim=-1).values
 
 
 def moe_route(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renormalize: bool, eps: float,

@@ -1,20 +1,25 @@
-"""Triton backends of ``topk_lowest_index`` and ``sort_rows`` (CUDA; registered as "triton").
+"""Triton backends of ``topk_lowest_index`` and ``topk_torch_order`` (CUDA; registered as "triton").
 
-``sort_rows`` (the reference tie rule's top-k picks put in index order): one program per
-row, ``tl.sort`` over the row padded to a power of two with 2^62 (above any index); torch's
-radix sort of 512 int64 picks took ~26 us at one row (H200 profile, session 6).
+Both return the k picks of each row in ascending index order with their values; they differ
+in which of the entries equal to the k-th largest they take:
+- ``topk_lowest_index`` (our rule, layers/topk.py): the lower index wins, and -0.0 ties with 0.0
+  (the reference: a stable sort, then the picks re-sorted);
+- ``topk_torch_order`` (DeepSeek's reference code: ``torch.topk`` then the picks re-sorted): the
+  set torch's CUDA top-k takes. Its radix select ranks each value by its float bits sign-flipped
+  (so -0.0 sits below +0.0, and every NaN above +inf), and its gather writes the values above the
+  k-th, then the ones equal to it in index order until k are written (aten's sbtopk / mbtopk
+  ``gatherTopK``). tests/gpu/test_topk_gpu.py checks the set against torch.topk on CUDA.
 
-Same result as the reference (a stable sort, then the k picks re-sorted): the k largest
-entries of each row, the lower index winning among equal values, returned in ascending
-index order with their values. The reference's two sorts are several kernels each; here one
-program per row, the whole row in registers (rows up to ``MAX_ROW``):
-1. each score becomes an order-preserving unsigned key (the float's bits, sign-flipped;
-   -0.0 first made +0.0 so it ties with 0.0 as in the sort);
+One program per row, the whole row in registers (rows up to ``MAX_ROW``), no sort:
+1. each score becomes an order-preserving unsigned key (the float's bits, sign-flipped; for our
+   rule -0.0 first made +0.0 so that it ties with 0.0 as in the sort);
 2. the k-th largest key T is found bit by bit from the top: 32 counts of keys >= a
    candidate prefix;
 3. every key > T is picked, and of the keys == T the first (k - #keys > T) in index
    order; a running count over the row gives each pick its output slot, so the output is
    in ascending index order with no sort.
+torch's own top-k then index sort at 8 rows of 1024 bf16 scores took 16-22 us + 8 + 5 (gather),
+four times per reduced V4.1 decode step (H200 profile, session 10).
 """
 
 from __future__ import annotations
@@ -38,14 +43,20 @@ def _kernel():
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
 
     @triton.jit
-    def topk_kernel(S, IDX, VAL, m, k, stride_s, stride_i, stride_v, BLOCK: tl.constexpr):
+    def topk_kernel(S, IDX, VAL, m, k, stride_s, stride_i, stride_v, BLOCK: tl.constexpr,
+                    TORCH_ORDER: tl.constexpr):
         pdl_start()
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK)
         inside = offs < m
         s = tl.load(S + row * stride_s + offs, mask=inside, other=0.0)
-        bits = (s.to(tl.float32) + 0.0).to(tl.uint32, bitcast=True)  # + 0.0: -0.0 -> +0.0
+        x = s.to(tl.float32)
+        if not TORCH_ORDER:
+            x = x + 0.0  # -0.0 -> +0.0
+        bits = x.to(tl.uint32, bitcast=True)
         key = tl.where((bits >> 31) != 0, ~bits, bits | 0x80000000)
+        if TORCH_ORDER:
+            key = tl.where(x != x, 0xFFFFFFFF, key)  # NaN above everything
         key = tl.where(inside, key, 0)  # below every score's key (0 would be a negative NaN)
         threshold = tl.zeros([], tl.uint32)
         for bit in tl.static_range(31, -1, -1):
@@ -59,21 +70,11 @@ def _kernel():
         tl.store(IDX + row * stride_i + slot, offs.to(tl.int64), mask=take)
         tl.store(VAL + row * stride_v + slot, s, mask=take)
 
-    @triton.jit
-    def sort_kernel(X, OUT, m, stride_x, stride_o, BLOCK: tl.constexpr):
-        pdl_start()
-        row = tl.program_id(0).to(tl.int64)
-        offs = tl.arange(0, BLOCK)
-        x = tl.load(X + row * stride_x + offs, mask=offs < m)
-        x = tl.sort(tl.where(offs < m, x, tl.full([BLOCK], 2**62, tl.int64)), dim=0)  # padding above any index
-        tl.store(OUT + row * stride_o + offs, x, mask=offs < m)
-
-    return triton, topk_kernel, sort_kernel
+    return triton, topk_kernel
 
 
-def topk_lowest_index(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """See ``reference.topk_lowest_index``."""
-    triton, kernel, _ = _kernel()
+def _topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    triton, kernel = _kernel()
     lead, m = scores.shape[:-1], scores.shape[-1]
     rows = scores.reshape(-1, m)
     rows = rows if rows.stride(-1) == 1 else rows.contiguous()
@@ -83,8 +84,18 @@ def topk_lowest_index(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch
     if n and k:
         block = max(16, triton.next_power_of_2(m))
         kernel[(n,)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0), BLOCK=block,
-                     num_warps=max(1, min(16, block // 512)), **pdl_launch())
+                     TORCH_ORDER=torch_order, num_warps=max(1, min(16, block // 512)), **pdl_launch())
     return idx.view(*lead, k), val.view(*lead, k)
+
+
+def topk_lowest_index(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """See ``reference.topk_lowest_index``."""
+    return _topk(scores, k, torch_order=False)
+
+
+def topk_torch_order(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """See ``reference.topk_torch_order``: the set torch.topk takes on CUDA (module docstring)."""
+    return _topk(scores, k, torch_order=True)
 
 
 def supports(scores: torch.Tensor, k: int) -> bool:
@@ -93,27 +104,4 @@ def supports(scores: torch.Tensor, k: int) -> bool:
 
 
 register("topk_lowest_index", "triton", topk_lowest_index, supports=supports, priority=10)
-
-
-MAX_SORT_ROW = 4096
-
-
-def sort_rows(x: torch.Tensor) -> torch.Tensor:
-    """See ``reference.sort_rows`` (int64 values below 2^62: top-k indices)."""
-    triton, _, kernel = _kernel()
-    lead, m = x.shape[:-1], x.shape[-1]
-    rows = x.reshape(-1, m)
-    rows = rows if rows.stride(-1) == 1 else rows.contiguous()
-    out = torch.empty_like(rows)
-    if rows.numel():
-        block = max(16, triton.next_power_of_2(m))
-        kernel[(rows.shape[0],)](rows, out, m, rows.stride(0), out.stride(0), BLOCK=block,
-                                 num_warps=max(1, min(8, block // 256)), **pdl_launch())
-    return out.view(*lead, m)
-
-
-def supports_sort(x: torch.Tensor) -> bool:
-    return x.is_cuda and x.dtype == torch.int64 and x.dim() >= 1 and x.shape[-1] <= MAX_SORT_ROW and triton_available()
-
-
-register("sort_rows", "triton", sort_rows, supports=supports_sort, priority=10)
+register("topk_torch_order", "triton", topk_torch_order, supports=supports, priority=10)

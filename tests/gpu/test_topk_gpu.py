@@ -1,4 +1,4 @@
-"""Triton ``topk_lowest_index`` on CUDA against the reference sort: the same indices and values."""
+"""Triton top-k on CUDA: ``topk_lowest_index`` against the reference sort, ``topk_torch_order`` against torch.topk itself."""
 
 from __future__ import annotations
 
@@ -24,9 +24,32 @@ def test_topk_matches_reference(n, m, k, dtype):
     assert torch.equal(idx, ref_idx) and torch.equal(val, ref_val)
 
 
-@pytest.mark.parametrize("shape", [(1, 512), (8, 512), (300, 1024), (5, 3)])
-def test_sort_rows_equals_torch_sort(shape):
-    g = torch.Generator(device="cuda").manual_seed(shape[0])
-    x = torch.stack([torch.randperm(70000, device="cuda", generator=g)[:shape[1]] for _ in range(shape[0])])
-    assert kernels.chosen("sort_rows", x) == "triton"
-    assert torch.equal(kernels.sort_rows(x), torch.sort(x, dim=-1).values)
+def _tie_heavy(n: int, m: int, dtype: torch.dtype, nan: bool) -> torch.Tensor:
+    g = torch.Generator(device="cuda").manual_seed(n * 7 + m)
+    s = torch.randn(n, m, device="cuda", generator=g).to(dtype)
+    s[:, ::9] = float("-inf")
+    s[:, 1::13] = 0.25
+    s[:, 2::17] = 0.0
+    s[:, 3::17] = -0.0
+    s[: n // 2, m // 2:] = float("-inf")  # rows with fewer finite scores than k: ties at -inf decide
+    if nan:
+        s[:, 4::29] = float("nan")
+    return s
+
+
+def _bits(v: torch.Tensor) -> torch.Tensor:
+    return v.view(torch.int16 if v.element_size() == 2 else torch.int32)
+
+
+# decode (a few rows: torch's single-block top-k) and prefill (8192 rows: its multi-block one) shapes
+@pytest.mark.parametrize("n,m,k", [(1, 1024, 512), (8, 1024, 512), (32, 1024, 512), (8, 64, 16), (128, 4096, 512),
+                                   (8192, 2048, 512), (4096, 1024, 512), (3, 16384, 2048), (5, 7, 7)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("nan", [False, True])
+def test_topk_torch_order_takes_torch_topks_set(n, m, k, dtype, nan):
+    s = _tie_heavy(n, m, dtype, nan)
+    assert kernels.chosen("topk_torch_order", s, k) == "triton"
+    idx, val = kernels.topk_torch_order(s, k)
+    want = torch.sort(s.topk(k, dim=-1, sorted=False).indices, dim=-1).values
+    assert torch.equal(idx, want)
+    assert torch.equal(_bits(val), _bits(s.gather(-1, want)))

@@ -98,7 +98,6 @@ class IndexerV41(nn.Module):
         n_blocks = blocks.shape[-1]
         newest = (visible - 1).div(bs, rounding_mode="floor")  # the partly filled block stays in
         blocks = blocks.masked_fill(torch.arange(n_blocks, device=blocks.device) == newest.unsqueeze(-1), torch.inf)
-        top, values = topk_select(blocks, min(self.pool_blocks, n_blocks), numerics.topk_ties, numerics.dtype,
-                                  sorted_by_value=True)
+        top, values = topk_select(blocks, min(self.pool_blocks, n_blocks), numerics.topk_ties, numerics.dtype)
         keep = torch.zeros_like(blocks, dtype=torch.bool).scatter_(-1, top, values > -torch.inf)
         return keep.repeat_interleave(bs, dim=-1)[..., :m]

@@ -14,23 +14,17 @@ import torch
 from deepinfer_adapters import kernels
 
 
-def topk_select(scores: torch.Tensor, k: int, ties: str, dtype: torch.dtype, *,
-                sorted_by_value: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k under a tie rule (``Numerics.topk_ties``).
+def topk_select(scores: torch.Tensor, k: int, ties: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k under a tie rule (``Numerics.topk_ties``), indices ascending with their values.
 
-    ``lowest_index``: ours (above), indices ascending. ``torch``: what DeepSeek's
-    reference code does, ``topk`` on the scores in the activation dtype, whose order
-    among equal values is torch's (deterministic for a given device and version, not
-    a rule one can state); indices re-sorted ascending unless ``sorted_by_value``
-    (the candidate pool keeps the reference's value order, which does not matter to
-    the mask it builds)."""
+    ``lowest_index``: ours (above). ``torch``: what DeepSeek's reference code does, ``topk``
+    on the scores in the activation dtype, whose choice among equal values is torch's
+    (``kernels.topk_torch_order``: per device; on CUDA the Triton backend states it)."""
     if ties == "lowest_index":
         return topk_lowest_index_ties(scores, k)
-    top = scores.to(dtype).topk(k, dim=-1, sorted=sorted_by_value)
-    if sorted_by_value:
-        return top.indices, top.values.to(scores.dtype)
-    picked = kernels.sort_rows(top.indices)
-    return picked, scores.gather(-1, picked)
+    ranked = scores.to(dtype)
+    picked, values = kernels.topk_torch_order(ranked, k)
+    return picked, values if ranked is scores else scores.gather(-1, picked)
 
 
 def topk_lowest_index_ties(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
