@@ -327,9 +327,12 @@ def run(args):
                "floor_ms": floor * 1e3}
         saved = {k: t.clone() for k, t in state._tensors.items()}  # a step moves the Engram history
 
-        def logits_from_saved():
+        def restore():
             for k, t in saved.items():
                 state._tensors[k].copy_(t)
+
+        def logits_from_saved():
+            restore()
             return model(batch(), state).logits
 
         fast, _ = timed(lambda: model(batch(), state), device, reps=args.reps)
@@ -359,15 +362,19 @@ def run(args):
                 plain.capture_all(context + 1)
                 row[f"graph_ms_no_{name}"] = timed(lambda: plain.run(dev_ids, dev_pos, dev_slots, context + 1),
                                                    device, reps=args.reps * 4)[0] * 1e3
+                restore()
+                logits_off = plain.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
                 del plain
             finally:
                 on()
             row[f"graph_ms_{name}_again"] = timed(lambda: graphs.run(dev_ids, dev_pos, dev_slots, context + 1),
                                                   device, reps=args.reps * 4)[0] * 1e3
+            restore()
+            logits_on = graphs.run(dev_ids, dev_pos, dev_slots, context + 1)
+            row[f"logits_equal_no_{name}"] = bool(torch.equal(logits_on, logits_off))
             log(f"A/B {name} B={B}: on {graph_ms:.3f} ms, off {row[f'graph_ms_no_{name}']:.3f}, "
-                f"on again {row[f'graph_ms_{name}_again']:.3f}")
-        for k, t in saved.items():
-            state._tensors[k].copy_(t)
+                f"on again {row[f'graph_ms_{name}_again']:.3f}; logits bit-identical: {row[f'logits_equal_no_{name}']}")
+        restore()
         logits_graph = graphs.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
         row["logits_rel_graph_vs_forward"] = float((logits_graph - logits_fast).norm() / logits_fast.norm())
         row["fast_ms"] = min(fast * 1e3, graph_ms)

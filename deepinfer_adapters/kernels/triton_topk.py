@@ -13,8 +13,8 @@ in which of the entries equal to the k-th largest they take:
 One program per row, the whole row in registers (rows up to ``MAX_ROW``), no sort:
 1. each score becomes an order-preserving unsigned key (the float's bits, sign-flipped; for our
    rule -0.0 first made +0.0 so that it ties with 0.0 as in the sort);
-2. the k-th largest key T is found bit by bit from the top: 32 counts of keys >= a
-   candidate prefix;
+2. the k-th largest key T is found 8 bits at a time from the top (a radix select: four
+   histograms of the next digit among the keys sharing the prefix found so far);
 3. every key > T is picked, and of the keys == T the first (k - #keys > T) in index
    order; a running count over the row gives each pick its output slot, so the output is
    in ascending index order with no sort.
@@ -57,12 +57,23 @@ def _kernel():
         key = tl.where((bits >> 31) != 0, ~bits, bits | 0x80000000)
         if TORCH_ORDER:
             key = tl.where(x != x, 0xFFFFFFFF, key)  # NaN above everything
-        key = tl.where(inside, key, 0)  # below every score's key (0 would be a negative NaN)
+        # the k-th largest key, 8 bits a pass from the top: each pass counts the digits of the
+        # keys that share the prefix found so far and keeps the digit where the count from the
+        # top reaches the picks still wanted (a radix select; one bit a pass took 32 serial
+        # reductions, 13-27 us at 8 rows of 1-2k on the H200)
+        bins = tl.arange(0, 256)
         threshold = tl.zeros([], tl.uint32)
-        for bit in tl.static_range(31, -1, -1):
-            candidate = threshold | (1 << bit)
-            count = tl.sum((key >= candidate).to(tl.int32), axis=0)
-            threshold = tl.where(count >= k, candidate, threshold)
+        wanted = k
+        for p in tl.static_range(4):
+            shift = 24 - 8 * p
+            same = inside
+            if p > 0:
+                same = inside & ((key >> (shift + 8)) == (threshold >> (shift + 8)))
+            hist = tl.histogram(((key >> shift) & 0xFF).to(tl.int32), 256, mask=same)
+            from_top = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist  # keys with this digit or above
+            digit = tl.max(tl.where(from_top >= wanted, bins, 0), axis=0)
+            wanted -= tl.sum(tl.where(bins > digit, hist, 0), axis=0)
+            threshold = threshold | (digit.to(tl.uint32) << shift)
         above = inside & (key > threshold)
         tie = inside & (key == threshold)
         take = above | (tie & (tl.cumsum(tie.to(tl.int32), axis=0) <= k - tl.sum(above.to(tl.int32), axis=0)))
