@@ -13,8 +13,8 @@ in which of the entries equal to the k-th largest they take:
 One program per row, the whole row in registers (rows up to ``MAX_ROW``), no sort:
 1. each score becomes an order-preserving unsigned key (the float's bits, sign-flipped; for our
    rule -0.0 first made +0.0 so that it ties with 0.0 as in the sort);
-2. the k-th largest key T is found 8 bits at a time from the top (a radix select: four
-   histograms of the next digit among the keys sharing the prefix found so far);
+2. the k-th largest key T is found ``RADIX_BITS`` at a time from the top (a radix select: per
+   pass, counts of the next digit's values among the keys sharing the prefix found so far);
 3. every key > T is picked, and of the keys == T the first (k - #keys > T) in index
    order; a running count over the row gives each pick its output slot, so the output is
    in ascending index order with no sort.
@@ -32,6 +32,7 @@ from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 MAX_ROW = 16384  # the row must fit the registers of one program
+RADIX_BITS = 4  # bits of the key found per pass (1, 2, 4 or 8; benchmarks/bench_topk.py)
 
 
 @functools.cache
@@ -44,7 +45,7 @@ def _kernel():
 
     @triton.jit
     def topk_kernel(S, IDX, VAL, m, k, stride_s, stride_i, stride_v, BLOCK: tl.constexpr,
-                    TORCH_ORDER: tl.constexpr):
+                    TORCH_ORDER: tl.constexpr, RADIX_BITS: tl.constexpr):
         pdl_start()
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK)
@@ -57,23 +58,24 @@ def _kernel():
         key = tl.where((bits >> 31) != 0, ~bits, bits | 0x80000000)
         if TORCH_ORDER:
             key = tl.where(x != x, 0xFFFFFFFF, key)  # NaN above everything
-        # the k-th largest key, 8 bits a pass from the top: each pass counts the digits of the
-        # keys that share the prefix found so far and keeps the digit where the count from the
-        # top reaches the picks still wanted (a radix select; one bit a pass took 32 serial
-        # reductions, 13-27 us at 8 rows of 1-2k on the H200)
-        bins = tl.arange(0, 256)
+        # the k-th largest key, RADIX_BITS a pass from the top (a radix select): each pass counts
+        # the next digit of the keys that share the prefix found so far (a one-hot sum: one
+        # reduction for all the digit's values) and keeps the digit where the count from the top
+        # reaches the picks still wanted
+        bins = tl.arange(0, 1 << RADIX_BITS)
         threshold = tl.zeros([], tl.uint32)
         wanted = k
-        for p in tl.static_range(4):
-            shift = 24 - 8 * p
+        for p in tl.static_range(32 // RADIX_BITS):
+            shift = 32 - RADIX_BITS * (p + 1)
             same = inside
             if p > 0:
-                same = inside & ((key >> (shift + 8)) == (threshold >> (shift + 8)))
-            hist = tl.histogram(((key >> shift) & 0xFF).to(tl.int32), 256, mask=same)
+                same = inside & ((key >> (shift + RADIX_BITS)) == (threshold >> (shift + RADIX_BITS)))
+            digit = ((key >> shift) & ((1 << RADIX_BITS) - 1)).to(tl.int32)
+            hist = tl.sum(((digit[:, None] == bins[None, :]) & same[:, None]).to(tl.int32), axis=0)
             from_top = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist  # keys with this digit or above
-            digit = tl.max(tl.where(from_top >= wanted, bins, 0), axis=0)
-            wanted -= tl.sum(tl.where(bins > digit, hist, 0), axis=0)
-            threshold = threshold | (digit.to(tl.uint32) << shift)
+            chosen = tl.max(tl.where(from_top >= wanted, bins, 0), axis=0)
+            wanted -= tl.sum(tl.where(bins > chosen, hist, 0), axis=0)
+            threshold = threshold | (chosen.to(tl.uint32) << shift)
         above = inside & (key > threshold)
         tie = inside & (key == threshold)
         take = above | (tie & (tl.cumsum(tie.to(tl.int32), axis=0) <= k - tl.sum(above.to(tl.int32), axis=0)))
@@ -82,6 +84,11 @@ def _kernel():
         tl.store(VAL + row * stride_v + slot, s, mask=take)
 
     return triton, topk_kernel
+
+
+def warps(block: int) -> int:
+    """Warps of a program taking a row of ``block`` (a power of two) scores."""
+    return max(1, min(16, block // 512))
 
 
 def _topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,7 +102,7 @@ def _topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor
     if n and k:
         block = max(16, triton.next_power_of_2(m))
         kernel[(n,)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0), BLOCK=block,
-                     TORCH_ORDER=torch_order, num_warps=max(1, min(16, block // 512)), **pdl_launch())
+                     TORCH_ORDER=torch_order, RADIX_BITS=RADIX_BITS, num_warps=warps(block), **pdl_launch())
     return idx.view(*lead, k), val.view(*lead, k)
 
 
