@@ -226,8 +226,8 @@ if has s10hc; then  # session 10 (~3 min): hc_mixes' GPU tests, V4.1 B = 8 with 
     > "$OUT/real_width_s10hc.log" 2>&1
   grep -E "^A/B" "$OUT/real_width_s10hc.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s10hc.log" | grep decode; pack
 fi
-if has s11; then  # session 11 (~4 min): the torch-order top-k's GPU tests, then V4.1 B = 1 / 8 / 32 with its A/B
-  timeout 150 python -m pytest -q -p no:cacheprovider tests/gpu/test_topk_gpu.py tests/gpu/test_decode_graphs_gpu.py \
+if has s11; then  # session 11 (~5 min): the torch-order top-k's GPU tests, then V4.1 B = 1 / 8 / 32 with its A/B
+  timeout 300 python -m pytest -q -p no:cacheprovider tests/gpu/test_topk_gpu.py tests/gpu/test_decode_graphs_gpu.py \
     > "$OUT/gpu_tests_s11.log" 2>&1
   echo "topk + decode graphs GPU tests: $(tail -1 "$OUT/gpu_tests_s11.log")"
   grep -hE "^FAILED|Error" "$OUT/gpu_tests_s11.log" | head -10

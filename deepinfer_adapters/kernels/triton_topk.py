@@ -32,7 +32,7 @@ from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 MAX_ROW = 16384  # the row must fit the registers of one program
-RADIX_BITS = 4  # bits of the key found per pass (1, 2, 4 or 8; benchmarks/bench_topk.py)
+RADIX_BITS = 2  # bits of the key found per pass (1, 2 or 4: benchmarks/bench_topk.py, BENCHMARKS.md session 11)
 
 
 @functools.cache
@@ -87,8 +87,9 @@ def _kernel():
 
 
 def warps(block: int) -> int:
-    """Warps of a program taking a row of ``block`` (a power of two) scores."""
-    return max(1, min(16, block // 512))
+    """Warps of a program taking a row of ``block`` (a power of two) scores: twice what the bit loop
+    had (one warp per 512) was 1.4-1.7x faster at 2k-4k scores, four times no faster (session 11)."""
+    return max(2, min(16, block // 256))
 
 
 def _topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor, torch.Tensor]:
