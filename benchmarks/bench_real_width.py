@@ -58,7 +58,7 @@ import torch
 
 from benchmarks.profiling import profile_step
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import triton_fp8_gemm, triton_hc, triton_moe, triton_norm_rope, triton_support
+from deepinfer_adapters.kernels import triton_fp8_gemm, triton_hc, triton_moe, triton_support
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -275,9 +275,6 @@ AB_SWITCHES = {
     # decode GEMVs with few weight row tiles: FP8 steps instead of bf16 steps (triton_fp8_gemm.BF16_STEPS)
     "bf16_steps": (lambda: setattr(triton_fp8_gemm, "BF16_STEPS", False),
                    lambda: setattr(triton_fp8_gemm, "BF16_STEPS", True)),
-    # V4.1's hc_post then the next sublayer's input in two launches (triton_norm_rope.FUSE_POST_NORM)
-    "post_norm": (lambda: setattr(triton_norm_rope, "FUSE_POST_NORM", False),
-                  lambda: setattr(triton_norm_rope, "FUSE_POST_NORM", True)),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
     "topk_torch_order": (lambda: kernels.use_backend("topk_torch_order", "torch"),
                          lambda: kernels.use_backend("topk_torch_order", None)),

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11topk] [s11final] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11topk] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -239,19 +239,6 @@ if has s11; then  # session 11 (~5 min): the torch-order top-k's GPU tests, then
 fi
 if has s11topk; then  # session 11 (~1 min): the top-k kernel by radix width and warps at decode shapes
   timeout 120 python benchmarks/bench_topk.py > "$OUT/topk.log" 2>&1; cat "$OUT/topk.log" | tail -8; pack
-fi
-if has s11final; then  # session 11's last call (~8 min): GPU tests of the changed areas, then V4.1 B = 1 / 8 / 32
-  timeout 300 python -m pytest -q -p no:cacheprovider tests/gpu/test_topk_gpu.py tests/gpu/test_decode_graphs_gpu.py \
-    tests/gpu/test_overlap_gpu.py tests/gpu/test_batch_invariance_gpu.py tests/gpu/test_model_gpu.py \
-    "tests/gpu/test_hc_norm_rope_gpu.py::test_hc_post_norm" > "$OUT/gpu_tests_s11final.log" 2>&1
-  echo "changed areas' GPU tests: $(tail -1 "$OUT/gpu_tests_s11final.log")"
-  grep -hE "^FAILED|Error" "$OUT/gpu_tests_s11final.log" | head -10
-  pack
-  mkdir -p "$OUT/s11final"
-  timeout 240 ${RW/--out $OUT/--out $OUT/s11final} --batches 1 8 32 --ref-batches 8 --prefill 0 --profile 8 \
-    --ab post_norm:1,8,32 topk_torch_order:8 > "$OUT/real_width_s11final.log" 2>&1
-  grep -E "^A/B" "$OUT/real_width_s11final.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s11final.log" | grep decode
-  pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

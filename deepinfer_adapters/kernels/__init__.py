@@ -108,10 +108,6 @@ def hc_post(*args: Any, **kwargs: Any) -> Any:
     return call("hc_post", *args, **kwargs)
 
 
-def hc_post_norm(*args: Any, **kwargs: Any) -> Any:
-    return call("hc_post_norm", *args, **kwargs)
-
-
 def index_scores(*args: Any, **kwargs: Any) -> Any:
     return call("index_scores", *args, **kwargs)
 

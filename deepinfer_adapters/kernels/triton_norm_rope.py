@@ -1,5 +1,5 @@
-"""Triton backends of ``rms_norm``, ``hc_pre_norm``, ``hc_post_norm`` and ``apply_rope`` (CUDA tensors
-only; registered as "triton").
+"""Triton backends of ``rms_norm``, ``hc_pre_norm`` and ``apply_rope`` (CUDA tensors only; registered
+as "triton").
 
 Same signatures and meaning as ``kernels.reference``. The torch versions are 6-10
 small kernels each (casts, square, mean, rsqrt, products; complex view, multiply,
@@ -13,10 +13,6 @@ Design.
   registers (N <= 16384), one read and one write. The tile shape depends on N only,
   so a row's result does not depend on how many rows share the call. ``hc_pre_norm``: the same
   kernel, each row first collapsed from its hc streams (the sublayers' input: one launch, not two).
-  ``hc_post_norm`` (V4.1: a sublayer's output into the streams, then the next sublayer's input,
-  whose pre mix is already known): one program per row tile as rms_norm's, each hc stream
-  computed as ``triton_hc.hc_post`` does, written, and collapsed in registers (one launch and
-  one read of the streams, not hc_post's then hc_pre_norm's).
 - ``apply_rope`` x [S, ..., dim], freqs [S, rd/2] complex64 (read as fp32 pairs):
   one program per (position, block of heads); the first dim - rd values of each
   row are copied, the last rd are loaded as one contiguous tile, split into
@@ -53,8 +49,6 @@ from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_availab
 
 NORM_MAX_WIDTH = 16384  # widest row kept in registers
 NORM_TILE = 4096  # values per program for narrow rows
-# hc_post_norm in one launch (off: triton_hc.hc_post, then hc_pre_norm; bench_real_width.py's A/B)
-FUSE_POST_NORM = True
 ROPE_TILE = 4096  # values per program (heads x dim)
 _FLOAT = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -100,43 +94,6 @@ def _kernels():
         tl.store(OUT + rows[:, None] * stride_o + cols[None, :], y.to(OUT.dtype.element_ty), mask=mask)
 
     @triton.jit
-    def post_norm(Y, R, POST, COMB, PRE, W, XOUT, OUT, T, N, stride_y, stride_r, stride_rh, stride_post, stride_comb,
-                  stride_pre, stride_xo, stride_xoh, stride_o, inv_n, eps, HC: tl.constexpr, HAS_WEIGHT: tl.constexpr,
-                  BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
-        """XOUT stream b = post_b y + sum_a comb[a, b] r_a (as ``triton_hc.hc_post``: products
-        rounded, streams added in order, cast to XOUT's dtype); OUT = ``rms_norm``'s HC collapse
-        of those streams with PRE, normalized (the same tile and arithmetic as that kernel)."""
-        pdl_start()
-        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-        cols = tl.arange(0, BLOCK_N)
-        mask_c = cols < N
-        mask_r = rows < T
-        mask = mask_r[:, None] & mask_c[None, :]
-        rows = rows.to(tl.int64)
-        y = tl.load(Y + rows[:, None] * stride_y + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        r = R + rows[:, None] * stride_r + cols[None, :]
-        comb = COMB + rows * stride_comb  # comb[a, b] at + a * HC + b
-        for b in tl.static_range(HC):
-            mixed = tl.load(comb + b, mask=mask_r, other=0.0)[:, None] * tl.load(r, mask=mask, other=0.0).to(tl.float32)
-            for a in tl.static_range(1, HC):
-                mixed += (tl.load(comb + a * HC + b, mask=mask_r, other=0.0)[:, None]
-                          * tl.load(r + a * stride_rh, mask=mask, other=0.0).to(tl.float32))
-            x_b = (tl.load(POST + rows * stride_post + b, mask=mask_r, other=0.0)[:, None] * y
-                   + mixed).to(XOUT.dtype.element_ty)
-            tl.store(XOUT + rows[:, None] * stride_xo + b * stride_xoh + cols[None, :], x_b, mask=mask)
-            term = tl.load(PRE + rows * stride_pre + b, mask=mask_r, other=0.0)[:, None] * x_b.to(tl.float32)
-            if b == 0:
-                x = term
-            else:
-                x += term
-        x = x.to(OUT.dtype.element_ty).to(tl.float32)
-        rs = tl.rsqrt(tl.sum(x * x, axis=1) * inv_n + eps)
-        out = x * rs[:, None]
-        if HAS_WEIGHT:
-            out = tl.load(W + cols, mask=mask_c, other=0.0).to(tl.float32)[None, :] * out
-        tl.store(OUT + rows[:, None] * stride_o + cols[None, :], out.to(OUT.dtype.element_ty), mask=mask)
-
-    @triton.jit
     def apply_rope(X, F, OUT, M, stride_xs, stride_xm, stride_os, stride_om, sign,
                    NOPE: tl.constexpr, RD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_NOPE: tl.constexpr):
         """Position pid0, rows (heads) [pid1 * BLOCK_M, +BLOCK_M) of [M, NOPE + RD]; sign -1: conjugate."""
@@ -162,7 +119,7 @@ def _kernels():
         rot = tl.reshape(tl.join(re, im), (BLOCK_M, RD))
         tl.store(out + NOPE + d, rot.to(OUT.dtype.element_ty), mask=mask_m)
 
-    return triton, rms_norm, apply_rope, post_norm
+    return triton, rms_norm, apply_rope
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -185,61 +142,22 @@ def hc_pre_norm(x: torch.Tensor, pre: torch.Tensor, weight: torch.Tensor | None,
     return _norm(x3, p, weight, eps).view(*x.shape[:-2], D)
 
 
-def _norm_tile(N: int) -> dict:
-    """Rows per program, row tile and warps of the norm kernels for rows of N: set by N alone (so a
-    row's result never depends on the batch) and shared by ``post_norm``, so that it adds the
-    squares in rms_norm's tree."""
-    block_n = _pow2(N)
-    block_r = max(1, NORM_TILE // block_n)
-    return {"BLOCK_R": block_r, "BLOCK_N": block_n, "num_warps": max(4, min(16, block_r * block_n // 1024))}
-
-
 def _norm(x: torch.Tensor, pre: torch.Tensor | None, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     """x [R, N] (pre None) or [R, hc, N] collapsed with pre [R, hc] first."""
     R, N = x.shape[0], x.shape[-1]
     out = torch.empty(R, N, device=x.device, dtype=x.dtype)
     if R and N:
-        triton, k_norm, *_ = _kernels()
-        tile = _norm_tile(N)
+        triton, k_norm, _ = _kernels()
+        block_n = _pow2(N)
+        block_r = max(1, NORM_TILE // block_n)
         w = x if weight is None else weight.contiguous()  # unused when weightless
         hc = 0 if pre is None else x.shape[1]
-        k_norm[(triton.cdiv(R, tile["BLOCK_R"]),)](
+        k_norm[(triton.cdiv(R, block_r),)](
             x, x if pre is None else pre, w, out, R, N, x.stride(0), x.stride(1) if hc else 0,
             pre.stride(0) if hc else 0, out.stride(0), 1.0 / N, float(eps), HC=hc, HAS_WEIGHT=weight is not None,
-            enable_fp_fusion=False, **tile, **pdl_launch())
+            BLOCK_R=block_r, BLOCK_N=block_n, num_warps=max(4, min(16, block_r * block_n // 1024)),
+            enable_fp_fusion=False, **pdl_launch())
     return out
-
-
-def _rows(t: torch.Tensor, width: int) -> torch.Tensor:
-    """t as [rows, width] with unit stride along width (a view when possible)."""
-    t2 = t.reshape(-1, width)
-    return t2 if t2.stride(-1) == 1 or t2.shape[0] == 0 else t2.contiguous()
-
-
-def hc_post_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor, pre: torch.Tensor,
-                 weight: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """See ``reference.hc_post_norm``: one launch for hc_post then hc_pre_norm (``FUSE_POST_NORM``;
-    off: the two Triton kernels), the same bits (tests/gpu/test_hc_norm_rope_gpu.py)."""
-    if not FUSE_POST_NORM:
-        from deepinfer_adapters.kernels import triton_hc
-        x = triton_hc.hc_post(y, residual, post, comb)
-        return x, hc_pre_norm(x, pre, weight, eps)
-    hc, D = residual.shape[-2:]
-    y2, p, c, q = _rows(y, D), _rows(post, hc), _rows(comb, hc * hc), _rows(pre, hc)
-    r = residual.reshape(-1, hc, D)
-    r = r if r.stride(-1) == 1 else r.contiguous()
-    T = y2.shape[0]
-    x = torch.empty(T, hc, D, device=y.device, dtype=y.dtype)
-    out = torch.empty(T, D, device=y.device, dtype=y.dtype)
-    if T and D:
-        triton, *_, k_post_norm = _kernels()
-        tile = _norm_tile(D)
-        w = y2 if weight is None else weight.contiguous()  # unused when weightless
-        k_post_norm[(triton.cdiv(T, tile["BLOCK_R"]),)](
-            y2, r, p, c, q, w, x, out, T, D, y2.stride(0), r.stride(0), r.stride(1), p.stride(0), c.stride(0),
-            q.stride(0), x.stride(0), x.stride(1), out.stride(0), 1.0 / D, float(eps), HC=hc,
-            HAS_WEIGHT=weight is not None, enable_fp_fusion=False, **tile, **pdl_launch())
-    return x.view(residual.shape), out.view(*residual.shape[:-2], D)
 
 
 def supports_rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> bool:
@@ -254,17 +172,6 @@ def supports_hc_pre_norm(x: torch.Tensor, pre: torch.Tensor, weight: torch.Tenso
             and (weight is None or (weight.is_cuda and weight.shape == x.shape[-1:])) and triton_available())
 
 
-def supports_hc_post_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
-                          pre: torch.Tensor, weight: torch.Tensor | None, eps: float) -> bool:
-    if not (y.is_cuda and residual.is_cuda and post.is_cuda and comb.is_cuda and pre.is_cuda and residual.dim() >= 2):
-        return False
-    hc, D = residual.shape[-2:]
-    return (y.dtype in _FLOAT and residual.dtype in _FLOAT and post.dtype == comb.dtype == pre.dtype == torch.float32
-            and y.shape == residual.shape[:-2] + (D,) and post.shape == pre.shape == residual.shape[:-1]
-            and comb.shape == residual.shape[:-1] + (hc,) and 1 <= hc <= 16 and 0 < D <= NORM_MAX_WIDTH
-            and (weight is None or (weight.is_cuda and weight.shape == (D,))) and triton_available())
-
-
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -> torch.Tensor:
     """See ``reference.apply_rope``: rotate the last rd = 2 * freqs.shape[-1] dims of x [S, ..., dim]."""
     S, dim = x.shape[0], x.shape[-1]
@@ -276,7 +183,7 @@ def apply_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -> t
     f = f if f.stride(-1) == 1 else f.contiguous()
     out = torch.empty(S, M, dim, device=x.device, dtype=x.dtype)
     if S and M:
-        triton, _, k_rope, _ = _kernels()
+        triton, _, k_rope = _kernels()
         block_m = min(_pow2(M), max(1, ROPE_TILE // _pow2(dim)))
         nope = dim - rd
         k_rope[(S, triton.cdiv(M, block_m))](x3, f, out, M, x3.stride(0), x3.stride(1), out.stride(0), out.stride(1),
@@ -294,5 +201,4 @@ def supports_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -
 
 register("rms_norm", "triton", rms_norm, supports=supports_rms_norm, priority=10)
 register("hc_pre_norm", "triton", hc_pre_norm, supports=supports_hc_pre_norm, priority=10)
-register("hc_post_norm", "triton", hc_post_norm, supports=supports_hc_post_norm, priority=10)
 register("apply_rope", "triton", apply_rope, supports=supports_rope, priority=10)

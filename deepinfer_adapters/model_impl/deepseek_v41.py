@@ -139,18 +139,11 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         # hc copies of each embedding in one gather (an expanded index), not a gather and a repeat
         h = self.embed.weight[batch.input_ids.unsqueeze(1).expand(-1, self.cfg.hc_mult)].to(num.dtype)
         pre = self._identity_pre_mix(h.shape[0], h.device)
-        attn_in = None  # the next attention's input, made by the block before with its last hc_post
-        for block, next_norm in zip(self.layers, self._decode_next_norms()):
+        for block in self.layers:
             if block.engram is not None:
                 h = block.engram(h, hash_ids[:, block.engram.table_index], num)
-            h, pre, attn_in = block.decode(h, pre, batch, state, num, attn_in, next_norm)
-        return self.head(attn_in.float(), num)
-
-    def _decode_next_norms(self) -> list[RMSNorm | None]:
-        """Per block, the norm of what reads its output (the next block's attention, the head's
-        norm after the last), or None where an Engram changes the streams in between."""
-        after = [None if b.engram is not None else b.attn_norm for b in list(self.layers)[1:]]
-        return after + [self.norm]
+            h, pre = block.decode(h, pre, batch, state, num)
+        return self.head(hc_pre_norm(h, pre, self.norm).float(), num)
 
     def _identity_pre_mix(self, num_seqs: int, device: torch.device) -> torch.Tensor:
         """``identity_pre_mix`` for a decode step: a constant, built once per batch size and device

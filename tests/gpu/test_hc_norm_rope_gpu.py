@@ -298,31 +298,6 @@ def test_hc_pre_norm(T, dtype):
         assert torch.equal(_nr().hc_pre_norm(x[1:2], pre[1:2], w, NORM_EPS), fused[1:2])
 
 
-@pytest.mark.parametrize("T", TOKENS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("weighted", (True, False))
-def test_hc_post_norm(T, dtype, weighted):
-    """One kernel for (hc_post, then hc_pre_norm on its output): the same bits as the two Triton
-    kernels it replaces (the model's decode then equals its forward either way), and a token
-    alone == batched."""
-    g = _gen(T + 11)
-    y = torch.randn(T, 5120, device="cuda", generator=g).to(dtype)
-    r = _stream(T, 5120, dtype, g)
-    post = 2 * torch.sigmoid(torch.randn(T, HC, device="cuda", generator=g))
-    comb = torch.rand(T, HC, HC, device="cuda", generator=g)
-    pre = torch.sigmoid(torch.randn(T, HC, device="cuda", generator=g)) + HC_EPS
-    w = 0.5 + torch.rand(5120, device="cuda", generator=g) if weighted else None
-    assert kernels.chosen("hc_post_norm", y, r, post, comb, pre, w, NORM_EPS) == "triton"
-    x, out = _nr().hc_post_norm(y, r, post, comb, pre, w, NORM_EPS)
-    x_two = _hc().hc_post(y, r, post, comb)
-    assert torch.equal(x, x_two)
-    assert torch.equal(out, _nr().hc_pre_norm(x_two, pre, w, NORM_EPS))
-    _assert_norm_close(out, reference.hc_pre_norm(x_two, pre, w, NORM_EPS), f"hc_post_norm T={T} {dtype}")
-    if T > 1:
-        x1, out1 = _nr().hc_post_norm(y[1:2], r[1:2], post[1:2], comb[1:2], pre[1:2], w, NORM_EPS)
-        assert torch.equal(x1, x[1:2]) and torch.equal(out1, out[1:2])
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rms_norm_heads_strided_bf16_weight(dtype):
     """Per-head weightless norm of q [T, 64, 512], a strided row view, a bf16 weight."""

@@ -60,13 +60,6 @@ def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: t
     return kernels.hc_post(y, residual, post, comb)
 
 
-def hc_post_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor, pre: torch.Tensor,
-                 norm: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
-    """(hc_post(y, residual, post, comb), norm(hc_pre(that, pre))): the streams after a sublayer and
-    the next sublayer's input, one kernel op (V4.1: the next pre mix is known before this post)."""
-    return kernels.hc_post_norm(y, residual, post, comb, pre, norm.weight, norm.eps)
-
-
 def identity_pre_mix(num_tokens: int, hc: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """V4.1's first collapse: all weight on stream 0."""
     pre = torch.zeros(num_tokens, hc, dtype=torch.float32, device=device)
