@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11topk] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -236,9 +236,6 @@ if has s11; then  # session 11 (~5 min): the torch-order top-k's GPU tests, then
   timeout 200 ${RW/--out $OUT/--out $OUT/s11} --batches 1 8 32 --ref-batches 8 --prefill 0 --profile 8 \
     --ab topk_torch_order:1,8,32 > "$OUT/real_width_s11.log" 2>&1
   grep -E "^A/B" "$OUT/real_width_s11.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s11.log" | grep decode; pack
-fi
-if has s11topk; then  # session 11 (~1 min): the top-k kernel by radix width and warps at decode shapes
-  timeout 120 python benchmarks/bench_topk.py > "$OUT/topk.log" 2>&1; cat "$OUT/topk.log" | tail -8; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -13,8 +13,8 @@ in which of the entries equal to the k-th largest they take:
 One program per row, the whole row in registers (rows up to ``MAX_ROW``), no sort:
 1. each score becomes an order-preserving unsigned key (the float's bits, sign-flipped; for our
    rule -0.0 first made +0.0 so that it ties with 0.0 as in the sort);
-2. the k-th largest key T is found ``RADIX_BITS`` at a time from the top (a radix select: per
-   pass, counts of the next digit's values among the keys sharing the prefix found so far);
+2. the k-th largest key T is found bit by bit from the top: 32 counts of keys >= a
+   candidate prefix;
 3. every key > T is picked, and of the keys == T the first (k - #keys > T) in index
    order; a running count over the row gives each pick its output slot, so the output is
    in ascending index order with no sort.
@@ -32,7 +32,6 @@ from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 MAX_ROW = 16384  # the row must fit the registers of one program
-RADIX_BITS = 2  # bits of the key found per pass (1, 2 or 4: benchmarks/bench_topk.py, BENCHMARKS.md session 11)
 
 
 @functools.cache
@@ -45,7 +44,7 @@ def _kernel():
 
     @triton.jit
     def topk_kernel(S, IDX, VAL, m, k, stride_s, stride_i, stride_v, BLOCK: tl.constexpr,
-                    TORCH_ORDER: tl.constexpr, RADIX_BITS: tl.constexpr):
+                    TORCH_ORDER: tl.constexpr):
         pdl_start()
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK)
@@ -58,24 +57,12 @@ def _kernel():
         key = tl.where((bits >> 31) != 0, ~bits, bits | 0x80000000)
         if TORCH_ORDER:
             key = tl.where(x != x, 0xFFFFFFFF, key)  # NaN above everything
-        # the k-th largest key, RADIX_BITS a pass from the top (a radix select): each pass counts
-        # the next digit of the keys that share the prefix found so far (a one-hot sum: one
-        # reduction for all the digit's values) and keeps the digit where the count from the top
-        # reaches the picks still wanted
-        bins = tl.arange(0, 1 << RADIX_BITS)
+        key = tl.where(inside, key, 0)  # below every score's key (0 would be a negative NaN)
         threshold = tl.zeros([], tl.uint32)
-        wanted = k
-        for p in tl.static_range(32 // RADIX_BITS):
-            shift = 32 - RADIX_BITS * (p + 1)
-            same = inside
-            if p > 0:
-                same = inside & ((key >> (shift + RADIX_BITS)) == (threshold >> (shift + RADIX_BITS)))
-            digit = ((key >> shift) & ((1 << RADIX_BITS) - 1)).to(tl.int32)
-            hist = tl.sum(((digit[:, None] == bins[None, :]) & same[:, None]).to(tl.int32), axis=0)
-            from_top = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist  # keys with this digit or above
-            chosen = tl.max(tl.where(from_top >= wanted, bins, 0), axis=0)
-            wanted -= tl.sum(tl.where(bins > chosen, hist, 0), axis=0)
-            threshold = threshold | (chosen.to(tl.uint32) << shift)
+        for bit in tl.static_range(31, -1, -1):
+            candidate = threshold | (1 << bit)
+            count = tl.sum((key >= candidate).to(tl.int32), axis=0)
+            threshold = tl.where(count >= k, candidate, threshold)
         above = inside & (key > threshold)
         tie = inside & (key == threshold)
         take = above | (tie & (tl.cumsum(tie.to(tl.int32), axis=0) <= k - tl.sum(above.to(tl.int32), axis=0)))
@@ -84,12 +71,6 @@ def _kernel():
         tl.store(VAL + row * stride_v + slot, s, mask=take)
 
     return triton, topk_kernel
-
-
-def warps(block: int) -> int:
-    """Warps of a program taking a row of ``block`` (a power of two) scores: twice what the bit loop
-    had (one warp per 512) was 1.4-1.7x faster at 2k-4k scores, four times no faster (session 11)."""
-    return max(2, min(16, block // 256))
 
 
 def _topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,7 +84,7 @@ def _topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor
     if n and k:
         block = max(16, triton.next_power_of_2(m))
         kernel[(n,)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0), BLOCK=block,
-                     TORCH_ORDER=torch_order, RADIX_BITS=RADIX_BITS, num_warps=warps(block), **pdl_launch())
+                     TORCH_ORDER=torch_order, num_warps=max(1, min(16, block // 512)), **pdl_launch())
     return idx.view(*lead, k), val.view(*lead, k)
 
 
