@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -236,6 +236,15 @@ if has s11; then  # session 11 (~5 min): the torch-order top-k's GPU tests, then
   timeout 200 ${RW/--out $OUT/--out $OUT/s11} --batches 1 8 32 --ref-batches 8 --prefill 0 --profile 8 \
     --ab topk_torch_order:1,8,32 > "$OUT/real_width_s11.log" 2>&1
   grep -E "^A/B" "$OUT/real_width_s11.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s11.log" | grep decode; pack
+fi
+if has s11bf16; then  # session 11's last call (~2 min): the top-k's 16-bit keys for bf16 scores, tests then B = 1 / 8
+  timeout 100 python -m pytest -q -p no:cacheprovider tests/gpu/test_topk_gpu.py > "$OUT/gpu_tests_s11bf16.log" 2>&1
+  echo "topk GPU tests: $(tail -1 "$OUT/gpu_tests_s11bf16.log")"; grep -hE "^FAILED|Error" "$OUT/gpu_tests_s11bf16.log" | head
+  pack
+  mkdir -p "$OUT/s11bf16"
+  timeout 120 ${RW/--out $OUT/--out $OUT/s11bf16} --batches 1 8 --ref-batches 0 --prefill 0 --profile 8 \
+    --ab topk_torch_order:1,8 > "$OUT/real_width_s11bf16.log" 2>&1
+  grep -E "^A/B" "$OUT/real_width_s11bf16.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s11bf16.log" | grep decode; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -14,12 +14,16 @@ One program per row, the whole row in registers (rows up to ``MAX_ROW``), no sor
 1. each score becomes an order-preserving unsigned key (the float's bits, sign-flipped; for our
    rule -0.0 first made +0.0 so that it ties with 0.0 as in the sort);
 2. the k-th largest key T is found bit by bit from the top: 32 counts of keys >= a
-   candidate prefix;
+   candidate prefix (16 for bf16 scores: a bf16 value's low 16 fp32 bits are zero, so the low
+   16 bits of its key follow from its sign and the top 16 order the keys alike -- torch's own
+   bf16 radix key; half the serial passes, which set the kernel's time);
 3. every key > T is picked, and of the keys == T the first (k - #keys > T) in index
    order; a running count over the row gives each pick its output slot, so the output is
    in ascending index order with no sort.
-torch's own top-k then index sort at 8 rows of 1024 bf16 scores took 16-22 us + 8 + 5 (gather),
-four times per reduced V4.1 decode step (H200 profile, session 10).
+H200 profiles of the reduced V4.1 decode step at 8 sequences (four top-ks: rows of 2048 and 4097
+bf16 scores, and the candidate pool's blocks): torch's top-k, index sort and gather 16-22 + 8 + 5 us
+each (session 10), this kernel with 32 passes 9-26 us (session 11). Radix selects of 2 or 8 bits a
+pass were slower in the model (their per-pass reductions: 18-72 us, session 11).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ def _kernel():
 
     @triton.jit
     def topk_kernel(S, IDX, VAL, m, k, stride_s, stride_i, stride_v, BLOCK: tl.constexpr,
-                    TORCH_ORDER: tl.constexpr):
+                    TORCH_ORDER: tl.constexpr, KEY_BITS: tl.constexpr):
         pdl_start()
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK)
@@ -58,8 +62,10 @@ def _kernel():
         if TORCH_ORDER:
             key = tl.where(x != x, 0xFFFFFFFF, key)  # NaN above everything
         key = tl.where(inside, key, 0)  # below every score's key (0 would be a negative NaN)
+        if KEY_BITS == 16:  # bf16 scores: the low 16 bits follow from the sign, the top 16 order the keys
+            key = key >> 16
         threshold = tl.zeros([], tl.uint32)
-        for bit in tl.static_range(31, -1, -1):
+        for bit in tl.static_range(KEY_BITS - 1, -1, -1):
             candidate = threshold | (1 << bit)
             count = tl.sum((key >= candidate).to(tl.int32), axis=0)
             threshold = tl.where(count >= k, candidate, threshold)
@@ -84,7 +90,8 @@ def _topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor
     if n and k:
         block = max(16, triton.next_power_of_2(m))
         kernel[(n,)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0), BLOCK=block,
-                     TORCH_ORDER=torch_order, num_warps=max(1, min(16, block // 512)), **pdl_launch())
+                     TORCH_ORDER=torch_order, KEY_BITS=16 if scores.dtype == torch.bfloat16 else 32,
+                     num_warps=max(1, min(16, block // 512)), **pdl_launch())
     return idx.view(*lead, k), val.view(*lead, k)
 
 
