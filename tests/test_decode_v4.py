@@ -15,7 +15,6 @@ rows nobody may see yet).
 from __future__ import annotations
 
 import pytest
-import torch
 
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v4 import DeepseekV4ForCausalLM

@@ -19,8 +19,6 @@ prefill, decode steps and mixed batches must reproduce it. Tolerances:
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
