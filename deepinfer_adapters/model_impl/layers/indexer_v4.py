@@ -110,5 +110,7 @@ class IndexerV4(nn.Module):
         m = scores.shape[-1]
         if future is None:
             future = future_rows(visible, torch.arange(m, device=scores.device))
-        picked, _ = topk_lowest_index_ties(scores.float().masked_fill(future, float("-inf")), min(self.topk, m))
+        # ranked in the scores' own dtype (exact either way): bf16 scores take the GPU kernel's
+        # 16-bit keys, half the serial passes of fp32 ones (kernels/triton_topk.py)
+        picked, _ = topk_lowest_index_ties(scores.masked_fill(future, float("-inf")), min(self.topk, m))
         return torch.where(picked < visible.unsqueeze(1), picked, -1)
