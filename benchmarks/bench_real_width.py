@@ -264,6 +264,8 @@ def pin_reference(on: bool):
 # path (triton_moe.FP4_DECODE_PATH; with --expert-block 0), programmatic dependent launch (triton_support.PDL)
 AB_SWITCHES = {
     "overlap": (lambda: setattr(overlap, "ENABLED", False), lambda: setattr(overlap, "ENABLED", True)),
+    # only attention's keys next to its queries (overlap.DECODE_KEYS)
+    "decode_keys": (lambda: setattr(overlap, "DECODE_KEYS", False), lambda: setattr(overlap, "DECODE_KEYS", True)),
     "moe_bf16": (lambda: setattr(triton_moe, "DECODE_PATH", "fp8"), lambda: setattr(triton_moe, "DECODE_PATH", "bf16")),
     "fp4_fp8": (lambda: setattr(triton_moe, "FP4_DECODE_PATH", "bf16"),
                 lambda: setattr(triton_moe, "FP4_DECODE_PATH", "fp8")),

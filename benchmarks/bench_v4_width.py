@@ -61,7 +61,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks.* from anywhere
 
-from benchmarks.bench_real_width import ceilings_or_none, fill_random, log, param_bytes, sync  # noqa: E402
+from benchmarks.bench_real_width import AB_SWITCHES, ceilings_or_none, fill_random, log, param_bytes, sync  # noqa: E402
 from benchmarks.profiling import profile_step  # noqa: E402
 from deepinfer_adapters import kernels  # noqa: E402
 from deepinfer_adapters.config import parse_config  # noqa: E402
@@ -255,7 +255,7 @@ def graphed_decoder(model, state, B: int, max_len: int, device: str, capture: bo
 
 
 @torch.no_grad()
-def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, profile=(), out_dir=".", ab_pin=None):
+def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, profile=(), out_dir=".", ab=None):
     rows = {}
     for B in batches:
         ids = prompts[:B]
@@ -289,8 +289,8 @@ def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, p
             t, g_logits = elapsed(lambda: decode_loop(step, first, P, new - 1), device)
             row.update(graphed="ok", graphed_ms=t / (new - 1) * 1e3, rel_graphed_vs_forward=rel(g_logits, logits),
                        rel_graphed=rel(g_logits, ref["decode"]))
-            if ab_pin:  # the same graphed decode with one op pinned to a backend, side by side
-                row.update(graphed_pinned(model, state, saved, ab_pin, B, P, new, first, g_logits, device))
+            if ab:  # the same graphed decode with one op pinned or one switch off, side by side
+                row.update(graphed_pinned(model, state, saved, ab, B, P, new, first, g_logits, device))
         if B in profile:  # the eager model.decode step: the kernels a graph replays
             try:
                 for k, v in saved.items():
@@ -308,19 +308,19 @@ def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, p
     return rows
 
 
-def graphed_pinned(model, state, saved, ab_pin, B, P, new, first, unpinned_logits, device) -> dict:
-    op, backend = ab_pin
+def graphed_pinned(model, state, saved, ab, B, P, new, first, unpinned_logits, device) -> dict:
+    label, change, undo = ab
     for k, v in saved.items():
         state._tensors[k].copy_(v)
-    kernels.use_backend(op, backend)
+    change()
     try:
         step, why = graphed_decoder(model, state, B, P + new + 8, device)
         if step is None:
             return {"pinned": f"not available: {why}"}
         t, logits = elapsed(lambda: decode_loop(step, first, P, new - 1), device)
     finally:
-        kernels.use_backend(op, None)
-    return {"pinned": f"{op}={backend}", "graphed_ms_pinned": t / (new - 1) * 1e3,
+        undo()
+    return {"pinned": label, "graphed_ms_pinned": t / (new - 1) * 1e3,
             "rel_pinned_vs_graphed": rel(logits, unpinned_logits)}
 
 
@@ -385,7 +385,7 @@ def run(args) -> dict:
     error = None
     try:
         our_rows = measure_ours(model, cfg, prompts, args.batches, args.new, device, refs, args.noise_batch,
-                                args.profile if device == "cuda" else (), args.out, args.ab_pin)
+                                args.profile if device == "cuda" else (), args.out, args.ab)
     except Exception as e:  # keep the peer's numbers: they cost minutes
         traceback.print_exc()
         error, our_rows = f"{type(e).__name__}: {e}", {}
@@ -451,11 +451,20 @@ def summary(result: dict) -> None:
         log(f"OURS FAILED: {result['ours_error']}")
 
 
-def pin_spec(text: str) -> tuple[str, str]:
+def pin_spec(text: str):
+    """OP=BACKEND -> (label, pin, unpin)."""
     op, _, backend = text.partition("=")
     if backend not in kernels.backends(op):
         raise argparse.ArgumentTypeError(f"--ab-pin takes OP=BACKEND; {op!r} has backends {kernels.backends(op)}")
-    return op, backend
+    return f"{op}={backend}", lambda: kernels.use_backend(op, backend), lambda: kernels.use_backend(op, None)
+
+
+def switch_spec(name: str):
+    """A switch of bench_real_width's A/B runs -> (label, turn it off, back on)."""
+    if name not in AB_SWITCHES:
+        raise argparse.ArgumentTypeError(f"--ab-off takes one of {sorted(AB_SWITCHES)}")
+    off, on = AB_SWITCHES[name]
+    return f"no {name}", off, on
 
 
 def main():
@@ -475,8 +484,11 @@ def main():
     ap.add_argument("--profile", type=int, nargs="*", default=None, metavar="B",
                     help="torch.profiler over one eager model.decode step at these batch sizes (bare flag: the "
                     "smallest; CUDA; profile_decode_bB.txt and kernels_decode_bB.txt in --out)")
-    ap.add_argument("--ab-pin", type=pin_spec, default=None, metavar="OP=BACKEND",
+    ab = ap.add_mutually_exclusive_group()
+    ab.add_argument("--ab-pin", type=pin_spec, dest="ab", default=None, metavar="OP=BACKEND",
                     help="after each graphed decode, the same with kernel OP pinned to BACKEND (side by side)")
+    ab.add_argument("--ab-off", type=switch_spec, dest="ab", metavar="SWITCH",
+                    help="after each graphed decode, the same with one of bench_real_width's A/B switches off")
     args = ap.parse_args()
     defaults = TINY if args.tiny else {"batches": BATCHES, "prompt": PROMPT, "new": NEW}
     for key, value in defaults.items():

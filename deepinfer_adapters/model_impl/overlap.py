@@ -3,9 +3,13 @@
 At decode most kernels are too small to fill the GPU, so a part that does not depend on
 the work around it can run next to it instead of after it: V4.1's hyper-connection mixes
 next to the sublayer they are computed for (single-pass HC: the sublayer reads the previous
-mix), the shared expert next to the MoE gate and routing. The same kernels run on the same
-inputs, so every value is the same bits as run one after the other; only the time changes.
-SGLang runs DeepSeek's shared experts this way in its decode graphs.
+mix), the shared expert next to the MoE gate and routing, and at decode an attention layer's
+window KV, compressor and indexer next to its query projection. The same kernels run on the
+same inputs, so every value is the same bits as run one after the other; only the time
+changes. SGLang runs DeepSeek's shared experts this way in its decode graphs.
+
+Calls nest (the attention overlap runs inside the HC one's ``main``): each level takes a
+stream of its own, so an inner side part never queues behind an outer one.
 
 CUDA graphs capture the fork and join (the side stream joins the capture through
 ``wait_stream``; its allocations go to the graph's pool). ``side``'s inputs must stay
@@ -24,24 +28,32 @@ A = TypeVar("A")
 B = TypeVar("B")
 
 ENABLED = True
+DECODE_KEYS = True  # attention's keys next to its queries at decode (AttentionBase.decode_step)
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
-_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+_STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
+_depth = 0  # side_by_side calls enclosing the running code
 
 
-def side_by_side(x: torch.Tensor, main: Callable[[], A], side: Callable[[], B]) -> tuple[A, B]:
+def side_by_side(x: torch.Tensor, main: Callable[[], A], side: Callable[[], B], *, when: bool = True) -> tuple[A, B]:
     """(main(), side()); on CUDA with ``x`` (the step's activations, tokens first) at most
     ``MAX_TOKENS`` rows, side() runs on a second stream while main() runs on the current one.
-    Elsewhere (CPU, larger steps, torch.compile tracing) one after the other."""
-    if not (ENABLED and x.is_cuda and x.shape[0] <= MAX_TOKENS) or torch.compiler.is_compiling():
+    Elsewhere (CPU, larger steps, torch.compile tracing, ``when`` False) one after the other."""
+    if not (ENABLED and when and x.is_cuda and x.shape[0] <= MAX_TOKENS) or torch.compiler.is_compiling():
         b = side()
         return main(), b
+    global _depth
     current = torch.cuda.current_stream(x.device)
-    stream = _STREAMS.get(x.device)
+    key = (x.device, _depth)
+    stream = _STREAMS.get(key)
     if stream is None:
-        stream = _STREAMS[x.device] = torch.cuda.Stream(x.device)
+        stream = _STREAMS[key] = torch.cuda.Stream(x.device)
     stream.wait_stream(current)
-    with torch.cuda.stream(stream):
-        b = side()
-    a = main()
+    _depth += 1
+    try:
+        with torch.cuda.stream(stream):
+            b = side()
+        a = main()
+    finally:
+        _depth -= 1
     current.wait_stream(stream)
     return a, b

@@ -8,6 +8,7 @@ import torch
 
 from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
+from deepinfer_adapters.model_impl.deepseek_v4 import DeepseekV4ForCausalLM
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
@@ -37,19 +38,23 @@ def _run(model):
     return logits, {k: t.clone() for k, t in state._tensors.items()}
 
 
-def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch):
-    model = DeepseekV41ForCausalLM.from_pretrained(tiny_checkpoint("v41"), Numerics.reference(), device="cuda",
-                                                   progress=False, weights="fp8", with_draft=False)
-    assert model.layers[0].ffn.shared_experts is not None  # both overlaps apply
+@pytest.mark.parametrize("arch", ["v41", "v4"])
+def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch):
+    cls = DeepseekV41ForCausalLM if arch == "v41" else DeepseekV4ForCausalLM
+    extra = {"weights": "fp8", "with_draft": False} if arch == "v41" else {}
+    model = cls.from_pretrained(tiny_checkpoint(arch), Numerics.reference(), device="cuda", progress=False, **extra)
+    assert model.layers[0].ffn.shared_experts is not None  # the MoE overlap applies
     monkeypatch.setattr(overlap, "_STREAMS", {})
     monkeypatch.setattr(overlap, "ENABLED", False)
     off, state_off = _run(model)
     assert not overlap._STREAMS
     monkeypatch.setattr(overlap, "ENABLED", True)
     on, state_on = _run(model)
-    assert overlap._STREAMS, "the side stream was never used"
+    # V4.1: the HC mixes (depth 0) and, inside their main part, attention's keys (depth 1)
+    depths = {depth for _, depth in overlap._STREAMS}
+    assert depths == ({0, 1} if arch == "v41" else {0}), depths
     same = [torch.equal(a, b) for a, b in zip(on, off)]
-    print(f"REPORT overlap: prefill + {len(on) - 1} graph decode steps bit-identical {same}")
+    print(f"REPORT overlap {arch}: prefill + {len(on) - 1} graph decode steps bit-identical {same}")
     assert all(same), [float((a - b).abs().max()) for a, b in zip(on, off)]
     for key, t in state_off.items():
         assert torch.equal(state_on[key], t), f"state {key}"

@@ -13,6 +13,7 @@ indices fall. Other chunks list the window ascending, padded at the end.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,8 @@ from deepinfer_adapters.model_impl.layers.linear import Linear, MergedLinear, sa
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.layers.rope import RotaryTable
 from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl import overlap
+from deepinfer_adapters.model_impl.overlap import side_by_side
 from deepinfer_adapters.model_impl.state import StateCache, StateField
 
 
@@ -109,8 +112,12 @@ class AttentionBase(nn.Module):
     def queries(self, q_low: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
         """wq_a's output -> (RoPE'd queries [T, H, d], the normed low-rank query qr)."""
         qr = self.q_norm(q_low)
+        return self.query_heads(qr, freqs, numerics), qr
+
+    def query_heads(self, qr: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        """The normed low-rank query -> RoPE'd queries [T, H, d]."""
         q = self.normalize_q(self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim)))
-        return kernels.apply_rope(q, freqs), qr
+        return kernels.apply_rope(q, freqs)
 
     def window_kv(self, kv: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         """wkv's output -> the window KV as the cache holds it."""
@@ -177,6 +184,21 @@ class AttentionBase(nn.Module):
         keys, base = self.window_keys(state, batch.slots[i], start, kv)
         idx = self.window_index(start, kv.shape[0], base, batch.lo(i), device=kv.device)[clip:]
         return keys, idx
+
+    def decode_step(self, x: torch.Tensor, batch: DecodeBatch, numerics: Numerics,
+                    keys_and_index: Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
+                                             tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """One decode step's attention (``model.decode``): wq_a + wkv, then the queries (wq_b,
+        one large GEMV) next to ``keys_and_index(qr, window kv, freqs)`` -> (keys [B, K, d],
+        their ``gathered_index``): the window ring, compressor and indexer, dozens of small
+        kernels that need only qr and the KV (overlap.py), then attention and the output."""
+        freqs = self.decode_freqs(batch)
+        q_low, kv = same_input(x, numerics, self.q_kv, self.wq_a, self.wkv)
+        qr = self.q_norm(q_low)
+        q, (keys, index) = side_by_side(
+            x, lambda: self.query_heads(qr, freqs, numerics),
+            lambda: keys_and_index(qr, self.window_kv(kv, freqs, numerics), freqs), when=overlap.DECODE_KEYS)
+        return self.output(self.attend_gathered(q, keys, index, numerics), freqs, numerics)
 
     def decode_freqs(self, batch: DecodeBatch) -> torch.Tensor:
         """RoPE rows of a decode step's positions, looked up once per step per table."""

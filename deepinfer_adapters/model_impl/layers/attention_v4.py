@@ -70,22 +70,26 @@ class AttentionV4(AttentionBase):
     def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         """``forward`` for one new token per sequence, batched on the device (model.decode):
         the window (W keys, oldest first), then the compressed rows it picks."""
-        freqs = self.decode_freqs(batch)
-        q, qr, kv = self.project_q_kv(x, freqs, numerics)
+        return self.decode_step(x, batch, numerics,
+                                lambda qr, kv, freqs: self._decode_keys(x, qr, kv, freqs, batch, state, numerics))
+
+    def _decode_keys(self, x: torch.Tensor, qr: torch.Tensor, kv: torch.Tensor, freqs: torch.Tensor,
+                     batch: DecodeBatch, state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+        """A decode step's keys [B, K, d] and attention index: the window, then (compressed
+        layers) the compressed rows picked, after storing a completed row."""
         keys, window = self.decode_window(state, batch, kv)
-        index = window.attend_index
-        if self.compressor is not None:
-            entries, complete = self.compressor.decode(x, numerics, state, batch)
-            store_completed(state, self.key, "compressed_kv", batch, self.ratio, entries, complete)
-            if self.indexer is not None:
-                picked = self.indexer.decode(x, self.indexer.query(qr, freqs, numerics), numerics, state, batch)
-                addr = step_row_address(state, batch, self.key, "compressed_kv", picked)
-                index = gathered_index(batch, torch.cat([window.valid, picked >= 0], 1))
-            else:
-                addr, index = self._visible_rows(batch, state, window)
-            rows = state.row_pool(self.key, "compressed_kv")[addr].to(keys.dtype)
-            keys = torch.cat([keys, rows], 1)
-        return self.output(self.attend_gathered(q, keys, index, numerics), freqs, numerics)
+        if self.compressor is None:
+            return keys, window.attend_index
+        entries, complete = self.compressor.decode(x, numerics, state, batch)
+        store_completed(state, self.key, "compressed_kv", batch, self.ratio, entries, complete)
+        if self.indexer is not None:
+            picked = self.indexer.decode(x, self.indexer.query(qr, freqs, numerics), numerics, state, batch)
+            addr = step_row_address(state, batch, self.key, "compressed_kv", picked)
+            index = gathered_index(batch, torch.cat([window.valid, picked >= 0], 1))
+        else:
+            addr, index = self._visible_rows(batch, state, window)
+        rows = state.row_pool(self.key, "compressed_kv")[addr].to(keys.dtype)
+        return torch.cat([keys, rows], 1), index
 
     def _visible_rows(self, batch: DecodeBatch, state: StateCache,
                       window: WindowSlots) -> tuple[torch.Tensor, torch.Tensor]:

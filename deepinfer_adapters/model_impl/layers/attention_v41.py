@@ -67,18 +67,22 @@ class AttentionV41(AttentionBase):
 
     def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         """``forward`` for one new token per sequence, batched on the device (model.decode)."""
-        freqs = self.decode_freqs(batch)
-        q, qr, kv = self.project_q_kv(x, freqs, numerics)
+        return self.decode_step(x, batch, numerics,
+                                lambda qr, kv, freqs: self._decode_keys(x, qr, kv, freqs, batch, state, numerics))
+
+    def _decode_keys(self, x: torch.Tensor, qr: torch.Tensor, kv: torch.Tensor, freqs: torch.Tensor,
+                     batch: DecodeBatch, state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+        """A decode step's keys [B, K, d] and attention index: the window, then (compressed
+        layers) the selected rows, after publishing this layer's rows and selecting."""
         keys, window = self.decode_window(state, batch, kv)
-        index = window.attend_index
-        if self.ratio:
-            if self.is_source:
-                self._publish_decode(x, batch, state, numerics)
-            if self.runs_indexer:
-                batch.scratch["selections"] = self._select_decode(x, qr, freqs, batch, state, numerics)
-            rows, index = self._selected_rows(batch, state, window, numerics)
-            keys = torch.cat([keys, rows], 1)
-        return self.output(self.attend_gathered(q, keys, index, numerics), freqs, numerics)
+        if not self.ratio:
+            return keys, window.attend_index
+        if self.is_source:
+            self._publish_decode(x, batch, state, numerics)
+        if self.runs_indexer:
+            batch.scratch["selections"] = self._select_decode(x, qr, freqs, batch, state, numerics)
+        rows, index = self._selected_rows(batch, state, window, numerics)
+        return torch.cat([keys, rows], 1), index
 
     def _selected_rows(self, batch: DecodeBatch, state: StateCache, window: WindowSlots,
                        numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
