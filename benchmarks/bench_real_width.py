@@ -266,6 +266,9 @@ AB_SWITCHES = {
     "overlap": (lambda: setattr(overlap, "ENABLED", False), lambda: setattr(overlap, "ENABLED", True)),
     # only attention's keys next to its queries (overlap.DECODE_KEYS)
     "decode_keys": (lambda: setattr(overlap, "DECODE_KEYS", False), lambda: setattr(overlap, "DECODE_KEYS", True)),
+    # the shared expert joined after the gate, not at the routed experts' combine (overlap.SHARED_THROUGH_EXPERTS)
+    "shared_through": (lambda: setattr(overlap, "SHARED_THROUGH_EXPERTS", False),
+                       lambda: setattr(overlap, "SHARED_THROUGH_EXPERTS", True)),
     "moe_bf16": (lambda: setattr(triton_moe, "DECODE_PATH", "fp8"), lambda: setattr(triton_moe, "DECODE_PATH", "bf16")),
     "fp4_fp8": (lambda: setattr(triton_moe, "FP4_DECODE_PATH", "bf16"),
                 lambda: setattr(triton_moe, "FP4_DECODE_PATH", "fp8")),

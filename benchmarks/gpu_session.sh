@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -259,6 +259,23 @@ if has s12; then  # session 12 (~5 min): attention's keys next to its queries at
   timeout 200 python benchmarks/bench_v4_width.py --out "$OUT/v4" --batches 8 32 --noise-batch 0 --ab-off decode_keys \
     --profile 32 > "$OUT/v4_width_s12.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_s12.log"; grep -E "^A/B|FAILED|Error" "$OUT/v4_width_s12.log"; pack
+fi
+if has s12moe; then  # session 12 (~5 min): the shared expert next to the routed experts: GPU tests, A/B, V4 with FP4 experts
+  timeout 240 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_overlap_gpu.py tests/gpu/test_moe_gpu.py \
+    > "$OUT/gpu_tests_s12moe.log" 2>&1
+  echo "overlap + moe GPU tests: $(tail -1 "$OUT/gpu_tests_s12moe.log")"
+  grep -hE "REPORT overlap|^FAILED|Error" "$OUT/gpu_tests_s12moe.log" | head -10
+  pack
+  mkdir -p "$OUT/s12moe" "$OUT/v4moe" "$OUT/v4fp4"
+  timeout 200 ${RW/--out $OUT/--out $OUT/s12moe} --batches 1 8 32 --ref-batches 0 --prefill 0 --profile 8 \
+    --ab shared_through:1,8,32 > "$OUT/real_width_s12moe.log" 2>&1
+  grep -E "^A/B" "$OUT/real_width_s12moe.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s12moe.log" | grep decode; pack
+  timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4moe" --batches 8 32 --noise-batch 0 --ab-off shared_through \
+    > "$OUT/v4_width_s12moe.log" 2>&1
+  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_s12moe.log"; grep -E "^A/B|FAILED|Error" "$OUT/v4_width_s12moe.log"; pack
+  timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4fp4" --batches 32 --noise-batch 0 --expert-block 0 \
+    --profile 32 > "$OUT/v4_width_fp4_s12.log" 2>&1
+  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_fp4_s12.log"; grep -E "FAILED|Error" "$OUT/v4_width_fp4_s12.log"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -14,6 +14,8 @@ ceil(K/B1)] float32 or E8M0 (``float8_e8m0fnu``), one per ``block`` = (B0, B1) t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from deepinfer_adapters.kernels.invariance import narrow
@@ -58,7 +60,7 @@ def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tenso
 def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
                 w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
                 block: tuple[int, int], act_block: int, limit: float,
-                shared: torch.Tensor | None = None) -> torch.Tensor:
+                shared: torch.Tensor | Callable[[], torch.Tensor] | None = None) -> torch.Tensor:
     """Routed experts: y[t] = sum_j route_w[t, j] Expert_{expert_ids[t, j]}(x[t]), fp32 [T, D].
 
     x [T, D]; route_w [T, k] fp32; expert_ids [T, k]; w13 [E, 2I, D] holds w1 (rows :I)
@@ -67,7 +69,9 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     ``quant.to_e4m3_tiles``' (5-D). Expert e's rows are added in
     ascending e, as layers/moe.py does. ``shared`` [T, D] (the shared expert's output):
     added to y in fp32 after the routed rows, and y returned in shared's dtype -- the MoE
-    layer's last two steps.
+    layer's last two steps. ``shared`` may be a callable returning it, called only once the
+    routed rows are done (the MoE's shared expert may still be running on a side stream:
+    calling it joins that stream, model_impl/overlap.py).
     """
     y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     counts = torch.bincount(expert_ids.flatten(), minlength=w13.shape[0]).tolist()
@@ -79,6 +83,7 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         y[rows] += _expert(x[rows], route_w[rows, slot, None], held(w13[e]), w13_scale[e], held(w2[e]), w2_scale[e],
                            block, act_block, limit).float()
     if shared is not None:
+        shared = shared() if callable(shared) else shared
         y += shared.float()
         return y.to(shared.dtype)
     return y

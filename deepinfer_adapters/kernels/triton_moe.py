@@ -48,6 +48,8 @@ take ``FP4_DECODE_PATH``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import dataclasses
 import functools
 
@@ -182,7 +184,8 @@ def _default_path(x, w2, w2_scale, block, act_block, large: bool, fp4: bool, kst
 
 def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
                 w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
-                block: tuple[int, int], act_block: int, limit: float, shared: torch.Tensor | None = None, *,
+                block: tuple[int, int], act_block: int, limit: float,
+                shared: torch.Tensor | Callable[[], torch.Tensor] | None = None, *,
                 config: fp8.GemmConfig | None = None, path: str | None = None,
                 routing: str | None = None) -> torch.Tensor:
     """See ``reference_fp8.moe_experts``: fp32 [T, D]. ``path``: "fp8" or "bf16" (see the
@@ -227,6 +230,11 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
         h8, hs = swiglu_quant(h13, rw, limit, act_block)
         out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg)
+    if callable(shared):  # the shared expert's output, joined only now (reference_fp8.moe_experts)
+        shared = shared()
+        if shared.shape != x.shape:
+            raise ValueError(f"moe_experts: the shared expert's output is {tuple(shared.shape)}, not {tuple(x.shape)}")
+        shared = shared if shared.stride(-1) == 1 else shared.contiguous()
     return combine(out, T, k, positions, shared)
 
 
@@ -258,7 +266,7 @@ def supports(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_bl
              **_) -> bool:
     fp4 = is_span_packed(w13)
     inter = expert_matrix(w2)[1]
-    shared_ok = shared is None or (shared.shape == x.shape and shared.stride(-1) == 1)
+    shared_ok = shared is None or callable(shared) or (shared.shape == x.shape and shared.stride(-1) == 1)
     weights_ok = (fp8._fp8_weight_ok(x, w13, block, act_block) if not fp4 else
                   x.is_cuda and x.dtype == torch.bfloat16 and is_span_packed(w2) and tuple(block) == (1, 32)
                   and x.shape[-1] % 32 == 0 and triton_available())

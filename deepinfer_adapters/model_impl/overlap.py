@@ -29,6 +29,7 @@ B = TypeVar("B")
 
 ENABLED = True
 DECODE_KEYS = True  # attention's keys next to its queries at decode (AttentionBase.decode_step)
+SHARED_THROUGH_EXPERTS = True  # the shared expert next to the routed experts too (else next to the gate only)
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 _STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
 _depth = 0  # side_by_side calls enclosing the running code
@@ -38,9 +39,22 @@ def side_by_side(x: torch.Tensor, main: Callable[[], A], side: Callable[[], B], 
     """(main(), side()); on CUDA with ``x`` (the step's activations, tokens first) at most
     ``MAX_TOKENS`` rows, side() runs on a second stream while main() runs on the current one.
     Elsewhere (CPU, larger steps, torch.compile tracing, ``when`` False) one after the other."""
+    join = aside(x, side, when=when)
+    try:
+        a = main()
+    finally:
+        b = join()
+    return a, b
+
+
+def aside(x: torch.Tensor, side: Callable[[], B], *, when: bool = True) -> Callable[[], B]:
+    """Start side() as ``side_by_side`` does and return ``join``: join() makes the current stream
+    wait for it and returns side()'s value (the same value on later calls). What runs between
+    the two is the main part, however far down the call stack join() is called (the MoE hands
+    it to the experts' kernel, which calls it right before adding the shared expert's output)."""
     if not (ENABLED and when and x.is_cuda and x.shape[0] <= MAX_TOKENS) or torch.compiler.is_compiling():
-        b = side()
-        return main(), b
+        value = side()
+        return lambda: value
     global _depth
     current = torch.cuda.current_stream(x.device)
     key = (x.device, _depth)
@@ -51,9 +65,19 @@ def side_by_side(x: torch.Tensor, main: Callable[[], A], side: Callable[[], B], 
     _depth += 1
     try:
         with torch.cuda.stream(stream):
-            b = side()
-        a = main()
-    finally:
+            value = side()
+    except BaseException:
         _depth -= 1
-    current.wait_stream(stream)
-    return a, b
+        raise
+    joined = False
+
+    def join() -> B:
+        nonlocal joined
+        global _depth
+        if not joined:
+            joined = True
+            _depth -= 1
+            current.wait_stream(stream)
+        return value
+
+    return join

@@ -158,6 +158,14 @@ def test_moe_experts_adds_the_shared_output_in_its_combine(T):
     assert fused.dtype == torch.bfloat16 and torch.equal(fused, (routed + shared.float()).to(torch.bfloat16))
     ref_routed = reference_fp8.moe_experts(*args)
     assert torch.equal(reference_fp8.moe_experts(*args, shared=shared), (ref_routed + shared.float()).bfloat16())
+    # the shared output handed over as a callable (the MoE's join of its side stream): called once, same bits
+    calls = []
+    joined = lambda: calls.append(1) or shared  # noqa: E731
+    assert kernels.chosen("moe_experts", *args, shared=joined) == "triton"
+    assert torch.equal(triton_moe.moe_experts(*args, shared=joined), fused) and len(calls) == 1
+    assert torch.equal(reference_fp8.moe_experts(*args, shared=joined), (ref_routed + shared.float()).bfloat16())
+    with pytest.raises(ValueError, match="shared expert's output"):
+        triton_moe.moe_experts(*args, shared=lambda: shared[:, :-1])
 
 
 def test_routing_tiles_cover_every_pair():

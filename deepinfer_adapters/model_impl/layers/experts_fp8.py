@@ -18,6 +18,8 @@ K / 128, 128, 128]). w1 and w3 are stacked as w13 = [w1; w3] so one GEMM compute
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import math
 
 import torch
@@ -83,9 +85,10 @@ class Fp8Experts(nn.Module):
         return dequant(self.w13[e], self.w13_scale[e]), dequant(self.w2[e], self.w2_scale[e])
 
     def forward(self, x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor,
-                numerics: Numerics, shared: torch.Tensor | None = None) -> torch.Tensor:
+                numerics: Numerics, shared: torch.Tensor | Callable[[], torch.Tensor] | None = None) -> torch.Tensor:
         """x [T, D], route weights and expert ids [T, k] -> fp32 [T, D] (routed sum); with the
-        shared expert's output [T, D], that added and the sum in its dtype (one kernel on the GPU)."""
+        shared expert's output [T, D] (or a callable returning it once needed, which joins the
+        stream it runs on), that added and the sum in its dtype (one kernel on the GPU)."""
         act_block = self.act_block if numerics.act_quant else 0
         return kernels.moe_experts(x, route_w, expert_ids, self.w13, self.w13_scale, self.w2, self.w2_scale,
                                    self.block, act_block, self.limit, shared=shared)

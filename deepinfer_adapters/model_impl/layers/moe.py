@@ -7,6 +7,8 @@ FP8-quantized activation in the reference. The routed sum accumulates in fp32.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -15,7 +17,8 @@ from deepinfer_adapters.config import LayerSpec, ModelConfig, Routing
 from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 from deepinfer_adapters.model_impl.layers.linear import Linear, MergedLinear, same_input
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.overlap import side_by_side
+from deepinfer_adapters.model_impl import overlap
+from deepinfer_adapters.model_impl.overlap import aside
 
 
 class Gate(nn.Module):
@@ -91,17 +94,26 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor, numerics: Numerics, input_ids: torch.Tensor,
                 image_mask: torch.Tensor | None = None) -> torch.Tensor:
+        # the shared expert next to the gate, routing and routed experts (overlap.py): joined where
+        # its output is added (inside the experts' kernel, which also casts)
         if self.shared_experts is None:
-            w, idx = self.gate(x, input_ids, image_mask)
-            shared = None
-        else:  # the shared expert next to the gate and routing (overlap.py)
-            (w, idx), shared = side_by_side(x, lambda: self.gate(x, input_ids, image_mask),
-                                            lambda: self.shared_experts(x, numerics))
-        if self.routed is not None and shared is not None:  # the kernel adds the shared output and casts
+            return self._routed(x, numerics, input_ids, image_mask, None)
+        join = aside(x, lambda: self.shared_experts(x, numerics))
+        try:
+            return self._routed(x, numerics, input_ids, image_mask, join)
+        finally:
+            join()  # already joined unless something failed: then the side stream is not left open
+
+    def _routed(self, x: torch.Tensor, numerics: Numerics, input_ids: torch.Tensor, image_mask: torch.Tensor | None,
+                shared: Callable[[], torch.Tensor] | None) -> torch.Tensor:
+        w, idx = self.gate(x, input_ids, image_mask)
+        if shared is not None and not overlap.SHARED_THROUGH_EXPERTS:
+            shared = shared()
+        if self.routed is not None and shared is not None:
             return self.routed(x, w, idx, numerics, shared=shared)
         y = self.routed(x, w, idx, numerics) if self.routed is not None else self._dense_experts(x, w, idx, numerics)
         if shared is not None:
-            y += shared.float()
+            y += (shared() if callable(shared) else shared).float()
         return y.to(x.dtype)
 
     def _dense_experts(self, x: torch.Tensor, w: torch.Tensor, idx: torch.Tensor, numerics: Numerics) -> torch.Tensor:
