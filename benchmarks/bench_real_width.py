@@ -56,7 +56,7 @@ import time
 
 import torch
 
-from benchmarks.profiling import profile_step
+from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import triton_fp8_gemm, triton_hc, triton_moe, triton_support
 from deepinfer_adapters.config import parse_config
@@ -383,6 +383,12 @@ def run(args):
         logits_graph = graphs.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
         row["logits_rel_graph_vs_forward"] = float((logits_graph - logits_fast).norm() / logits_fast.norm())
         row["fast_ms"] = min(fast * 1e3, graph_ms)
+        if B in args.timeline and device == "cuda":  # the graph replay itself: idle gaps and side-stream overlap
+            try:
+                row["timeline"] = timeline_step(lambda: graphs.run(dev_ids, dev_pos, dev_slots, context + 1),
+                                                args.out, f"graph_b{B}")
+            except Exception as e:  # a diagnosis, not a result
+                log(f"timeline failed: {type(e).__name__}: {e}")
         if B in args.profile:  # the eager batched decode: the kernels a graph replays
             try:
                 profile_step(lambda: eager.run(dev_ids, dev_pos, dev_slots, context + 1), args.out, f"decode_b{B}")
@@ -489,6 +495,8 @@ def main():
     ap.add_argument("--ab", type=ab_spec, nargs="*", default=[], metavar="SWITCH:B,B",
                     help=f"graph decode also with SWITCH off at these batch sizes; switches: {sorted(AB_SWITCHES)}")
     ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
+    ap.add_argument("--timeline", type=int, nargs="*", default=[], metavar="B",
+                    help="torch.profiler over one graph replay at these batch sizes: idle gaps, overlap (CUDA)")
     ap.add_argument("--profile", type=int, nargs="*", default=None, metavar="B",
                     help="torch.profiler over one decode step at these batch sizes (bare flag: B=1)")
     args = ap.parse_args()

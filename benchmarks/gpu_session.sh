@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -276,6 +276,18 @@ if has s12moe; then  # session 12 (~5 min): the shared expert next to the routed
   timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4fp4" --batches 32 --noise-batch 0 --expert-block 0 \
     --profile 32 > "$OUT/v4_width_fp4_s12.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_fp4_s12.log"; grep -E "FAILED|Error" "$OUT/v4_width_fp4_s12.log"; pack
+fi
+if has s12time; then  # session 12 (~6 min): the decode path's GPU tests, then V4.1 B = 1 / 8 / 32 with graph-replay timelines
+  timeout 300 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_overlap_gpu.py tests/gpu/test_decode_graphs_gpu.py \
+    tests/gpu/test_model_flashmla_gpu.py tests/gpu/test_batch_invariance_gpu.py > "$OUT/gpu_tests_s12time.log" 2>&1
+  echo "overlap + decode graphs + flashmla model + invariance GPU tests: $(tail -1 "$OUT/gpu_tests_s12time.log")"
+  grep -hE "REPORT overlap|^FAILED|Error" "$OUT/gpu_tests_s12time.log" | head -10
+  pack
+  mkdir -p "$OUT/s12time"
+  timeout 200 ${RW/--out $OUT/--out $OUT/s12time} --batches 1 8 32 --ref-batches 0 --prefill 0 --timeline 1 8 32 \
+    > "$OUT/real_width_s12time.log" 2>&1
+  grep -E "^timeline|failed" "$OUT/real_width_s12time.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s12time.log" | grep decode
+  head -12 "$OUT"/s12time/timeline_graph_b8.txt; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -5,10 +5,16 @@
 innermost ATen / kernel-op frame that launched it, then the same summed by kernel name.
 The ordered list is what maps a graph replay's time onto the model's source (the op
 tables alone merge every GEMM of a step into one row).
+
+``timeline_step`` profiles a CUDA graph replay itself and writes ``timeline_{name}.txt``: the
+step's span on the GPU against the union of its kernels' intervals (the rest is idle: launch
+gaps between dependent kernels) and against their summed durations (more than the union where
+side streams overlap), then the largest idle gaps and the kernels around them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
 
@@ -70,3 +76,50 @@ def profile_step(step, out_dir: str, name: str = "decode_b1") -> None:
         for kernel, (n, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
             fh.write(f"{n:5d} {us:10.1f} {us / n:8.2f}  {kernel}\n")
     log(f"kernels {name}: {len(rows)} kernels, {sum(r[1] for r in rows) / 1e3:.2f} ms summed")
+
+
+def _intervals(prof) -> list[tuple[float, float, str]]:
+    """(start us, end us, kernel name) of each GPU kernel, in start order."""
+    rows = [(e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sorted(rows)
+
+
+def timeline_step(step, out_dir: str, name: str, gaps: int = 25) -> dict:
+    """One call of ``step`` (a graph replay; after one warm call) under torch.profiler: span,
+    busy (the union of kernel intervals), idle, summed kernel time; the ``gaps`` largest idle
+    gaps with the kernels before and after them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    rows = _intervals(prof)
+    if not rows:
+        log(f"timeline {name}: no kernels traced")
+        return {}
+    busy, idle, end = 0.0, [], rows[0][0]
+    prev = ""
+    for start, stop, kernel in rows:
+        if start > end:
+            idle.append((start - end, prev, kernel))
+        busy += max(0.0, stop - max(start, end))
+        if stop > end:
+            end, prev = stop, kernel
+    span = end - rows[0][0]
+    summed = sum(stop - start for start, stop, _ in rows)
+    result = {"kernels": len(rows), "span_us": span, "busy_us": busy, "idle_us": span - busy, "summed_us": summed}
+    with open(os.path.join(out_dir, f"timeline_{name}.txt"), "w") as fh:
+        fh.write(f"# {len(rows)} kernels; span {span:.1f} us, busy {busy:.1f} (union of kernel intervals), "
+                 f"idle {span - busy:.1f} in {len(idle)} gaps, kernels summed {summed:.1f} "
+                 f"(summed / busy {summed / busy:.3f}: > 1 where streams overlap)\n")
+        fh.write(f"# the {gaps} largest gaps: us, kernel before -> kernel after\n")
+        for gap, before, after in sorted(idle, reverse=True)[:gaps]:
+            fh.write(f"{gap:8.2f}  {before[:60]} -> {after[:60]}\n")
+        fh.write("\n# kernels in start order: start us (from the first), us, kernel\n")
+        for start, stop, kernel in rows:
+            fh.write(f"{start - rows[0][0]:9.2f} {stop - start:8.2f}  {kernel[:90]}\n")
+    log(f"timeline {name}: {json.dumps({k: round(v, 1) for k, v in result.items()})}")
+    return result
