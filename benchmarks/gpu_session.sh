@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -288,6 +288,15 @@ if has s12time; then  # session 12 (~6 min): the decode path's GPU tests, then V
     > "$OUT/real_width_s12time.log" 2>&1
   grep -E "^timeline|failed" "$OUT/real_width_s12time.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s12time.log" | grep decode
   head -12 "$OUT"/s12time/timeline_graph_b8.txt; pack
+fi
+if has s12final; then  # session 12's last figures (~4 min): V4.1 B = 1 / 8 / 32 and prefill 8192, V4 widths B = 8 / 32
+  mkdir -p "$OUT/s12final" "$OUT/v4final"
+  timeout 260 ${RW/--out $OUT/--out $OUT/s12final} --batches 1 8 32 --ref-batches 0 --moe-paths bf16 --timeline 8 \
+    > "$OUT/real_width_s12final.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s12final.log" | grep -E "decode|prefill"; grep -E "^timeline" "$OUT/real_width_s12final.log"; pack
+  timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4final" --batches 8 32 --noise-batch 0 \
+    > "$OUT/v4_width_s12final.log" 2>&1
+  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_s12final.log"; grep -E "FAILED|Error" "$OUT/v4_width_s12final.log"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"
