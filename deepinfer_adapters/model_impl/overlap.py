@@ -3,7 +3,8 @@
 At decode most kernels are too small to fill the GPU, so a part that does not depend on
 the work around it can run next to it instead of after it: V4.1's hyper-connection mixes
 next to the sublayer they are computed for (single-pass HC: the sublayer reads the previous
-mix), the shared expert next to the MoE gate and routing, and at decode an attention layer's
+mix), the shared expert next to the MoE gate, routing and routed experts (``aside``: joined
+where its output is added), and at decode an attention layer's
 window KV, compressor and indexer next to its query projection. The same kernels run on the
 same inputs, so every value is the same bits as run one after the other; only the time
 changes. SGLang runs DeepSeek's shared experts this way in its decode graphs.
@@ -13,8 +14,8 @@ stream of its own, so an inner side part never queues behind an outer one.
 
 CUDA graphs capture the fork and join (the side stream joins the capture through
 ``wait_stream``; its allocations go to the graph's pool). ``side``'s inputs must stay
-referenced until ``side_by_side`` returns (the callers' tensors do): the side stream may
-still be reading them while ``main`` runs.
+referenced until ``side_by_side`` returns, or ``aside``'s join is called (the callers'
+tensors and closures do): the side stream may still be reading them while ``main`` runs.
 """
 
 from __future__ import annotations
