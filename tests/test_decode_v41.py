@@ -12,7 +12,6 @@ any context (the index scan covers rows nobody may see yet).
 from __future__ import annotations
 
 import pytest
-import torch
 
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
