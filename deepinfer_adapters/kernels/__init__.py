@@ -124,6 +124,10 @@ def softmax_pool(*args: Any, **kwargs: Any) -> Any:
     return call("softmax_pool", *args, **kwargs)
 
 
+def compressor_v4_gather(*args: Any, **kwargs: Any) -> Any:
+    return call("compressor_v4_gather", *args, **kwargs)
+
+
 def swiglu(*args: Any, **kwargs: Any) -> Any:
     return call("swiglu", *args, **kwargs)
 
@@ -171,4 +175,4 @@ from deepinfer_adapters.kernels import triton_hc, triton_norm_rope  # noqa: E402
 from deepinfer_adapters.kernels import cublas_linear, flashmla_sparse, triton_index  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_linear, triton_quant, triton_route, triton_topk  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_engram, triton_hadamard  # noqa: E402,F401
-from deepinfer_adapters.kernels import triton_pool  # noqa: E402,F401
+from deepinfer_adapters.kernels import triton_compressor, triton_pool  # noqa: E402,F401

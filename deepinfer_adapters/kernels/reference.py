@@ -18,7 +18,7 @@ from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "topk_torch_order", "swiglu", "moe_route", "softmax_pool",
-       "hadamard", "engram_gate", "hc_mixes")
+       "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -279,6 +279,42 @@ def softmax_pool(kv: torch.Tensor, score: torch.Tensor) -> torch.Tensor:
     """The compressors' pooling: sum over rows (dim 1) of kv * softmax over rows of score, fp32
     (the softmax in fp64 in batch-invariant mode, as every fp32-valued reference step)."""
     return (kv * wide(score).softmax(dim=1).float()).sum(dim=1)
+
+
+def compressor_v4_gather(kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, kv_state: torch.Tensor,
+                         score_state: torch.Tensor, slots: torch.Tensor, at: torch.Tensor, ratio: int,
+                         overlap: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A V4 compressor's decode step (one token per sequence; layout in model_impl/layers/compressor_v4.py):
+    the rows its pooling reads, and the state update, in place.
+
+    kv, score [B, c w] fp32 (the token's projections; ``ape[at]`` [r, c w] is added to score here),
+    kv_state, score_state [S, c r, c w] fp32, slots [B], at [B] (position mod r); c = 2 with ``overlap``.
+    Returns (kv rows, score rows) [B, c r, w]: the token's block (rows off .. off + r - 1, the token's
+    own row replaced by it), with overlap the previous block's first half over the current block's
+    second half. State: a token completing its block moves that block (with it) into rows 0 .. r - 1
+    (overlap); any other token is stored at row off + at. An entry is only valid where the token
+    completes its block (the caller stores only those)."""
+    r = ratio
+    w = kv.shape[-1] // (2 if overlap else 1)
+    off = r if overlap else 0
+    score = score + ape[at]
+    each = slots.unsqueeze(1)
+    rows = torch.arange(r, device=kv.device)
+    new = (rows == at.unsqueeze(1)).unsqueeze(-1)
+    complete = at == r - 1
+    bkv = torch.where(new, kv.unsqueeze(1), kv_state[each, off + rows])
+    bscore = torch.where(new, score.unsqueeze(1), score_state[each, off + rows])
+    if overlap:
+        done = complete.view(-1, 1, 1)
+        prev_kv, prev_score = kv_state[each, rows], score_state[each, rows]
+        kv_state[each, rows] = torch.where(done, bkv, prev_kv)  # a completed block becomes the previous one
+        score_state[each, rows] = torch.where(done, bscore, prev_score)
+        bkv = torch.cat([prev_kv[..., :w], bkv[..., w:]], dim=1)
+        bscore = torch.cat([prev_score[..., :w], bscore[..., w:]], dim=1)
+    row = off + at  # the token joins the block in progress, unless it completes it
+    kv_state[slots, row] = torch.where(complete.unsqueeze(1), kv_state[slots, row], kv)
+    score_state[slots, row] = torch.where(complete.unsqueeze(1), score_state[slots, row], score)
+    return bkv, bscore
 
 
 def moe_route(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renormalize: bool, eps: float,

@@ -26,3 +26,29 @@ def test_softmax_pool_matches_reference(N, R, C):
     assert ratio <= 1.0
     if N > 1:  # an entry alone == batched
         assert torch.equal(kernels.softmax_pool(kv[1:2], s[1:2]), got[1:2])
+
+
+@pytest.mark.parametrize("ratio,overlap,w,B", [(4, True, 512, 32), (128, False, 512, 32), (4, True, 128, 3),
+                                              (128, False, 512, 1)])
+def test_compressor_v4_gather_matches_reference_bit_for_bit(ratio, overlap, w, B):
+    """The V4 compressor's decode step (kernels/triton_compressor.py): the pooling's rows and the
+    updated state the same bits as the torch reference, at V4's CSA (ratio 4, overlap) and HCA
+    (ratio 128) shapes, every place in a block."""
+    c = 2 if overlap else 1
+    g = torch.Generator(device="cuda").manual_seed(ratio + B)
+    S = B + 5
+    kv_state = torch.randn(S, c * ratio, c * w, device="cuda", generator=g)
+    score_state = torch.randn(S, c * ratio, c * w, device="cuda", generator=g) * 3
+    score_state[::2, ratio // 2:] = float("-inf")
+    slots = torch.randperm(S, device="cuda", generator=g)[:B]
+    at = (torch.arange(B, device="cuda") * 7 + ratio - 1) % ratio  # the first completes its block
+    kv, score = (torch.randn(B, c * w, device="cuda", generator=g) for _ in range(2))
+    ape = torch.randn(ratio, c * w, device="cuda", generator=g)
+    args = (kv, score, ape)
+    got_state, want_state = (kv_state.clone(), score_state.clone()), (kv_state.clone(), score_state.clone())
+    assert kernels.chosen("compressor_v4_gather", *args, *got_state, slots, at, ratio, overlap) == "triton"
+    got = kernels.compressor_v4_gather(*args, *got_state, slots, at, ratio, overlap)
+    want = reference.compressor_v4_gather(*args, *want_state, slots, at, ratio, overlap)
+    same = [torch.equal(a, b) for a, b in zip(got + got_state, want + want_state)]
+    print(f"REPORT compressor_v4_gather r={ratio} overlap={overlap} w={w} B={B}: bit-equal {same}")
+    assert all(same)

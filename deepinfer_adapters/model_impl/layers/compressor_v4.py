@@ -57,23 +57,18 @@ def quantize_kv_v4(kv: torch.Tensor, rope_dim: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class BlockSlots:
-    """Where a decode step's tokens sit in a compressor's state (the layout above): the same for
-    every compressor of one ratio and layout, so a step computes it once (``DecodeBatch.shared``)."""
+    """Where a decode step's tokens sit in a compressor's blocks: the same for every compressor of
+    one ratio, so a step computes it once (``DecodeBatch.shared``)."""
 
     at: torch.Tensor  # [B] p mod r: the token's place in its block
     complete: torch.Tensor  # [B] whether the token completes its block
-    block: torch.Tensor  # [r] state rows of the block in progress
-    new: torch.Tensor  # [B, r, 1] which of them is the token's
-    row: torch.Tensor  # [B] the token's state row
     freqs: torch.Tensor  # RoPE of each token's entry, at its block's first position
 
     @classmethod
-    def of(cls, batch: DecodeBatch, r: int, off: int, rope: RotaryTable) -> "BlockSlots":
+    def of(cls, batch: DecodeBatch, r: int, rope: RotaryTable) -> "BlockSlots":
         pos = batch.positions
         at = pos % r
-        return cls(at=at, complete=at == r - 1, block=off + batch.arange(r),
-                   new=(batch.arange(r) == at.unsqueeze(1)).unsqueeze(-1), row=off + at,
-                   freqs=rope.lookup(pos - at, batch.max_len))
+        return cls(at=at, complete=at == r - 1, freqs=rope.lookup(pos - at, batch.max_len))
 
 
 class CompressorV4(nn.Module):
@@ -139,32 +134,16 @@ class CompressorV4(nn.Module):
         branches: (the entry of each token's block [B, width], ready for the cache, and
         whether the token completes that block [B]). An entry of a block not yet complete
         pools stale rows and must not be stored (``store_completed``)."""
-        r, w, slots = self.ratio, self.width, batch.slots
-        off = r if self.overlap else 0
-        place = batch.shared(("block_slots", r, off, self.rope.kind),
-                             lambda: BlockSlots.of(batch, r, off, self.rope))
-        complete = place.complete
-        xf = x.float()
-        kv, score = same_input(xf, numerics, self.kv_gate, self.wkv, self.wgate)
-        score = score + self.ape[place.at]
-        kv_state = state.fixed(self.key, f"{self.name}_kv")
-        score_state = state.fixed(self.key, f"{self.name}_score")
-        each = slots.unsqueeze(1)
-        bkv = torch.where(place.new, kv.unsqueeze(1), kv_state[each, place.block])
-        bscore = torch.where(place.new, score.unsqueeze(1), score_state[each, place.block])
-        done = complete.view(-1, 1, 1)
-        if self.overlap:
-            prev = batch.arange(r)
-            prev_kv, prev_score = kv_state[each, prev], score_state[each, prev]
-            kv_state[each, prev] = torch.where(done, bkv, prev_kv)  # a completed block becomes the previous one
-            score_state[each, prev] = torch.where(done, bscore, prev_score)
-            bkv = torch.cat([prev_kv[..., :w], bkv[..., w:]], dim=1)
-            bscore = torch.cat([prev_score[..., :w], bscore[..., w:]], dim=1)
-        row = place.row  # the token joins the block in progress, unless it completes it
-        kv_state[slots, row] = torch.where(complete.unsqueeze(1), kv_state[slots, row], kv)
-        score_state[slots, row] = torch.where(complete.unsqueeze(1), score_state[slots, row], score)
+        r = self.ratio
+        place = batch.shared(("block_slots", r, self.rope.kind), lambda: BlockSlots.of(batch, r, self.rope))
+        kv, score = same_input(x.float(), numerics, self.kv_gate, self.wkv, self.wgate)
+        # the token's block (with overlap the previous one's first half too) and the state
+        # updated, in one kernel on the GPU (reference.compressor_v4_gather: ~20 torch ops)
+        bkv, bscore = kernels.compressor_v4_gather(kv, score, self.ape, state.fixed(self.key, f"{self.name}_kv"),
+                                                   state.fixed(self.key, f"{self.name}_score"), batch.slots,
+                                                   place.at, r, self.overlap)
         pooled = kernels.softmax_pool(bkv, bscore)
-        return self.cache_form(pooled.to(numerics.dtype), place.freqs, numerics), complete
+        return self.cache_form(pooled.to(numerics.dtype), place.freqs, numerics), place.complete
 
     def finish(self, pooled: torch.Tensor, first_entry: int, numerics: Numerics) -> torch.Tensor:
         """norm -> RoPE at entry j's first position j*r -> cache round trip."""
