@@ -280,6 +280,12 @@ AB_SWITCHES = {
     # decode GEMVs with few weight row tiles: FP8 steps instead of bf16 steps (triton_fp8_gemm.BF16_STEPS)
     "bf16_steps": (lambda: setattr(triton_fp8_gemm, "BF16_STEPS", False),
                    lambda: setattr(triton_fp8_gemm, "BF16_STEPS", True)),
+    # one-token MoE routing's per-token sort: torch's sort + gather instead of one Triton launch
+    "pair_sort": (lambda: setattr(triton_moe, "PAIR_SORT_KERNEL", False),
+                  lambda: setattr(triton_moe, "PAIR_SORT_KERNEL", True)),
+    # V4's compressor decode step: the torch version (~20 launches) instead of one Triton kernel
+    "compressor_gather": (lambda: kernels.use_backend("compressor_v4_gather", "torch"),
+                          lambda: kernels.use_backend("compressor_v4_gather", None)),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
     "topk_torch_order": (lambda: kernels.use_backend("topk_torch_order", "torch"),
                          lambda: kernels.use_backend("topk_torch_order", None)),

@@ -39,3 +39,29 @@ print("OK", len(cases))
 
 def test_pair_sort_kernel_matches_the_torch_route_under_the_interpreter():
     assert "OK 8" in run_interpreted(SCRIPT)
+
+
+PAIR_SCRIPT = r"""
+import torch
+from deepinfer_adapters.kernels import triton_moe
+g = torch.Generator().manual_seed(1)
+cases = [torch.rand(T, E, generator=g).topk(k, dim=1).indices for T, k, E in [(1, 6, 384), (3, 6, 256), (2, 8, 64),
+                                                                             (1, 2, 4), (4, 1, 16)]]
+cases.append(torch.tensor([[5, 1, 5, 0, 1, 2]]))  # repeated experts: pair order among them (stable)
+for ids in cases:
+    w = torch.rand(ids.shape, generator=g)
+    triton_moe.PAIR_SORT_KERNEL = True
+    tiles, rw = triton_moe.pair_route(ids, w)
+    triton_moe.PAIR_SORT_KERNEL = False
+    t2, rw2 = triton_moe.pair_route(ids, w)
+    assert tiles.expert.dtype == t2.expert.dtype == torch.int32 and rw.dtype == torch.float32
+    assert torch.equal(tiles.expert, t2.expert) and torch.equal(rw, rw2), (ids, tiles.expert, t2.expert)
+    assert bool((tiles.expert.view(ids.shape).diff(dim=1) >= 0).all())
+print("OK", len(cases))
+"""
+
+
+def test_per_token_pair_sort_kernel_matches_torch_under_the_interpreter():
+    """``pair_route``'s one-launch sort (one token's pairs by expert, their weights along) gives
+    torch's stable sort and gather, repeated experts included."""
+    assert "OK 6" in run_interpreted(PAIR_SCRIPT)

@@ -76,6 +76,7 @@ DECODE_PATH = "bf16"
 # one V4.1 layer at 8 / 32 tokens (BENCHMARKS.md, session 8): 364 / 1159 us; their bf16 path 479 / 1531;
 # the same experts as E4M3 on their bf16 path 431 / 1411.
 FP4_DECODE_PATH = "fp8"
+PAIR_SORT_KERNEL = True  # pair routing's per-token sort in one Triton launch (else torch's sort + gather)
 
 
 @functools.cache
@@ -144,16 +145,21 @@ def pair_route(expert_ids: torch.Tensor, route_w: torch.Tensor) -> tuple[fp8.Gro
     per pair, so this is the default for one token only (its k experts are distinct). H200,
     real-width model, random routing: 8 and 32 tokens took 1.3 and 7.3 ms longer per step."""
     T, k = expert_ids.shape
-    ids, perm = expert_ids.sort(dim=1)
     device = expert_ids.device
+    if PAIR_SORT_KERNEL:  # one launch (triton_moe_sort.sort_each_token); torch's sort and gather ~7
+        from deepinfer_adapters.kernels import triton_moe_sort
+
+        experts, rw = triton_moe_sort.sort_each_token(expert_ids, route_w)
+    else:
+        ids, perm = expert_ids.sort(dim=1, stable=True)
+        experts, rw = ids.flatten().to(torch.int32), route_w.float().gather(1, perm).flatten()
 
     def build() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         rows = torch.arange(T * k, device=device, dtype=torch.int32)
         return rows, rows + 1, rows // k
 
     row0, row1, row_idx = fp8.shape_cached(("moe_pairs", T, k, device), build)
-    tiles = fp8.Groups(expert=ids.flatten().to(torch.int32), row0=row0, row1=row1, row_idx=row_idx)
-    return tiles, route_w.float().gather(1, perm).flatten()
+    return fp8.Groups(expert=experts, row0=row0, row1=row1, row_idx=row_idx), rw
 
 
 def combine(out: torch.Tensor, T: int, k: int, rows: torch.Tensor | None = None,

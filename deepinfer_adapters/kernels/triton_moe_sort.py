@@ -16,8 +16,12 @@ version, whose sorts scale better):
    where it differs from the row after (the sorted experts go through a scratch buffer
    to read the neighbours); a tile starts every ``block_m`` rows of a group, and a running
    count of tile starts numbers the tiles in expert order, as the torch version does.
-Tiles past the last are idle (expert -1, no rows). Imports Triton at its top: import it
-where Triton runs (``triton_moe.route`` does, lazily).
+Tiles past the last are idle (expert -1, no rows).
+
+``sort_each_token`` is the one-token decode's routing (``triton_moe.pair_route``): each token's
+pairs in ascending expert order with their route weights, one program per token, where torch's
+sort, its index copies and the gather were ~7 launches a layer. Imports Triton at its top: import
+it where Triton runs (``triton_moe`` does, lazily).
 """
 
 from __future__ import annotations
@@ -78,6 +82,34 @@ def sort_pairs_kernel(IDS, ORDER, ROW_IDX, EXPERT, ROW0, ROW1, POS, SCRATCH, P, 
     tl.store(EXPERT + t, -1, mask=idle)
     tl.store(ROW0 + t, 0, mask=idle)
     tl.store(ROW1 + t, 0, mask=idle)
+
+
+@triton.jit
+def sort_each_token_kernel(IDS, W, EXPERT, RW, K: tl.constexpr, K_PAD: tl.constexpr, BIG: tl.constexpr):
+    """Token t's K pairs by expert, stably (key = expert x K_PAD + pair): the experts (int32)
+    and their route weights (fp32) at rows t K .. t K + K - 1."""
+    pdl_start()
+    t = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, K_PAD)
+    inside = j < K
+    ids = tl.load(IDS + t * K + j, mask=inside, other=BIG).to(tl.int64)  # padding sorts last
+    key = tl.sort(ids * K_PAD + j, 0)
+    pair = key % K_PAD
+    tl.store(EXPERT + t * K + j, (key // K_PAD).to(tl.int32), mask=inside)
+    tl.store(RW + t * K + j, tl.load(W + t * K + pair, mask=inside, other=0.0).to(tl.float32), mask=inside)
+
+
+def sort_each_token(expert_ids: torch.Tensor, route_w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """expert_ids, route_w [T, k] -> (experts int32 [T k], route weights fp32 [T k]): each token's
+    pairs in ascending expert order (stable: repeated experts keep pair order)."""
+    T, k = expert_ids.shape
+    expert = torch.empty(T * k, device=expert_ids.device, dtype=torch.int32)
+    rw = torch.empty(T * k, device=expert_ids.device, dtype=torch.float32)
+    if T:
+        sort_each_token_kernel[(T,)](expert_ids.contiguous(), route_w.contiguous(), expert, rw, K=k,
+                                     K_PAD=max(2, triton.next_power_of_2(k)), BIG=2**40, num_warps=1,
+                                     **pdl_launch())
+    return expert, rw
 
 
 def fits(expert_ids: torch.Tensor, n_experts: int) -> bool:

@@ -324,3 +324,17 @@ def test_moe_experts_128_blocks_timing():
             ms = start.elapsed_time(end) / 5
             tflops = 2 * T * k * 3 * D * I / ms / 1e9
             print(f"REPORT moe128 timing {path} {name} T={T} E={E} D={D} I={I}: {ms:.2f} ms ({tflops:.0f} TFLOP/s)")
+
+
+@pytest.mark.parametrize("T,k,E", [(1, 6, 384), (1, 6, 256), (4, 8, 64)])
+def test_pair_route_kernel_equals_torch_sort(T, k, E, monkeypatch):
+    """pair_route's one-launch per-token sort (triton_moe_sort.sort_each_token), compiled: the
+    experts and route weights torch's stable sort and gather give, bit for bit."""
+    from deepinfer_adapters.kernels import triton_moe
+
+    w, ids = _routing(T, E, k, seed=40 + T)
+    monkeypatch.setattr(triton_moe, "PAIR_SORT_KERNEL", True)
+    tiles, rw = triton_moe.pair_route(ids, w)
+    monkeypatch.setattr(triton_moe, "PAIR_SORT_KERNEL", False)
+    want, want_rw = triton_moe.pair_route(ids, w)
+    assert torch.equal(tiles.expert, want.expert) and torch.equal(rw, want_rw)
