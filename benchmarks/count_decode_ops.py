@@ -77,7 +77,8 @@ def cuda_backend_takes_over(op: str, args: tuple, kwargs: dict) -> bool:
     return op in {"rms_norm", "hc_pre_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre",
                   "hc_post", "fp8_linear", "fp8_grouped_linear", "moe_experts", "index_scores",
                   "topk_lowest_index", "topk_torch_order", "softmax_pool", "fp8_roundtrip", "fp4_roundtrip_e8m0",
-                  "fp4_roundtrip_e4m3", "swiglu", "engram_gate", "hadamard", "hc_mixes", "compressor_v4_gather"}
+                  "fp4_roundtrip_e4m3", "swiglu", "engram_gate", "hadamard", "hc_mixes", "compressor_v4_gather",
+                  "rms_norm_in_dtype"}
 
 
 class OpCounter(TorchDispatchMode):

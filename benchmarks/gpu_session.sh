@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -311,6 +311,17 @@ if has s12ops; then  # session 12's last call (~4.5 min): V4's compressor decode
   timeout 100 ${RW/--out $OUT/--out $OUT/s12ops} --batches 1 --ref-batches 0 --prefill 0 --ab pair_sort:1 \
     > "$OUT/real_width_s12ops.log" 2>&1
   grep -E "^A/B" "$OUT/real_width_s12ops.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s12ops.log" | grep decode; pack
+fi
+if has s12norm; then  # session 12's very last call (~2 min): V4's query norm in one kernel
+  timeout 100 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_hc_norm_rope_gpu.py tests/gpu/test_overlap_gpu.py \
+    -k "in_dtype or overlap" > "$OUT/gpu_tests_s12norm.log" 2>&1
+  echo "rms_norm_in_dtype + overlap GPU tests: $(tail -1 "$OUT/gpu_tests_s12norm.log")"
+  grep -hE "REPORT (rms_norm_in_dtype|overlap)|^FAILED|Error" "$OUT/gpu_tests_s12norm.log" | head -12
+  pack
+  mkdir -p "$OUT/v4norm"
+  timeout 100 python benchmarks/bench_v4_width.py --out "$OUT/v4norm" --batches 8 32 --noise-batch 0 \
+    --ab-pin rms_norm_in_dtype=torch > "$OUT/v4_width_s12norm.log" 2>&1
+  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_s12norm.log"; grep -E "^A/B|FAILED|Error" "$OUT/v4_width_s12norm.log"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -76,6 +76,10 @@ def rms_norm(*args: Any, **kwargs: Any) -> Any:
     return call("rms_norm", *args, **kwargs)
 
 
+def rms_norm_in_dtype(*args: Any, **kwargs: Any) -> Any:
+    return call("rms_norm_in_dtype", *args, **kwargs)
+
+
 def apply_rope(*args: Any, **kwargs: Any) -> Any:
     return call("apply_rope", *args, **kwargs)
 

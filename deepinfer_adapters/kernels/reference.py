@@ -18,7 +18,7 @@ from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "topk_torch_order", "swiglu", "moe_route", "softmax_pool",
-       "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather")
+       "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather", "rms_norm_in_dtype")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -68,6 +68,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
     if weight is not None:
         y = weight.float() * y
     return y.to(x.dtype)
+
+
+def rms_norm_in_dtype(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """Weightless RMS norm over the last dim computed op by op in x's dtype, each step rounded
+    to it (V4's per-head query norm, as the reference's in-place ``q *= rsqrt(mean(q^2) + eps)``)."""
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
 
 
 ENGRAM_GATE_FLOOR = 1e-6  # |dot| floor before the Engram gate's signed sqrt, from training

@@ -1,5 +1,5 @@
-"""Triton backends of ``rms_norm``, ``hc_pre_norm`` and ``apply_rope`` (CUDA tensors only; registered
-as "triton").
+"""Triton backends of ``rms_norm``, ``hc_pre_norm``, ``rms_norm_in_dtype`` and ``apply_rope`` (CUDA
+tensors only; registered as "triton").
 
 Same signatures and meaning as ``kernels.reference``. The torch versions are 6-10
 small kernels each (casts, square, mean, rsqrt, products; complex view, multiply,
@@ -24,6 +24,9 @@ Numerics against the reference (fp32 inside, one cast to x's dtype at the end):
   rsqrtf), x * r, then weight * (x * r) -- except that the sum of squares is added
   in a different tree: a few fp32 ulps on r, hence on every output; bf16 outputs
   round to the same value or its neighbour (one bf16 ulp).
+- ``rms_norm_in_dtype`` (V4's query norm): torch's ops in x's dtype, each result rounded to it,
+  the same kernel rounding after each step; only the sum's tree differs (the rounded mean moves
+  by one ulp of x's dtype where the fp32 sum falls at a rounding boundary).
 - ``apply_rope``: (xr fr - xi fi, xr fi + xi fr) in fp32 like torch's complex64
   product (whether each pair becomes an FMA is up to the compilers on both sides:
   an fp32 ulp of the larger product); the copied part is exact.
@@ -67,9 +70,12 @@ def _kernels():
 
     @triton.jit
     def rms_norm(X, PRE, W, OUT, R, N, stride_x, stride_xh, stride_p, stride_o, inv_n, eps, HC: tl.constexpr,
-                 HAS_WEIGHT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+                 HAS_WEIGHT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                 IN_DTYPE: tl.constexpr = False):
         """HC > 0: each row is first the hc_pre collapse of X's HC streams (products rounded,
-        streams added in order, cast to OUT's dtype), as ``triton_hc.hc_pre`` computes it."""
+        streams added in order, cast to OUT's dtype), as ``triton_hc.hc_pre`` computes it.
+        IN_DTYPE (weightless): every step rounded to OUT's dtype, as torch's ops in that dtype
+        (``reference.rms_norm_in_dtype``): squares, mean, + eps, rsqrt, the product."""
         pdl_start()
         rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
         cols = tl.arange(0, BLOCK_N)
@@ -87,7 +93,12 @@ def _kernels():
                 x += (tl.load(pre + a, mask=mask_r, other=0.0)[:, None]
                       * tl.load(x_ptr + a * stride_xh, mask=mask, other=0.0).to(tl.float32))
             x = x.to(OUT.dtype.element_ty).to(tl.float32)
-        r = tl.rsqrt(tl.sum(x * x, axis=1) * inv_n + eps)
+        if IN_DTYPE:
+            dt = OUT.dtype.element_ty
+            mean = (tl.sum((x * x).to(dt).to(tl.float32), axis=1) * inv_n).to(dt).to(tl.float32)
+            r = tl.rsqrt((mean + eps).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+        else:
+            r = tl.rsqrt(tl.sum(x * x, axis=1) * inv_n + eps)
         y = x * r[:, None]
         if HAS_WEIGHT:
             y = tl.load(W + cols, mask=mask_c, other=0.0).to(tl.float32)[None, :] * y
@@ -142,7 +153,16 @@ def hc_pre_norm(x: torch.Tensor, pre: torch.Tensor, weight: torch.Tensor | None,
     return _norm(x3, p, weight, eps).view(*x.shape[:-2], D)
 
 
-def _norm(x: torch.Tensor, pre: torch.Tensor | None, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+def rms_norm_in_dtype(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """See ``reference.rms_norm_in_dtype``: the rms_norm kernel with every step rounded to x's dtype."""
+    N = x.shape[-1]
+    x2 = x.reshape(-1, N)
+    x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
+    return _norm(x2, None, None, eps, in_dtype=True).view(x.shape)
+
+
+def _norm(x: torch.Tensor, pre: torch.Tensor | None, weight: torch.Tensor | None, eps: float,
+          in_dtype: bool = False) -> torch.Tensor:
     """x [R, N] (pre None) or [R, hc, N] collapsed with pre [R, hc] first."""
     R, N = x.shape[0], x.shape[-1]
     out = torch.empty(R, N, device=x.device, dtype=x.dtype)
@@ -155,7 +175,7 @@ def _norm(x: torch.Tensor, pre: torch.Tensor | None, weight: torch.Tensor | None
         k_norm[(triton.cdiv(R, block_r),)](
             x, x if pre is None else pre, w, out, R, N, x.stride(0), x.stride(1) if hc else 0,
             pre.stride(0) if hc else 0, out.stride(0), 1.0 / N, float(eps), HC=hc, HAS_WEIGHT=weight is not None,
-            BLOCK_R=block_r, BLOCK_N=block_n, num_warps=max(4, min(16, block_r * block_n // 1024)),
+            BLOCK_R=block_r, BLOCK_N=block_n, IN_DTYPE=in_dtype, num_warps=max(4, min(16, block_r * block_n // 1024)),
             enable_fp_fusion=False, **pdl_launch())
     return out
 
@@ -199,6 +219,11 @@ def supports_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -
             and x.shape[-1] >= rd and triton_available())
 
 
+def supports_rms_norm_in_dtype(x: torch.Tensor, eps: float) -> bool:
+    return supports_rms_norm(x, None, eps)
+
+
 register("rms_norm", "triton", rms_norm, supports=supports_rms_norm, priority=10)
+register("rms_norm_in_dtype", "triton", rms_norm_in_dtype, supports=supports_rms_norm_in_dtype, priority=10)
 register("hc_pre_norm", "triton", hc_pre_norm, supports=supports_hc_pre_norm, priority=10)
 register("apply_rope", "triton", apply_rope, supports=supports_rope, priority=10)

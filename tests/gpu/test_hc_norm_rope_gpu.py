@@ -407,3 +407,20 @@ def _refill_rope(seed: int):
         q.copy_(torch.randn(q.shape, device="cuda", generator=g).to(q.dtype))
         freqs.copy_(_freqs(freqs.shape[0], freqs.shape[1], g))
     return refill
+
+
+@pytest.mark.parametrize("T", (1, 32, 4096))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_in_dtype(T, dtype):
+    """V4's per-head query norm (every step rounded to the dtype, as torch's ops in it): within
+    two ulps of the dtype of torch's result (the sum of squares in another order can move the
+    rounded mean by one ulp), mostly bit-equal (reported); a head alone == batched."""
+    g = _gen(T + 11)
+    q = (torch.randn(T, 64, 512, device="cuda", generator=g) * 2).to(dtype)
+    assert kernels.chosen("rms_norm_in_dtype", q, NORM_EPS) == "triton"
+    got, want = _nr().rms_norm_in_dtype(q, NORM_EPS), reference.rms_norm_in_dtype(q, NORM_EPS)
+    diff = (got.double() - want.double()).abs()
+    bound = 2.0**-19 * want.double().abs() if dtype == torch.float32 else 2 * _bf16_ulp(got, want)
+    print(f"REPORT rms_norm_in_dtype T={T} {dtype}: bit-equal fraction {float((diff == 0).double().mean()):.6f}")
+    assert got.shape == want.shape and got.dtype == dtype and bool((diff <= bound + 1e-30).all())
+    assert torch.equal(_nr().rms_norm_in_dtype(q[:1, 3:4], NORM_EPS), got[:1, 3:4])

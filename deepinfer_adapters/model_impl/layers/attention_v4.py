@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from deepinfer_adapters import kernels
 from deepinfer_adapters.config import AttnRole, LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, WindowSlots, gathered_index
@@ -50,7 +51,7 @@ class AttentionV4(AttentionBase):
 
     def normalize_q(self, q: torch.Tensor) -> torch.Tensor:
         # In q's own dtype, as the reference's in-place ``q *= rsqrt(mean(q^2) + eps)``.
-        return q * torch.rsqrt(q.square().mean(-1, keepdim=True) + self.eps)
+        return kernels.rms_norm_in_dtype(q, self.eps)
 
     def quantize_window_kv(self, kv: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         return quantize_kv_v4(kv, self.rope_dim)
