@@ -286,6 +286,10 @@ AB_SWITCHES = {
     # V4's compressor decode step: the torch version (~20 launches) instead of one Triton kernel
     "compressor_gather": (lambda: kernels.use_backend("compressor_v4_gather", "torch"),
                           lambda: kernels.use_backend("compressor_v4_gather", None)),
+    # the A/B's other run turns on packed E2M1 experts' per-128-block accumulation (off by default:
+    # triton_fp8_gemm.FP4_BLOCK_ACCUMULATE; activation scales per 128 only, i.e. V4: bench_v4_width --ab-off)
+    "fp4_block_acc": (lambda: setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", True),
+                      lambda: setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", False)),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
     "topk_torch_order": (lambda: kernels.use_backend("topk_torch_order", "torch"),
                          lambda: kernels.use_backend("topk_torch_order", None)),

@@ -464,7 +464,7 @@ def switch_spec(name: str):
     if name not in AB_SWITCHES:
         raise argparse.ArgumentTypeError(f"--ab-off takes one of {sorted(AB_SWITCHES)}")
     off, on = AB_SWITCHES[name]
-    return f"no {name}", off, on
+    return f"{name} switched", off, on
 
 
 def main():

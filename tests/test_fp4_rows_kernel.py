@@ -6,7 +6,8 @@ both layouts ``quant.to_fp4_tiles`` produces: 128-row tiles (N = 256: two N tile
 spans (N = 40, not a multiple of 128: the last N tile masked). The interpreter takes the integer
 unpack (the GPU the PTX one, whose text tests/test_fp4_ptx.py runs; tests/gpu/test_moe_gpu.py
 runs the compiled kernel in the MoE). A control feeds the stored layout as if it were the held
-one: far off."""
+one: far off. With activation scales per 128, also the per-128-block accumulation
+(``FP4_BLOCK_ACCUMULATE``)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ for N in (256, 40):
             out = tg.gemm(a, sa, a_block, weights, wscale, (1, 32), torch.float32, rows=R, groups=groups)
             rel = ((out.double() - want).abs().max() / want.abs().max()).item()
             print(N, int(fp4_tiled(N, K)), name, a_block, f"{rel:.3e}")
+        if a_block == 128:  # each 128-input block summed under the weight scales, then scaled once
+            tg.FP4_BLOCK_ACCUMULATE = True
+            out = tg.gemm(a, sa, a_block, held, wscale, (1, 32), torch.float32, rows=R, groups=groups)
+            tg.FP4_BLOCK_ACCUMULATE = False
+            rel = ((out.double() - want).abs().max() / want.abs().max()).item()
+            print(N, int(fp4_tiled(N, K)), "block_acc", a_block, f"{rel:.3e}")
 """
 
 
@@ -49,11 +56,12 @@ def test_fp4_rows_kernel_matches_dequantized_weights_under_the_interpreter():
     lines = [line.split() for line in run_interpreted(SCRIPT).strip().splitlines()]
     rel = {(int(n), name, int(block)): float(value) for n, _, name, block, value in lines}
     assert {(int(n), int(t)) for n, t, *_ in lines} == {(256, 1), (40, 0)}  # both layouts ran
-    assert len(rel) == 8
+    assert len(rel) == 10
     for n in (256, 40):
         for block in (32, 128):
             assert rel[(n, "held", block)] < 1e-6  # fp32 sums of exact products
             assert rel[(n, "control", block)] > 0.1
+        assert rel[(n, "block_acc", 128)] < 1e-6  # FP4_BLOCK_ACCUMULATE (the last run, a_block 128)
 
 
 

@@ -305,6 +305,10 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
 # Packed E2M1 experts with E4M3 activations (grouped only): ``fp4_gemm_rows_kernel``, 16 rows of a tile
 # against 128 weight rows, one 64-input span per iteration
 FP4_ROWS_CONFIG = GemmConfig(16, 128, 1, 4, 3)
+# Activation scales per 128 (V4): each 128-input block summed under the weight scales only, its activation
+# scale applied once (``fp4_gemm_rows_kernel``'s BLOCK_ACC; 4.7 -> 3.4 SASS instructions a weight value
+# offline). Off until timed on the GPU (bench_real_width / bench_v4_width switch ``fp4_block_acc``).
+FP4_BLOCK_ACCUMULATE = False
 def fp4_rows_fit(k_in: int, w2: torch.Tensor, w2_scale: torch.Tensor, block: tuple[int, int], act_block: int) -> bool:
     """Whether an MoE's packed E2M1 experts (input width ``k_in``, w2's packed K) fit ``fp4_gemm_rows_kernel``."""
     return (tuple(block) == (1, 32) and _scale_arg(w2_scale)[1] and act_block % 32 == 0
@@ -328,7 +332,8 @@ def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, 
                          "are tiled), and no kstep, quantize_a or swapped")
     n_tiles = triton.cdiv(N, cfg.block_n)
     m_tiles = groups.expert.numel()
-    split, k_per_split = split_k(m_tiles * n_tiles, K, 64, cfg.programs if split_groups else 0)
+    block_acc = FP4_BLOCK_ACCUMULATE and act_block % 128 == 0  # K is then a multiple of 128 too
+    split, k_per_split = split_k(m_tiles * n_tiles, K, 128 if block_acc else 64, cfg.programs if split_groups else 0)
     out = torch.empty((split, M, N) if split > 1 else (M, N), device=a.device,
                       dtype=torch.float32 if split > 1 else out_dtype)
     if M:
@@ -338,8 +343,8 @@ def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, 
             N, K, k_per_split, a.stride(0), a_scale.stride(0), weight.stride(0), weight.stride(1), ws.stride(0),
             ws.stride(1), out.stride(-2), out.stride(0) if split > 1 else 0,
             BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, A_SB=act_block, W_BK=32, GATHER_A=row_idx is not None,
-            SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), TILED=tiled, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, **pdl_launch())
+            SCATTER_OUT=groups.scatter_out, PTX=not interpreting(), TILED=tiled, BLOCK_ACC=block_acc,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
     return out if split == 1 else sum_splits(out, out_dtype)
 
 

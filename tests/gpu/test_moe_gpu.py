@@ -338,3 +338,25 @@ def test_pair_route_kernel_equals_torch_sort(T, k, E, monkeypatch):
     monkeypatch.setattr(triton_moe, "PAIR_SORT_KERNEL", False)
     want, want_rw = triton_moe.pair_route(ids, w)
     assert torch.equal(tiles.expert, want.expert) and torch.equal(rw, want_rw)
+
+
+@pytest.mark.parametrize("T", [1, 8, 32, 600])
+def test_packed_fp4_block_accumulation_matches_reference(T, monkeypatch):
+    """``FP4_BLOCK_ACCUMULATE`` (activation scales per 128: each 128-input block summed under the
+    weight scales only, scaled once): near the reference as the span-by-span kernel is, and within
+    fp32 rounding of it (the same products in another association)."""
+    from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe
+
+    E, D, I, k = 32, 512, 256, 6
+    packed = _experts(E, D, I, seed=T, packed=True)
+    g = torch.Generator(device="cuda").manual_seed(500 + T)
+    x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
+    w, ids = _routing(T, E, k, seed=T)
+    args = (x, w, ids, *packed, (1, 32), 128, 10.0)
+    spans = triton_moe.moe_experts(*args, path="fp8")
+    monkeypatch.setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", True)
+    blocks = triton_moe.moe_experts(*args, path="fp8")
+    ref = reference_fp8.moe_experts(*args)
+    print(f"REPORT moe packed fp4 block accumulation T={T}: rel={_rel(blocks, ref):.2e} (spans {_rel(spans, ref):.2e}), "
+          f"rel to spans {_rel(blocks, spans):.2e}")
+    assert torch.isfinite(blocks).all() and _rel(blocks, ref) <= NORM_RTOL and _rel(blocks, spans) <= 1e-5
