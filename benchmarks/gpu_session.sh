@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [fp4blk] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [fp4blk] [rows64] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -332,6 +332,15 @@ if has fp4blk; then  # for session 13 (~4 min): packed E2M1 experts' per-128-blo
   timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4fp4blk" --batches 8 32 --noise-batch 0 --expert-block 0 \
     --ab-off fp4_block_acc > "$OUT/v4_width_fp4blk.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_fp4blk.log"; grep -E "^A/B|FAILED|Error" "$OUT/v4_width_fp4blk.log"; pack
+fi
+if has rows64; then  # for session 13 (~3 min): the Triton bf16-weight linear up to 64 rows, V4 B = 8 / 32 and V4.1 B = 32
+  mkdir -p "$OUT/v4rows64" "$OUT/rows64"
+  timeout 120 python benchmarks/bench_v4_width.py --out "$OUT/v4rows64" --batches 8 32 --noise-batch 0 \
+    --ab-off linear_rows64 > "$OUT/v4_width_rows64.log" 2>&1
+  grep -E "^A/B|FAILED|Error" "$OUT/v4_width_rows64.log"; pack
+  timeout 120 ${RW/--out $OUT/--out $OUT/rows64} --batches 32 --ref-batches 0 --prefill 0 --ab linear_rows64:32 \
+    > "$OUT/real_width_rows64.log" 2>&1
+  grep -E "^A/B" "$OUT/real_width_rows64.log"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"
