@@ -85,10 +85,36 @@ def _intervals(prof) -> list[tuple[float, float, str]]:
     return sorted(rows)
 
 
+def timeline_summary(rows: list[tuple[float, float, str]]) -> tuple[dict, list, dict]:
+    """Kernel intervals (start us, end us, name; start order) of one step -> (span / busy (the union
+    of the intervals) / idle / summed durations / kernel count, the idle gaps as (us, kernel before,
+    kernel after), per kernel name (calls, summed us)). Leading input copies (``Memcpy``) are not
+    the step: the host launches the replay after them."""
+    while rows and rows[0][2].startswith("Memcpy"):
+        rows = rows[1:]
+    if not rows:
+        return {}, [], {}
+    busy, idle, end, prev = 0.0, [], rows[0][0], ""
+    by_name: dict[str, list] = defaultdict(lambda: [0, 0.0])
+    for start, stop, kernel in rows:
+        if start > end:
+            idle.append((start - end, prev, kernel))
+        busy += max(0.0, stop - max(start, end))
+        if stop > end:
+            end, prev = stop, kernel
+        by_name[kernel][0] += 1
+        by_name[kernel][1] += stop - start
+    span = end - rows[0][0]
+    result = {"kernels": len(rows), "span_us": span, "busy_us": busy, "idle_us": span - busy,
+              "summed_us": sum(stop - start for start, stop, _ in rows)}
+    return result, idle, dict(by_name)
+
+
 def timeline_step(step, out_dir: str, name: str, gaps: int = 25) -> dict:
     """One call of ``step`` (a graph replay; after one warm call) under torch.profiler: span,
     busy (the union of kernel intervals), idle, summed kernel time; the ``gaps`` largest idle
-    gaps with the kernels before and after them."""
+    gaps with the kernels before and after them; each kernel's calls and time as they run in the
+    replay (durations next to side-stream kernels differ from an eager profile's)."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
@@ -97,31 +123,22 @@ def timeline_step(step, out_dir: str, name: str, gaps: int = 25) -> dict:
         step()
         torch.cuda.synchronize()
     rows = _intervals(prof)
-    # the copies of the step's inputs into the graph's buffers come first, with the host's
-    # launch of the replay (slow under the profiler) after them: the step starts after them
-    while rows and rows[0][2].startswith("Memcpy"):
-        rows = rows[1:]
-    if not rows:
+    result, idle, by_name = timeline_summary(rows)
+    if not result:
         log(f"timeline {name}: no kernels traced")
         return {}
-    busy, idle, end = 0.0, [], rows[0][0]
-    prev = ""
-    for start, stop, kernel in rows:
-        if start > end:
-            idle.append((start - end, prev, kernel))
-        busy += max(0.0, stop - max(start, end))
-        if stop > end:
-            end, prev = stop, kernel
-    span = end - rows[0][0]
-    summed = sum(stop - start for start, stop, _ in rows)
-    result = {"kernels": len(rows), "span_us": span, "busy_us": busy, "idle_us": span - busy, "summed_us": summed}
+    rows = rows[len(rows) - result["kernels"]:]
+    busy, summed = result["busy_us"], result["summed_us"]
     with open(os.path.join(out_dir, f"timeline_{name}.txt"), "w") as fh:
-        fh.write(f"# {len(rows)} kernels; span {span:.1f} us, busy {busy:.1f} (union of kernel intervals), "
-                 f"idle {span - busy:.1f} in {len(idle)} gaps, kernels summed {summed:.1f} "
+        fh.write(f"# {len(rows)} kernels; span {result['span_us']:.1f} us, busy {busy:.1f} (union of kernel "
+                 f"intervals), idle {result['idle_us']:.1f} in {len(idle)} gaps, kernels summed {summed:.1f} "
                  f"(summed / busy {summed / busy:.3f}: > 1 where streams overlap)\n")
         fh.write(f"# the {gaps} largest gaps: us, kernel before -> kernel after\n")
         for gap, before, after in sorted(idle, reverse=True)[:gaps]:
             fh.write(f"{gap:8.2f}  {before[:60]} -> {after[:60]}\n")
+        fh.write("\n# by kernel, as they run in the replay: calls, total us, mean us\n")
+        for kernel, (n, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
+            fh.write(f"{n:5d} {us:10.1f} {us / n:8.2f}  {kernel[:90]}\n")
         fh.write("\n# kernels in start order: start us (from the first), us, kernel\n")
         for start, stop, kernel in rows:
             fh.write(f"{start - rows[0][0]:9.2f} {stop - start:8.2f}  {kernel[:90]}\n")
