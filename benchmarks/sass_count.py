@@ -11,9 +11,8 @@ Needs Triton 3.6 (the GPU machine's) in a scratch venv here; its bundled ptxas b
 Kernels (decode shapes; pointers, sizes and strides marked divisible by 16 as a real launch
 specializes them -- without that Triton neither vectorizes nor pipelines the loads):
   fp4_rows        fp4_gemm_rows_kernel, V4's packed E2M1 experts (activation scales per 128), 16 rows
-  fp4_rows_blk    the same with each 128-input block accumulated under the weight scales only and the
-                  activation scale applied once a block (``fp4_block_kernel`` below: an experiment,
-                  not used by the package; not bit-equal to fp4_rows, the same products)
+  fp4_rows_blk    the same with BLOCK_ACC (``triton_fp8_gemm.FP4_BLOCK_ACCUMULATE``): each 128-input block
+                  accumulated under the weight scales only, the activation scale applied once a block
   rows_bf16       fp8_gemm_rows_kernel with bf16 steps (V4.1 dense GEMVs, scale blocks of 32)
   rows_fp8        fp8_gemm_rows_kernel with FP8 steps
 Session 12 (BENCHMARKS.md): fp4_rows 4.7 instructions a value, fp4_rows_blk 3.4, rows_bf16 6.4,
@@ -29,66 +28,23 @@ import re
 import subprocess
 
 import triton
-import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from deepinfer_adapters.kernels import fp8_triton_jit as jit
-from deepinfer_adapters.kernels.triton_pdl import pdl_start
-
-
-@triton.jit
-def _blk_half(acc, w, sw, a_ptr, k0, mask_t, HALF: tl.constexpr):
-    a = tl.load(a_ptr + (k0 + tl.arange(0, HALF))[None, :], mask=mask_t[:, None], other=0.0)
-    return acc + tl.dot(w, tl.trans(a)) * (jit.weight_scale(sw, True) * 64.0)[:, None]
-
-
-@triton.jit
-def fp4_block_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, k_per_split,
-                     stride_am, stride_asm, stride_we, stride_wn, stride_wse, stride_wsn, stride_om, stride_os,
-                     BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, A_SB: tl.constexpr, W_BK: tl.constexpr,
-                     GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr, PTX: tl.constexpr, TILED: tl.constexpr = False):
-    """fp4_gemm_rows_kernel for activation scales per 128 (A_SB = 128), one 128-input block an iteration."""
-    pdl_start()
-    expert = tl.load(TILE_EXPERT + tl.program_id(0)).to(tl.int64)
-    row0 = tl.load(TILE_ROW0 + tl.program_id(0))
-    row_end = tl.load(TILE_ROW1 + tl.program_id(0))
-    if expert >= 0:
-        rows, mask_t, a_rows = jit.tile_rows(ROW_IDX, row0, row_end, BLOCK_T, GATHER_A)
-        cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask_n = cols < N
-        a_ptr = A + a_rows[:, None] * stride_am
-        as_ptr = A_SCALE + a_rows * stride_asm
-        w_ptr = jit.weight_rows_ptr(W, expert, stride_we, stride_wn, cols, tl.program_id(1), K, BLOCK_N, 64, 32,
-                                    TILED)[:, None]
-        ws_ptr = W_SCALE + expert * stride_wse + cols.to(tl.int64) * stride_wsn
-        acc = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
-        k_lo = tl.program_id(2) * k_per_split
-        for kb in range(k_lo, tl.minimum(K, k_lo + k_per_split), 128):
-            blk = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
-            for s in tl.static_range(2):
-                k0 = kb + 64 * s
-                packed = tl.load(jit.weight_step_ptr(w_ptr, k0, BLOCK_N, 64, 32, TILED) + tl.arange(0, 32)[None, :],
-                                 mask=mask_n[:, None], other=0)
-                lo, hi = jit.e2m1_e4m3_halves(packed, PTX)
-                blk = _blk_half(blk, lo, tl.load(ws_ptr + k0 // W_BK, mask=mask_n, other=0), a_ptr, k0, mask_t, 32)
-                blk = _blk_half(blk, hi, tl.load(ws_ptr + (k0 + 32) // W_BK, mask=mask_n, other=0), a_ptr, k0 + 32,
-                                mask_t, 32)
-            acc += blk * tl.load(as_ptr + kb // A_SB, mask=mask_t, other=0.0)[None, :]
-        out_rows = a_rows if SCATTER_OUT else rows.to(tl.int64)
-        tl.store(OUT + tl.program_id(2) * stride_os + out_rows[None, :] * stride_om + cols[:, None],
-                 acc.to(OUT.dtype.element_ty), mask=mask_n[:, None] & mask_t[None, :])
 
 
 _FP4_PTRS = {"A": "*fp8e4nv", "A_SCALE": "*fp32", "W": "*u8", "W_SCALE": "*u8", "OUT": "*bf16", "ROW_IDX": "*i64",
              "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32"}
-_FP4_CONST = dict(BLOCK_N=128, BLOCK_T=16, A_SB=128, W_BK=32, GATHER_A=True, SCATTER_OUT=False, PTX=True, TILED=True)
+_FP4_CONST = dict(BLOCK_N=128, BLOCK_T=16, A_SB=128, W_BK=32, GATHER_A=True, SCATTER_OUT=False, PTX=True, TILED=True,
+                  BLOCK_ACC=False)
 _ROWS_PTRS = {"A": "*fp8e4nv", "A_SCALE": "*fp32", "W": "*fp8e4nv", "W_SCALE": "*u8", "OUT": "*fp32"}
 _ROWS_CONST = dict(BLOCK_N=64, BLOCK_T=16, A_SB=32, W_BN=32, W_BK=32, W_E8M0=True, QUANT_A=False)
 # name: (kernel, pointer types, constexprs, options, weight values a K-loop iteration covers)
 KERNELS = {
     "fp4_rows": (jit.fp4_gemm_rows_kernel, _FP4_PTRS, _FP4_CONST, {"num_warps": 4, "num_stages": 3}, 128 * 64),
-    "fp4_rows_blk": (fp4_block_kernel, _FP4_PTRS, _FP4_CONST, {"num_warps": 4, "num_stages": 3}, 128 * 128),
+    "fp4_rows_blk": (jit.fp4_gemm_rows_kernel, _FP4_PTRS, dict(_FP4_CONST, BLOCK_ACC=True),
+                     {"num_warps": 4, "num_stages": 3}, 128 * 128),
     "rows_bf16": (jit.fp8_gemm_rows_kernel, _ROWS_PTRS, dict(_ROWS_CONST, KSTEP=128, SUB=1, BF16_STEPS=True),
                   {"num_warps": 4, "num_stages": 3}, 64 * 128),
     "rows_fp8": (jit.fp8_gemm_rows_kernel, _ROWS_PTRS, dict(_ROWS_CONST, KSTEP=32, SUB=4, BF16_STEPS=False),
