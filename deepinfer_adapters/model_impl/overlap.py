@@ -33,7 +33,7 @@ DECODE_KEYS = True  # attention's keys next to its queries at decode (AttentionB
 SHARED_THROUGH_EXPERTS = True  # the shared expert next to the routed experts too (else next to the gate only)
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 _STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
-_depth = 0  # side_by_side calls enclosing the running code
+_depth = 0  # side parts started (``aside``) and not yet joined: the nesting level of the running code
 
 
 def side_by_side(x: torch.Tensor, main: Callable[[], A], side: Callable[[], B], *, when: bool = True) -> tuple[A, B]:

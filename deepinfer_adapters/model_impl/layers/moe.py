@@ -108,12 +108,12 @@ class MoE(nn.Module):
                 shared: Callable[[], torch.Tensor] | None) -> torch.Tensor:
         w, idx = self.gate(x, input_ids, image_mask)
         if shared is not None and not overlap.SHARED_THROUGH_EXPERTS:
-            shared = shared()
+            shared()  # joined here, next to the gate only (later calls return the same output)
         if self.routed is not None and shared is not None:
             return self.routed(x, w, idx, numerics, shared=shared)
         y = self.routed(x, w, idx, numerics) if self.routed is not None else self._dense_experts(x, w, idx, numerics)
         if shared is not None:
-            y += (shared() if callable(shared) else shared).float()
+            y += shared().float()
         return y.to(x.dtype)
 
     def _dense_experts(self, x: torch.Tensor, w: torch.Tensor, idx: torch.Tensor, numerics: Numerics) -> torch.Tensor:
