@@ -135,10 +135,19 @@ def _kernels():
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     """See ``reference.rms_norm``: y = w * x * rsqrt(mean(x^2) + eps), fp32 inside, x's dtype out."""
+    return _last_dim_norm(x, weight, eps, in_dtype=False)
+
+
+def rms_norm_in_dtype(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """See ``reference.rms_norm_in_dtype``: the rms_norm kernel with every step rounded to x's dtype."""
+    return _last_dim_norm(x, None, eps, in_dtype=True)
+
+
+def _last_dim_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, in_dtype: bool) -> torch.Tensor:
     N = x.shape[-1]
     x2 = x.reshape(-1, N)
     x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
-    return _norm(x2, None, weight, eps).view(x.shape)
+    return _norm(x2, None, weight, eps, in_dtype=in_dtype).view(x.shape)
 
 
 def hc_pre_norm(x: torch.Tensor, pre: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -151,14 +160,6 @@ def hc_pre_norm(x: torch.Tensor, pre: torch.Tensor, weight: torch.Tensor | None,
     p = pre.reshape(-1, hc)
     p = p if p.stride(-1) == 1 else p.contiguous()
     return _norm(x3, p, weight, eps).view(*x.shape[:-2], D)
-
-
-def rms_norm_in_dtype(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """See ``reference.rms_norm_in_dtype``: the rms_norm kernel with every step rounded to x's dtype."""
-    N = x.shape[-1]
-    x2 = x.reshape(-1, N)
-    x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
-    return _norm(x2, None, None, eps, in_dtype=True).view(x.shape)
 
 
 def _norm(x: torch.Tensor, pre: torch.Tensor | None, weight: torch.Tensor | None, eps: float,
