@@ -488,7 +488,8 @@ def main():
     ab.add_argument("--ab-pin", type=pin_spec, dest="ab", default=None, metavar="OP=BACKEND",
                     help="after each graphed decode, the same with kernel OP pinned to BACKEND (side by side)")
     ab.add_argument("--ab-off", type=switch_spec, dest="ab", metavar="SWITCH",
-                    help="after each graphed decode, the same with one of bench_real_width's A/B switches off")
+                    help="after each graphed decode, the same with one of bench_real_width's A/B switches set as in "
+                    "its A/B run (off, or on for the ones off by default)")
     args = ap.parse_args()
     defaults = TINY if args.tiny else {"batches": BATCHES, "prompt": PROMPT, "new": NEW}
     for key, value in defaults.items():

@@ -85,13 +85,18 @@ def _intervals(prof) -> list[tuple[float, float, str]]:
     return sorted(rows)
 
 
+def step_rows(rows: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """A graph replay's kernel intervals without the leading input copies (``Memcpy``): the host
+    launches the replay after them (slowly under the profiler), so they are not the step."""
+    first = next((i for i, row in enumerate(rows) if not row[2].startswith("Memcpy")), len(rows))
+    return rows[first:]
+
+
 def timeline_summary(rows: list[tuple[float, float, str]]) -> tuple[dict, list, dict]:
     """Kernel intervals (start us, end us, name; start order) of one step -> (span / busy (the union
     of the intervals) / idle / summed durations / kernel count, the idle gaps as (us, kernel before,
-    kernel after), per kernel name (calls, summed us)). Leading input copies (``Memcpy``) are not
-    the step: the host launches the replay after them."""
-    while rows and rows[0][2].startswith("Memcpy"):
-        rows = rows[1:]
+    kernel after), per kernel name (calls, summed us)), after ``step_rows``."""
+    rows = step_rows(rows)
     if not rows:
         return {}, [], {}
     busy, idle, end, prev = 0.0, [], rows[0][0], ""
@@ -122,12 +127,11 @@ def timeline_step(step, out_dir: str, name: str, gaps: int = 25) -> dict:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    rows = _intervals(prof)
+    rows = step_rows(_intervals(prof))
     result, idle, by_name = timeline_summary(rows)
     if not result:
         log(f"timeline {name}: no kernels traced")
         return {}
-    rows = rows[len(rows) - result["kernels"]:]
     busy, summed = result["busy_us"], result["summed_us"]
     with open(os.path.join(out_dir, f"timeline_{name}.txt"), "w") as fh:
         fh.write(f"# {len(rows)} kernels; span {result['span_us']:.1f} us, busy {busy:.1f} (union of kernel "
