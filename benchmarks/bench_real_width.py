@@ -58,7 +58,7 @@ import torch
 
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import triton_fp8_gemm, triton_hc, triton_linear, triton_moe, triton_support
+from deepinfer_adapters.kernels import triton_fp8_gemm, triton_hc, triton_moe, triton_support
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -286,14 +286,10 @@ AB_SWITCHES = {
     # V4's compressor decode step: the torch version (~20 launches) instead of one Triton kernel
     "compressor_gather": (lambda: kernels.use_backend("compressor_v4_gather", "torch"),
                           lambda: kernels.use_backend("compressor_v4_gather", None)),
-    # the A/B's other run turns on packed E2M1 experts' per-128-block accumulation (off by default:
-    # triton_fp8_gemm.FP4_BLOCK_ACCUMULATE; activation scales per 128 only, i.e. V4: bench_v4_width --ab-off)
-    "fp4_block_acc": (lambda: setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", True),
-                      lambda: setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", False)),
-    # the A/B's other run takes the Triton bf16-weight linear (head, gates, V4's compressor linears) up to 64
-    # rows (else cuBLAS with the input split: ~7 launches a call) -- untimed at 17-64 rows outside invariant mode
-    "linear_rows64": (lambda: setattr(triton_linear, "DECODE_ROWS", 64),
-                      lambda: setattr(triton_linear, "DECODE_ROWS", 16)),
+    # packed E2M1 experts span by span instead of per 128-input block (triton_fp8_gemm.FP4_BLOCK_ACCUMULATE;
+    # activation scales per 128 only, i.e. V4: bench_v4_width --ab-off)
+    "fp4_block_acc": (lambda: setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", False),
+                      lambda: setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", True)),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
     "topk_torch_order": (lambda: kernels.use_backend("topk_torch_order", "torch"),
                          lambda: kernels.use_backend("topk_torch_order", None)),

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [fp4blk] [rows64] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -323,24 +323,17 @@ if has s12norm; then  # session 12's very last call (~2 min): V4's query norm in
     --ab-pin rms_norm_in_dtype=torch > "$OUT/v4_width_s12norm.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_s12norm.log"; grep -E "^A/B|FAILED|Error" "$OUT/v4_width_s12norm.log"; pack
 fi
-if has fp4blk; then  # for session 13 (~4 min): packed E2M1 experts' per-128-block accumulation (V4), GPU test then A/B
-  timeout 200 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_moe_gpu.py -k "fp4" > "$OUT/gpu_tests_fp4blk.log" 2>&1
-  echo "packed fp4 MoE GPU tests: $(tail -1 "$OUT/gpu_tests_fp4blk.log")"
-  grep -hE "REPORT moe packed fp4 block|^FAILED|Error" "$OUT/gpu_tests_fp4blk.log" | head -8
-  pack
-  mkdir -p "$OUT/v4fp4blk"
-  timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4fp4blk" --batches 8 32 --noise-batch 0 --expert-block 0 \
-    --ab-off fp4_block_acc > "$OUT/v4_width_fp4blk.log" 2>&1
-  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_fp4blk.log"; grep -E "^A/B|FAILED|Error" "$OUT/v4_width_fp4blk.log"; pack
-fi
-if has rows64; then  # for session 13 (~3 min): the Triton bf16-weight linear up to 64 rows, V4 B = 8 / 32 and V4.1 B = 32
-  mkdir -p "$OUT/v4rows64" "$OUT/rows64"
-  timeout 120 python benchmarks/bench_v4_width.py --out "$OUT/v4rows64" --batches 8 32 --noise-batch 0 \
-    --ab-off linear_rows64 > "$OUT/v4_width_rows64.log" 2>&1
-  grep -E "^A/B|FAILED|Error" "$OUT/v4_width_rows64.log"; pack
-  timeout 120 ${RW/--out $OUT/--out $OUT/rows64} --batches 32 --ref-batches 0 --prefill 0 --ab linear_rows64:32 \
-    > "$OUT/real_width_rows64.log" 2>&1
-  grep -E "^A/B" "$OUT/real_width_rows64.log"; pack
+if has s13; then  # session 13 (~5 min): packed FP4 MoE GPU tests, FP4 kernel variants at V4 widths, V4 FP4 A/B + profile
+  timeout 200 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_moe_gpu.py -k "packed or fp4" \
+    > "$OUT/gpu_tests_fp4.log" 2>&1
+  echo "packed fp4 MoE GPU tests: $(tail -1 "$OUT/gpu_tests_fp4.log")"
+  grep -hE "REPORT moe packed fp4 block|^FAILED|Error" "$OUT/gpu_tests_fp4.log" | head -12; pack
+  timeout 150 python benchmarks/bench_fp4_experts.py --out "$OUT" > "$OUT/fp4_experts.log" 2>&1
+  grep -E "^T=|Error" "$OUT/fp4_experts.log"; sed -n '/^SUMMARY/,$p' "$OUT/fp4_experts.log"; pack
+  mkdir -p "$OUT/v4fp4"
+  timeout 200 python benchmarks/bench_v4_width.py --out "$OUT/v4fp4" --batches 8 32 --noise-batch 0 --expert-block 0 \
+    --ab-off fp4_block_acc --profile 32 > "$OUT/v4_width_fp4.log" 2>&1
+  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_fp4.log"; grep -E "^A/B|FAILED|Error" "$OUT/v4_width_fp4.log"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -43,7 +43,7 @@ _ROWS_CONST = dict(BLOCK_N=64, BLOCK_T=16, A_SB=32, W_BN=32, W_BK=32, W_E8M0=Tru
 # name: (kernel, pointer types, constexprs, options, weight values a K-loop iteration covers)
 KERNELS = {
     "fp4_rows": (jit.fp4_gemm_rows_kernel, _FP4_PTRS, _FP4_CONST, {"num_warps": 4, "num_stages": 3}, 128 * 64),
-    "fp4_rows_blk": (jit.fp4_gemm_rows_kernel, _FP4_PTRS, dict(_FP4_CONST, BLOCK_ACC=True),
+    "fp4_rows_blk": (jit.fp4_gemm_rows_kernel, dict(_FP4_PTRS, W_SCALE="*i32"), dict(_FP4_CONST, BLOCK_ACC=True),
                      {"num_warps": 4, "num_stages": 3}, 128 * 128),
     "rows_bf16": (jit.fp8_gemm_rows_kernel, _ROWS_PTRS, dict(_ROWS_CONST, KSTEP=128, SUB=1, BF16_STEPS=True),
                   {"num_warps": 4, "num_stages": 3}, 64 * 128),
@@ -85,6 +85,8 @@ def main() -> None:
     ap.add_argument("kernels", nargs="*", default=list(KERNELS))
     ap.add_argument("--dump", default=None, help="write each kernel's SASS to DIR/NAME.sass")
     args = ap.parse_args()
+    if args.dump:
+        os.makedirs(args.dump, exist_ok=True)
     for name in args.kernels:
         kernel, ptrs, const, options, values = KERNELS[name]
         text = sass(kernel, ptrs, const, options)

@@ -7,7 +7,7 @@ spans (N = 40, not a multiple of 128: the last N tile masked). The interpreter t
 unpack (the GPU the PTX one, whose text tests/test_fp4_ptx.py runs; tests/gpu/test_moe_gpu.py
 runs the compiled kernel in the MoE). A control feeds the stored layout as if it were the held
 one: far off. With activation scales per 128, also the per-128-block accumulation
-(``FP4_BLOCK_ACCUMULATE``)."""
+(``FP4_BLOCK_ACCUMULATE``, the default there; its scale bytes read four to an int32 word)."""
 
 from __future__ import annotations
 
@@ -39,14 +39,14 @@ for N in (256, 40):
         for e, r0, r1 in ((2, 0, 2), (0, 2, 5)):
             w = dequant_fp4_experts(stored[e], wscale[e].view(torch.float8_e8m0fnu), torch.float64)
             want[r0:r1] = av[row_idx[r0:r1].long()] @ w.T
+        tg.FP4_BLOCK_ACCUMULATE = False  # span by span (activation scales per 32 take only this path)
         for name, weights in (("held", held), ("control", stored)):
             out = tg.gemm(a, sa, a_block, weights, wscale, (1, 32), torch.float32, rows=R, groups=groups)
             rel = ((out.double() - want).abs().max() / want.abs().max()).item()
             print(N, int(fp4_tiled(N, K)), name, a_block, f"{rel:.3e}")
         if a_block == 128:  # each 128-input block summed under the weight scales, then scaled once
-            tg.FP4_BLOCK_ACCUMULATE = True
+            tg.FP4_BLOCK_ACCUMULATE = True  # the default: the scale bytes read as int32 words
             out = tg.gemm(a, sa, a_block, held, wscale, (1, 32), torch.float32, rows=R, groups=groups)
-            tg.FP4_BLOCK_ACCUMULATE = False
             rel = ((out.double() - want).abs().max() / want.abs().max()).item()
             print(N, int(fp4_tiled(N, K)), "block_acc", a_block, f"{rel:.3e}")
 """

@@ -415,6 +415,21 @@ def fp4_span_scales(as_ptr, ws_ptr, kb, mask_t, mask_n, A_SB: tl.constexpr, W_BK
 
 
 @triton.jit
+def fp4_block_scales(ws_ptr, as_ptr, kb, mask_n, mask_t, A_SB: tl.constexpr, PTX: tl.constexpr):
+    """BLOCK_ACC's scales of the 128-input block at ``kb``: each weight row's four E8M0 bytes as one
+    int32 word (byte j: inputs kb + 32 j ..; ``ws_ptr`` points to words, rows past N to a valid row)
+    [BLOCK_N], and the rows' activation scales [BLOCK_T]. PTX: the words through an inline load,
+    which Triton places in the layout its users want (a tl.load of as many values as threads stays
+    in its own, and the four scales taken from it then cross layouts through shared memory)."""
+    if PTX:
+        words = tl.inline_asm_elementwise("ld.global.nc.b32 $0, [$1];", "=r,l", [ws_ptr + kb // 128], dtype=tl.int32,
+                                          is_pure=True, pack=1)
+    else:
+        words = tl.load(ws_ptr + kb // 128, mask=mask_n, other=0)
+    return words, tl.load(as_ptr + kb // A_SB, mask=mask_t, other=0.0)
+
+
+@triton.jit
 def fp4_half_product(acc, w, sa, sw, a_ptr, k0, mask_t, HALF: tl.constexpr):
     """acc + (W A^T) over inputs k0 .. k0 + HALF: one FP8 tensor-core product of the weight half ``w``
     (E4M3 of value / 64, [BLOCK_N, HALF], inside one weight scale block) with the rows' E4M3 codes,
@@ -426,11 +441,17 @@ def fp4_half_product(acc, w, sa, sw, a_ptr, k0, mask_t, HALF: tl.constexpr):
 
 
 @triton.jit
-def fp4_weighted_half(acc, w, sw, a_ptr, k0, mask_t, HALF: tl.constexpr):
-    """acc + (W A^T) over inputs k0 .. k0 + HALF times the weight scale x 64 only (BLOCK_ACC: the
-    activation scale, the same over the block, is applied once the block is summed)."""
+def fp4_weighted_half(acc, w, words, j: tl.constexpr, a_ptr, k0, mask_t, HALF: tl.constexpr):
+    """acc + (W A^T) over inputs k0 .. k0 + HALF times the weight scales only: byte ``j`` of each row's
+    scale word (BLOCK_ACC: the activation scale, the same over the block, and the codes' 1/64 are
+    applied once the block is summed). The E8M0 byte becomes fp32 bits in two operations: shifted
+    straight to the exponent field, masked."""
     a = tl.load(a_ptr + (k0 + tl.arange(0, HALF))[None, :], mask=mask_t[:, None], other=0.0)
-    return acc + tl.dot(w, tl.trans(a)) * (weight_scale(sw, True) * 64.0)[:, None]
+    if j == 3:
+        bits = (words >> 1) & 0x7F800000
+    else:
+        bits = (words << (23 - 8 * j)) & 0x7F800000
+    return acc + tl.dot(w, tl.trans(a)) * bits.to(tl.float32, bitcast=True)[:, None]
 
 
 @triton.jit
@@ -452,7 +473,8 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
     is ROW_IDX[r]; SCATTER_OUT: so is OUT's.
     BLOCK_ACC (A_SB a multiple of 128, K per split too: V4's activations): a 128-input block per
     iteration, its four products summed under their weight scales only and the block's activation
-    scale applied once (offline SASS, benchmarks/sass_count.py: 4.7 -> 3.4 instructions a weight value;
+    scale applied once; W_SCALE then holds the scale bytes as int32 words (four a word, strides in
+    words) (offline SASS, benchmarks/sass_count.py: 4.7 -> 3.4 instructions a weight value;
     the same products, summed in another association)."""
     pdl_start()
     pid_m = tl.program_id(0)
@@ -468,23 +490,27 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
         a_ptr = A + a_rows[:, None] * stride_am
         as_ptr = A_SCALE + a_rows * stride_asm
         w_ptr = weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, 64, 32, TILED)[:, None]
-        ws_ptr = W_SCALE + expert * stride_wse + cols.to(tl.int64) * stride_wsn
+        ws_ptr = W_SCALE + expert * stride_wse + tl.minimum(cols, N - 1).to(tl.int64) * stride_wsn  # rows < N
         acc = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
         k_lo = pid_k * k_per_split
         k_hi = tl.minimum(K, k_lo + k_per_split)
         if BLOCK_ACC:
+            # W_SCALE as int32 words: a row's four scale bytes of a 128-input block in one load (one
+            # layout conversion an iteration, not four), loaded a block ahead like the span scales
+            words, sa = fp4_block_scales(ws_ptr, as_ptr, k_lo, mask_n, mask_t, A_SB, PTX)
             for kb in range(k_lo, k_hi, 128):  # one 128-input block (two spans) per iteration
+                next_words, next_sa = fp4_block_scales(ws_ptr, as_ptr, tl.minimum(kb + 128, k_hi - 128), mask_n,
+                                                       mask_t, A_SB, PTX)
                 blk = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
                 for s in tl.static_range(2):
                     k0 = kb + 64 * s
                     packed = tl.load(weight_step_ptr(w_ptr, k0, BLOCK_N, 64, 32, TILED) + tl.arange(0, 32)[None, :],
                                      mask=mask_n[:, None], other=0)
                     lo, hi = e2m1_e4m3_halves(packed, PTX)
-                    blk = fp4_weighted_half(blk, lo, tl.load(ws_ptr + k0 // W_BK, mask=mask_n, other=0), a_ptr, k0,
-                                            mask_t, 32)
-                    blk = fp4_weighted_half(blk, hi, tl.load(ws_ptr + (k0 + 32) // W_BK, mask=mask_n, other=0),
-                                            a_ptr, k0 + 32, mask_t, 32)
-                acc += blk * tl.load(as_ptr + kb // A_SB, mask=mask_t, other=0.0)[None, :]
+                    blk = fp4_weighted_half(blk, lo, words, 2 * s, a_ptr, k0, mask_t, 32)
+                    blk = fp4_weighted_half(blk, hi, words, 2 * s + 1, a_ptr, k0 + 32, mask_t, 32)
+                acc += blk * (sa * 64.0)[None, :]
+                words, sa = next_words, next_sa
         else:
             sa_lo, sw_lo, sa_hi, sw_hi = fp4_span_scales(as_ptr, ws_ptr, k_lo, mask_t, mask_n, A_SB, W_BK)
             for kb in range(k_lo, k_hi, 64):  # one 64-input span (32 bytes a weight row) per iteration

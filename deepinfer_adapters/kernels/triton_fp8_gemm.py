@@ -303,16 +303,27 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
 
 
 # Packed E2M1 experts with E4M3 activations (grouped only): ``fp4_gemm_rows_kernel``, 16 rows of a tile
-# against 128 weight rows, one 64-input span per iteration
+# against 128 weight rows, one 64-input span (or 128-input block) per iteration. With blocks at V4 widths
+# (bench_fp4_experts.py, H200, session 13, 8 / 32 tokens): 2 stages 1.25x / 1.22x this one's time, 4 stages
+# 1.02x / 1.00x, at most 128 registers a thread (4 programs an SM instead of 3, a few spills) 1.08x / 1.07x.
 FP4_ROWS_CONFIG = GemmConfig(16, 128, 1, 4, 3)
 # Activation scales per 128 (V4): each 128-input block summed under the weight scales only, its activation
-# scale applied once (``fp4_gemm_rows_kernel``'s BLOCK_ACC; 4.7 -> 3.4 SASS instructions a weight value
-# offline). Off until timed on the GPU (bench_real_width / bench_v4_width switch ``fp4_block_acc``).
-FP4_BLOCK_ACCUMULATE = False
+# scale applied once, the weight scales read as int32 words through an inline load (``fp4_gemm_rows_kernel``'s
+# BLOCK_ACC; 4.7 -> 3.0 SASS instructions a weight value, no shared-memory layout conversions in the loop).
+# H200, session 13: one V4 layer's experts at 8 / 32 tokens 357 -> 203 / 1032 -> 566 us (1.47x / 1.31x the
+# FP4 floor; the E4M3 experts 280 / 802); V4 widths B = 8 / 32 2.66 -> 2.06 / 5.40 -> 3.62 ms a step,
+# logits bit-identical (the scales are powers of two).
+FP4_BLOCK_ACCUMULATE = True
 def fp4_rows_fit(k_in: int, w2: torch.Tensor, w2_scale: torch.Tensor, block: tuple[int, int], act_block: int) -> bool:
     """Whether an MoE's packed E2M1 experts (input width ``k_in``, w2's packed K) fit ``fp4_gemm_rows_kernel``."""
     return (tuple(block) == (1, 32) and _scale_arg(w2_scale)[1] and act_block % 32 == 0
             and all(k % 64 == 0 and k % act_block == 0 for k in (k_in, 2 * w2.shape[-1])))
+
+
+def _scale_words_fit(ws: torch.Tensor) -> bool:
+    """Whether E8M0 scale bytes [E, N, K / 32] read as int32 words (``fp4_gemm_rows_kernel``'s BLOCK_ACC)."""
+    return (ws.stride(-1) == 1 and ws.shape[-1] % 4 == 0 and ws.data_ptr() % 4 == 0
+            and all(st % 4 == 0 for st in ws.stride()[:-1]))
 
 
 def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, M, groups, config, split_groups,
@@ -332,7 +343,9 @@ def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, 
                          "are tiled), and no kstep, quantize_a or swapped")
     n_tiles = triton.cdiv(N, cfg.block_n)
     m_tiles = groups.expert.numel()
-    block_acc = FP4_BLOCK_ACCUMULATE and act_block % 128 == 0  # K is then a multiple of 128 too
+    block_acc = FP4_BLOCK_ACCUMULATE and act_block % 128 == 0 and _scale_words_fit(ws)  # K: a multiple of 128 too
+    if block_acc:
+        ws = ws.view(torch.int32)  # a row's four scale bytes of a 128-input block as one word
     split, k_per_split = split_k(m_tiles * n_tiles, K, 128 if block_acc else 64, cfg.programs if split_groups else 0)
     out = torch.empty((split, M, N) if split > 1 else (M, N), device=a.device,
                       dtype=torch.float32 if split > 1 else out_dtype)

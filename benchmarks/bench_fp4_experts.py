@@ -1,0 +1,121 @@
+"""The routed experts of one V4-Flash layer at decode, packed FP4 (E2M1) against E4M3: variants of
+``fp4_gemm_rows_kernel`` side by side in one run.
+
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_fp4_experts.py [--out DIR] [--tokens 8 32]
+
+Workload: 256 experts, D 4096, I 2048 (V4-Flash), top-6 uniform routing, V4's activation scales per
+128, T tokens; the experts drawn once as FP4 and held both ways (bench_real_width.fill_experts): packed
+E2M1 with the checkpoint's E8M0 scale per 32 (weights="fp4") and E4M3 with a scale per 128 (the default
+load's conversion). Floor: the experts the routing touches x their bytes (scales included) / measured
+copy bandwidth. Timing: ``kernels.moe_experts`` (routing, both GEMMs, SwiGLU, combine) replayed from one
+CUDA graph over four input sets, median (benchmarks/timing.py). rel: against the bf16 path on the E4M3
+experts (the same values).
+
+Variants (``VARIANTS``): the module settings each one applies around its calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from contextlib import contextmanager
+
+import torch
+
+from benchmarks.bench_real_width import fill_experts
+from benchmarks.timing import ceilings, rel, time_graph
+from deepinfer_adapters import kernels
+from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
+
+E, D, I, TOPK, ACT_BLOCK, LIMIT = 256, 4096, 2048, 6, 128, 10.0
+# name: (storage, {triton_fp8_gemm attribute: value} set for its calls)
+# Session 13 (H200) also timed other configs of fp4_blocks (triton_fp8_gemm.FP4_ROWS_CONFIG's comment).
+VARIANTS = {
+    "e4m3": ("e4m3", {}),
+    "fp4_spans": ("fp4", {"FP4_BLOCK_ACCUMULATE": False}),  # one 64-input span an iteration (before session 13)
+    "fp4_blocks": ("fp4", {}),  # the default: one 128-input block an iteration
+}
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+@contextmanager
+def settings(values: dict):
+    saved = {k: getattr(tg, k) for k in values}
+    for k, v in values.items():
+        setattr(tg, k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(tg, k, v)
+
+
+def experts(block: int) -> Fp8Experts:
+    mod = Fp8Experts(E, D, I, block=(1, block or 32), scale_dtype=torch.float8_e8m0fnu, act_block=ACT_BLOCK,
+                     limit=LIMIT, packed_fp4=block == 0, device="cuda")
+    fill_experts(mod, torch.Generator(device="cuda").manual_seed(0))
+    return mod
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--tokens", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    args = ap.parse_args()
+    import triton
+
+    info = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
+            "command": " ".join(sys.argv),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    c = ceilings()
+    log(f"INFO {json.dumps(info)}")
+    stores = {"e4m3": experts(128), "fp4": experts(0)}
+    g = torch.Generator(device="cuda").manual_seed(1)
+    rows = []
+    for T in args.tokens:
+        sets = 4
+        xs = [torch.randn(T, D, device="cuda", generator=g).bfloat16() for _ in range(sets)]
+        ids = [torch.rand(T, E, device="cuda", generator=g).topk(TOPK, dim=1).indices for _ in range(sets)]
+        ws = [torch.rand(T, TOPK, device="cuda", generator=g) for _ in range(sets)]
+        touched = sum(int(i.unique().numel()) for i in ids) / sets
+
+        def call(i, store, **kw):
+            m = stores[store]
+            return kernels.moe_experts(xs[i], ws[i], ids[i], m.w13, m.w13_scale, m.w2, m.w2_scale, m.block,
+                                       m.act_block, m.limit, **kw)
+
+        ref = call(0, "e4m3", path="bf16")
+        row = {"T": T, "experts_touched": touched, "floor_us": {}, "us": {}, "rel": {}}
+        for store, m in stores.items():
+            per_expert = sum(t[0].nbytes for t in (m.w13, m.w13_scale, m.w2, m.w2_scale))
+            row["floor_us"][store] = touched * per_expert / c["copy_bw"] * 1e6
+        for name in args.variants:
+            store, values = VARIANTS[name]
+            with settings(values):
+                row["rel"][name] = rel(call(0, store), ref)
+                row["us"][name] = time_graph([lambda i=i, store=store: call(i, store) for i in range(sets)])
+        rows.append(row)
+        log(f"T={T:3d} ({touched:.0f} experts) floor e4m3 {row['floor_us']['e4m3']:.1f} us, fp4 "
+            f"{row['floor_us']['fp4']:.1f} | " + " | ".join(
+                f"{n} {us:.1f} ({us / row['floor_us'][VARIANTS[n][0]]:.2f}x, rel {row['rel'][n]:.0e})"
+                for n, us in row["us"].items()))
+    with open(os.path.join(args.out, "bench_fp4_experts.json"), "w") as fh:
+        json.dump({"info": info, "copy_TBs": c["copy_bw"] / 1e12, "rows": rows}, fh, indent=1)
+    log("\nSUMMARY routed experts of one V4-Flash layer at decode (us, CUDA-graph replays; x = over own floor)")
+    for row in rows:
+        base = row["us"].get("fp4_spans")
+        log(f"  T={row['T']:3d}: " + ", ".join(
+            f"{n} {us:.1f}" + (f" ({us / base:.3f} of spans)" if base and n.startswith("fp4_blocks") else "")
+            for n, us in row["us"].items()))
+
+
+if __name__ == "__main__":
+    main()
