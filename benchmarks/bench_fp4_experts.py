@@ -1,10 +1,11 @@
-"""The routed experts of one V4-Flash layer at decode, packed FP4 (E2M1) against E4M3: variants of
-``fp4_gemm_rows_kernel`` side by side in one run.
+"""The routed experts of one V4-Flash (or V4.1-Flash) layer at decode, packed FP4 (E2M1) against E4M3:
+variants of ``fp4_gemm_rows_kernel`` side by side in one run.
 
-Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_fp4_experts.py [--out DIR] [--tokens 8 32]
+Run on the GPU machine:
+    PYTHONPATH=. python benchmarks/bench_fp4_experts.py [--out DIR] [--tokens 8 32] [--widths v4 v41]
 
-Workload: 256 experts, D 4096, I 2048 (V4-Flash), top-6 uniform routing, V4's activation scales per
-128, T tokens; the experts drawn once as FP4 and held both ways (bench_real_width.fill_experts): packed
+Workload (``WIDTHS``): V4-Flash 256 experts, D 4096, I 2048, activation scales per 128; V4.1-Flash 384
+experts, D 5120, I 2304, activation scales per 32; top-6 uniform routing, T tokens; the experts drawn once as FP4 and held both ways (bench_real_width.fill_experts): packed
 E2M1 with the checkpoint's E8M0 scale per 32 (weights="fp4") and E4M3 with a scale per 128 (the default
 load's conversion). Floor: the experts the routing touches x their bytes (scales included) / measured
 copy bandwidth. Timing: ``kernels.moe_experts`` (routing, both GEMMs, SwiGLU, combine) replayed from one
@@ -31,7 +32,8 @@ from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 
-E, D, I, TOPK, ACT_BLOCK, LIMIT = 256, 4096, 2048, 6, 128, 10.0
+TOPK, LIMIT = 6, 10.0
+WIDTHS = {"v4": (256, 4096, 2048, 128), "v41": (384, 5120, 2304, 32)}  # experts, D, I, activation block
 # name: (storage, {triton_fp8_gemm attribute: value} set for its calls)
 # Session 13 (H200) also timed other configs of fp4_blocks (triton_fp8_gemm.FP4_ROWS_CONFIG's comment).
 VARIANTS = {
@@ -57,27 +59,18 @@ def settings(values: dict):
             setattr(tg, k, v)
 
 
-def experts(block: int) -> Fp8Experts:
-    mod = Fp8Experts(E, D, I, block=(1, block or 32), scale_dtype=torch.float8_e8m0fnu, act_block=ACT_BLOCK,
+def experts(widths: str, block: int) -> Fp8Experts:
+    E, D, I, act_block = WIDTHS[widths]
+    mod = Fp8Experts(E, D, I, block=(1, block or 32), scale_dtype=torch.float8_e8m0fnu, act_block=act_block,
                      limit=LIMIT, packed_fp4=block == 0, device="cuda")
     fill_experts(mod, torch.Generator(device="cuda").manual_seed(0))
     return mod
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--tokens", type=int, nargs="+", default=[8, 32])
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    args = ap.parse_args()
-    import triton
-
-    info = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
-            "command": " ".join(sys.argv),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    c = ceilings()
-    log(f"INFO {json.dumps(info)}")
-    stores = {"e4m3": experts(128), "fp4": experts(0)}
+def run_widths(widths: str, args, c) -> list[dict]:
+    """Every variant at each token count, at one model's widths."""
+    E, D, I, act_block = WIDTHS[widths]
+    stores = {"e4m3": experts(widths, 128), "fp4": experts(widths, 0)}
     g = torch.Generator(device="cuda").manual_seed(1)
     rows = []
     for T in args.tokens:
@@ -93,7 +86,7 @@ def main():
                                        m.act_block, m.limit, **kw)
 
         ref = call(0, "e4m3", path="bf16")
-        row = {"T": T, "experts_touched": touched, "floor_us": {}, "us": {}, "rel": {}}
+        row = {"widths": widths, "T": T, "experts_touched": touched, "floor_us": {}, "us": {}, "rel": {}}
         for store, m in stores.items():
             per_expert = sum(t[0].nbytes for t in (m.w13, m.w13_scale, m.w2, m.w2_scale))
             row["floor_us"][store] = touched * per_expert / c["copy_bw"] * 1e6
@@ -103,16 +96,36 @@ def main():
                 row["rel"][name] = rel(call(0, store), ref)
                 row["us"][name] = time_graph([lambda i=i, store=store: call(i, store) for i in range(sets)])
         rows.append(row)
-        log(f"T={T:3d} ({touched:.0f} experts) floor e4m3 {row['floor_us']['e4m3']:.1f} us, fp4 "
+        log(f"{widths} T={T:3d} ({touched:.0f} experts) floor e4m3 {row['floor_us']['e4m3']:.1f} us, fp4 "
             f"{row['floor_us']['fp4']:.1f} | " + " | ".join(
                 f"{n} {us:.1f} ({us / row['floor_us'][VARIANTS[n][0]]:.2f}x, rel {row['rel'][n]:.0e})"
                 for n, us in row["us"].items()))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--tokens", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--widths", nargs="+", default=["v4"], choices=list(WIDTHS))
+    args = ap.parse_args()
+    import triton
+
+    info = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
+            "command": " ".join(sys.argv),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    c = ceilings()
+    log(f"INFO {json.dumps(info)}")
+    rows = []
+    for widths in args.widths:
+        rows += run_widths(widths, args, c)
     with open(os.path.join(args.out, "bench_fp4_experts.json"), "w") as fh:
         json.dump({"info": info, "copy_TBs": c["copy_bw"] / 1e12, "rows": rows}, fh, indent=1)
-    log("\nSUMMARY routed experts of one V4-Flash layer at decode (us, CUDA-graph replays; x = over own floor)")
+    log("\nSUMMARY routed experts of one layer at decode (us, CUDA-graph replays)")
     for row in rows:
         base = row["us"].get("fp4_spans")
-        log(f"  T={row['T']:3d}: " + ", ".join(
+        log(f"  {row['widths']} T={row['T']:3d}: " + ", ".join(
             f"{n} {us:.1f}" + (f" ({us / base:.3f} of spans)" if base and n.startswith("fp4_blocks") else "")
             for n, us in row["us"].items()))
 

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -334,6 +334,34 @@ if has s13; then  # session 13 (~5 min): packed FP4 MoE GPU tests, FP4 kernel va
   timeout 200 python benchmarks/bench_v4_width.py --out "$OUT/v4fp4" --batches 8 32 --noise-batch 0 --expert-block 0 \
     --ab-off fp4_block_acc --profile 32 > "$OUT/v4_width_fp4.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_fp4.log"; grep -E "^A/B|FAILED|Error" "$OUT/v4_width_fp4.log"; pack
+fi
+if has s13b; then  # session 13 (~5 min): FP4 128-input blocks for V4.1's activation scales per 32 too: tests, experts, model A/B
+  timeout 200 python -m pytest -q -p no:cacheprovider -s tests/gpu/test_moe_gpu.py -k "packed or fp4" \
+    > "$OUT/gpu_tests_fp4.log" 2>&1
+  echo "packed fp4 MoE GPU tests: $(tail -1 "$OUT/gpu_tests_fp4.log")"
+  grep -hE "REPORT moe packed fp4 block|^FAILED|Error" "$OUT/gpu_tests_fp4.log" | head -24; pack
+  timeout 200 python benchmarks/bench_fp4_experts.py --out "$OUT" --widths v4 v41 > "$OUT/fp4_experts.log" 2>&1
+  grep -E "^v4|Error" "$OUT/fp4_experts.log"; sed -n '/^SUMMARY/,$p' "$OUT/fp4_experts.log"; pack
+  mkdir -p "$OUT/fp4"
+  timeout 150 ${RW/--out $OUT/--out $OUT/fp4} --batches 8 32 --ref-batches 0 --prefill 0 --expert-block 0 \
+    --ab fp4_block_acc:8,32 > "$OUT/real_width_fp4.log" 2>&1
+  echo "V4.1 packed FP4 experts:"; grep -E "^A/B|Error" "$OUT/real_width_fp4.log"
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_fp4.log" | grep decode; pack
+fi
+if has s13v4fp4; then  # session 13's figures (~1.5 min): V4 widths B = 8 / 32 with the packed FP4 experts (weights="fp4")
+  mkdir -p "$OUT/v4fp4final"
+  timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4fp4final" --batches 8 32 --noise-batch 0 --expert-block 0 \
+    > "$OUT/v4_width_fp4_s13final.log" 2>&1
+  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_fp4_s13final.log"; grep -E "FAILED|Error" "$OUT/v4_width_fp4_s13final.log"; pack
+fi
+if has s13final; then  # session 13's last figures (~4.5 min): V4.1 B = 1 / 8 / 32 and prefill 8192, V4 widths B = 8 / 32 (E4M3)
+  mkdir -p "$OUT/s13final" "$OUT/v4final"
+  timeout 260 ${RW/--out $OUT/--out $OUT/s13final} --batches 1 8 32 --ref-batches 0 --moe-paths bf16 \
+    > "$OUT/real_width_s13final.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s13final.log" | grep -E "decode|prefill"; pack
+  timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4final" --batches 8 32 --noise-batch 0 \
+    > "$OUT/v4_width_s13final.log" 2>&1
+  sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_s13final.log"; grep -E "FAILED|Error" "$OUT/v4_width_s13final.log"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

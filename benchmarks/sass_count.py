@@ -13,6 +13,7 @@ specializes them -- without that Triton neither vectorizes nor pipelines the loa
   fp4_rows        fp4_gemm_rows_kernel, V4's packed E2M1 experts (activation scales per 128), 16 rows
   fp4_rows_blk    the same with BLOCK_ACC (``triton_fp8_gemm.FP4_BLOCK_ACCUMULATE``): each 128-input block
                   accumulated under the weight scales only, the activation scale applied once a block
+  fp4_rows_blk32  BLOCK_ACC with V4.1's activation scales per 32 (each product scaled by both)
   rows_bf16       fp8_gemm_rows_kernel with bf16 steps (V4.1 dense GEMVs, scale blocks of 32)
   rows_fp8        fp8_gemm_rows_kernel with FP8 steps
 Session 12 (BENCHMARKS.md): fp4_rows 4.7 instructions a value, fp4_rows_blk 3.4, rows_bf16 6.4,
@@ -45,6 +46,8 @@ KERNELS = {
     "fp4_rows": (jit.fp4_gemm_rows_kernel, _FP4_PTRS, _FP4_CONST, {"num_warps": 4, "num_stages": 3}, 128 * 64),
     "fp4_rows_blk": (jit.fp4_gemm_rows_kernel, dict(_FP4_PTRS, W_SCALE="*i32"), dict(_FP4_CONST, BLOCK_ACC=True),
                      {"num_warps": 4, "num_stages": 3}, 128 * 128),
+    "fp4_rows_blk32": (jit.fp4_gemm_rows_kernel, dict(_FP4_PTRS, W_SCALE="*i32"),
+                       dict(_FP4_CONST, BLOCK_ACC=True, A_SB=32), {"num_warps": 4, "num_stages": 3}, 128 * 128),
     "rows_bf16": (jit.fp8_gemm_rows_kernel, _ROWS_PTRS, dict(_ROWS_CONST, KSTEP=128, SUB=1, BF16_STEPS=True),
                   {"num_warps": 4, "num_stages": 3}, 64 * 128),
     "rows_fp8": (jit.fp8_gemm_rows_kernel, _ROWS_PTRS, dict(_ROWS_CONST, KSTEP=32, SUB=4, BF16_STEPS=False),

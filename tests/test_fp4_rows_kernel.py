@@ -1,13 +1,14 @@
 """``fp4_gemm_rows_kernel`` (packed E2M1 experts x E4M3 activations, the decode default for
 weights="fp4") under Triton's CPU interpreter, through ``triton_fp8_gemm.gemm``: a grouped GEMM
-with gathered rows, an idle tile and two K spans, against the float64 sum of the dequantized
+with gathered rows, an idle tile and four K spans, against the float64 sum of the dequantized
 weights (``quant.dequant_fp4_experts`` of the stored bytes) times the scaled activation codes, in
 both layouts ``quant.to_fp4_tiles`` produces: 128-row tiles (N = 256: two N tiles) and plain
 spans (N = 40, not a multiple of 128: the last N tile masked). The interpreter takes the integer
 unpack (the GPU the PTX one, whose text tests/test_fp4_ptx.py runs; tests/gpu/test_moe_gpu.py
 runs the compiled kernel in the MoE). A control feeds the stored layout as if it were the held
 one: far off. With activation scales per 128, also the per-128-block accumulation
-(``FP4_BLOCK_ACCUMULATE``, the default there; its scale bytes read four to an int32 word)."""
+(``FP4_BLOCK_ACCUMULATE``, the default where K is a multiple of 128; its scale bytes read four to an
+int32 word), with activation scales per 32 and per 128."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 from deepinfer_adapters.model_impl.quant import dequant_fp4_experts, fp4_tiled, to_fp4_tiles
 
 g = torch.Generator().manual_seed(0)
-E, K, R = 3, 128, 5
+E, K, R = 3, 256, 5  # two 128-input blocks: the scales carried to the next iteration
 a = (torch.randn(R, K, generator=g) * 50).to(torch.float8_e4m3fn)
 row_idx = torch.tensor([4, 1, 0, 3, 2], dtype=torch.int32)  # sorted row r reads A row row_idx[r]
 groups = tg.Groups(expert=torch.tensor([2, 0, -1], dtype=torch.int32), row0=torch.tensor([0, 2, 5], dtype=torch.int32),
@@ -44,11 +45,12 @@ for N in (256, 40):
             out = tg.gemm(a, sa, a_block, weights, wscale, (1, 32), torch.float32, rows=R, groups=groups)
             rel = ((out.double() - want).abs().max() / want.abs().max()).item()
             print(N, int(fp4_tiled(N, K)), name, a_block, f"{rel:.3e}")
-        if a_block == 128:  # each 128-input block summed under the weight scales, then scaled once
-            tg.FP4_BLOCK_ACCUMULATE = True  # the default: the scale bytes read as int32 words
-            out = tg.gemm(a, sa, a_block, held, wscale, (1, 32), torch.float32, rows=R, groups=groups)
-            rel = ((out.double() - want).abs().max() / want.abs().max()).item()
-            print(N, int(fp4_tiled(N, K)), "block_acc", a_block, f"{rel:.3e}")
+        # the default: 128-input blocks, the scale bytes read as int32 words (a_block 128: each block summed
+        # under the weight scales, then scaled once; 32: each product scaled by both)
+        tg.FP4_BLOCK_ACCUMULATE = True
+        out = tg.gemm(a, sa, a_block, held, wscale, (1, 32), torch.float32, rows=R, groups=groups)
+        rel = ((out.double() - want).abs().max() / want.abs().max()).item()
+        print(N, int(fp4_tiled(N, K)), "block_acc", a_block, f"{rel:.3e}")
 """
 
 
@@ -56,12 +58,12 @@ def test_fp4_rows_kernel_matches_dequantized_weights_under_the_interpreter():
     lines = [line.split() for line in run_interpreted(SCRIPT).strip().splitlines()]
     rel = {(int(n), name, int(block)): float(value) for n, _, name, block, value in lines}
     assert {(int(n), int(t)) for n, t, *_ in lines} == {(256, 1), (40, 0)}  # both layouts ran
-    assert len(rel) == 10
+    assert len(rel) == 12
     for n in (256, 40):
         for block in (32, 128):
             assert rel[(n, "held", block)] < 1e-6  # fp32 sums of exact products
             assert rel[(n, "control", block)] > 0.1
-        assert rel[(n, "block_acc", 128)] < 1e-6  # FP4_BLOCK_ACCUMULATE (the last run, a_block 128)
+            assert rel[(n, "block_acc", block)] < 1e-6  # FP4_BLOCK_ACCUMULATE
 
 
 

@@ -418,15 +418,23 @@ def fp4_span_scales(as_ptr, ws_ptr, kb, mask_t, mask_n, A_SB: tl.constexpr, W_BK
 def fp4_block_scales(ws_ptr, as_ptr, kb, mask_n, mask_t, A_SB: tl.constexpr, PTX: tl.constexpr):
     """BLOCK_ACC's scales of the 128-input block at ``kb``: each weight row's four E8M0 bytes as one
     int32 word (byte j: inputs kb + 32 j ..; ``ws_ptr`` points to words, rows past N to a valid row)
-    [BLOCK_N], and the rows' activation scales [BLOCK_T]. PTX: the words through an inline load,
-    which Triton places in the layout its users want (a tl.load of as many values as threads stays
-    in its own, and the four scales taken from it then cross layouts through shared memory)."""
+    [BLOCK_N], and the rows' activation scales of the block's four 32-input quarters [BLOCK_T] each
+    (one load where A_SB spans the block). PTX: the words through an inline load, which Triton places
+    in the layout its users want (a tl.load of as many values as threads stays in its own, and the
+    four scales taken from it then cross layouts through shared memory, four times an iteration)."""
     if PTX:
         words = tl.inline_asm_elementwise("ld.global.nc.b32 $0, [$1];", "=r,l", [ws_ptr + kb // 128], dtype=tl.int32,
                                           is_pure=True, pack=1)
     else:
         words = tl.load(ws_ptr + kb // 128, mask=mask_n, other=0)
-    return words, tl.load(as_ptr + kb // A_SB, mask=mask_t, other=0.0)
+    sa0 = tl.load(as_ptr + kb // A_SB, mask=mask_t, other=0.0)
+    if A_SB % 128 == 0:
+        return words, sa0, sa0, sa0, sa0
+    sa2 = tl.load(as_ptr + (kb + 64) // A_SB, mask=mask_t, other=0.0)
+    if A_SB == 64:
+        return words, sa0, sa0, sa2, sa2
+    return (words, sa0, tl.load(as_ptr + (kb + 32) // A_SB, mask=mask_t, other=0.0), sa2,
+            tl.load(as_ptr + (kb + 96) // A_SB, mask=mask_t, other=0.0))
 
 
 @triton.jit
@@ -441,17 +449,28 @@ def fp4_half_product(acc, w, sa, sw, a_ptr, k0, mask_t, HALF: tl.constexpr):
 
 
 @triton.jit
-def fp4_weighted_half(acc, w, words, j: tl.constexpr, a_ptr, k0, mask_t, HALF: tl.constexpr):
-    """acc + (W A^T) over inputs k0 .. k0 + HALF times the weight scales only: byte ``j`` of each row's
-    scale word (BLOCK_ACC: the activation scale, the same over the block, and the codes' 1/64 are
-    applied once the block is summed). The E8M0 byte becomes fp32 bits in two operations: shifted
-    straight to the exponent field, masked."""
+def fp4_weighted_quarter(w, words, j: tl.constexpr, a_ptr, k0, mask_t, HALF: tl.constexpr):
+    """(W A^T) over inputs k0 .. k0 + HALF (quarter ``j`` of a 128-input block) times the weight scales
+    only: byte ``j`` of each row's scale word (the activation scale and the codes' 1/64 are the
+    caller's). The E8M0 byte becomes fp32 bits in two operations: shifted straight to the exponent
+    field, masked."""
     a = tl.load(a_ptr + (k0 + tl.arange(0, HALF))[None, :], mask=mask_t[:, None], other=0.0)
     if j == 3:
         bits = (words >> 1) & 0x7F800000
     else:
         bits = (words << (23 - 8 * j)) & 0x7F800000
-    return acc + tl.dot(w, tl.trans(a)) * bits.to(tl.float32, bitcast=True)[:, None]
+    return tl.dot(w, tl.trans(a)) * bits.to(tl.float32, bitcast=True)[:, None]
+
+
+@triton.jit
+def fp4_add_quarter(acc, blk, part, sa, A_SB: tl.constexpr):
+    """A quarter's product into the block sum (activation scales per 128 or wider: the scale is
+    applied once the block is summed) or, scaled by its activation scale, into the accumulator."""
+    if A_SB % 128 == 0:
+        blk += part
+    else:
+        acc += part * (sa * 64.0)[None, :]
+    return acc, blk
 
 
 @triton.jit
@@ -471,11 +490,12 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
     its blocks' scales, as the rows-first kernel's FP8 path does. TILED: the weights in 128-row tiles
     (``quant.fp4_tiled``; BLOCK_N 128), else rows ``stride_wn`` apart. GATHER_A: A's row for tile row r
     is ROW_IDX[r]; SCATTER_OUT: so is OUT's.
-    BLOCK_ACC (A_SB a multiple of 128, K per split too: V4's activations): a 128-input block per
-    iteration, its four products summed under their weight scales only and the block's activation
-    scale applied once; W_SCALE then holds the scale bytes as int32 words (four a word, strides in
-    words) (offline SASS, benchmarks/sass_count.py: 4.7 -> 3.4 instructions a weight value;
-    the same products, summed in another association)."""
+    BLOCK_ACC (K per split a multiple of 128): a 128-input block per iteration, W_SCALE holding the
+    scale bytes as int32 words (four a word, strides in words). Activation scales per 128 or wider
+    (V4): the block's four products summed under their weight scales only, its activation scale
+    applied once (the same products, summed in another association); narrower (V4.1): each product
+    scaled by both, as span by span (offline SASS, benchmarks/sass_count.py: 4.7 -> 3.0 instructions
+    a weight value at V4's scales)."""
     pdl_start()
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -495,22 +515,30 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
         k_lo = pid_k * k_per_split
         k_hi = tl.minimum(K, k_lo + k_per_split)
         if BLOCK_ACC:
-            # W_SCALE as int32 words: a row's four scale bytes of a 128-input block in one load (one
-            # layout conversion an iteration, not four), loaded a block ahead like the span scales
-            words, sa = fp4_block_scales(ws_ptr, as_ptr, k_lo, mask_n, mask_t, A_SB, PTX)
+            # W_SCALE as int32 words: a row's four scale bytes of a 128-input block in one load; the
+            # scales loaded a block ahead, like the span scales below
+            words, sa0, sa1, sa2, sa3 = fp4_block_scales(ws_ptr, as_ptr, k_lo, mask_n, mask_t, A_SB, PTX)
             for kb in range(k_lo, k_hi, 128):  # one 128-input block (two spans) per iteration
-                next_words, next_sa = fp4_block_scales(ws_ptr, as_ptr, tl.minimum(kb + 128, k_hi - 128), mask_n,
-                                                       mask_t, A_SB, PTX)
+                n_words, n_sa0, n_sa1, n_sa2, n_sa3 = fp4_block_scales(ws_ptr, as_ptr, tl.minimum(kb + 128, k_hi - 128),
+                                                                       mask_n, mask_t, A_SB, PTX)
                 blk = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
-                for s in tl.static_range(2):
-                    k0 = kb + 64 * s
-                    packed = tl.load(weight_step_ptr(w_ptr, k0, BLOCK_N, 64, 32, TILED) + tl.arange(0, 32)[None, :],
-                                     mask=mask_n[:, None], other=0)
-                    lo, hi = e2m1_e4m3_halves(packed, PTX)
-                    blk = fp4_weighted_half(blk, lo, words, 2 * s, a_ptr, k0, mask_t, 32)
-                    blk = fp4_weighted_half(blk, hi, words, 2 * s + 1, a_ptr, k0 + 32, mask_t, 32)
-                acc += blk * (sa * 64.0)[None, :]
-                words, sa = next_words, next_sa
+                packed = tl.load(weight_step_ptr(w_ptr, kb, BLOCK_N, 64, 32, TILED) + tl.arange(0, 32)[None, :],
+                                 mask=mask_n[:, None], other=0)
+                lo, hi = e2m1_e4m3_halves(packed, PTX)
+                acc, blk = fp4_add_quarter(acc, blk, fp4_weighted_quarter(lo, words, 0, a_ptr, kb, mask_t, 32), sa0,
+                                           A_SB)
+                acc, blk = fp4_add_quarter(acc, blk, fp4_weighted_quarter(hi, words, 1, a_ptr, kb + 32, mask_t, 32),
+                                           sa1, A_SB)
+                packed = tl.load(weight_step_ptr(w_ptr, kb + 64, BLOCK_N, 64, 32, TILED) + tl.arange(0, 32)[None, :],
+                                 mask=mask_n[:, None], other=0)
+                lo, hi = e2m1_e4m3_halves(packed, PTX)
+                acc, blk = fp4_add_quarter(acc, blk, fp4_weighted_quarter(lo, words, 2, a_ptr, kb + 64, mask_t, 32),
+                                           sa2, A_SB)
+                acc, blk = fp4_add_quarter(acc, blk, fp4_weighted_quarter(hi, words, 3, a_ptr, kb + 96, mask_t, 32),
+                                           sa3, A_SB)
+                if A_SB % 128 == 0:
+                    acc += blk * (sa0 * 64.0)[None, :]
+                words, sa0, sa1, sa2, sa3 = n_words, n_sa0, n_sa1, n_sa2, n_sa3
         else:
             sa_lo, sw_lo, sa_hi, sw_hi = fp4_span_scales(as_ptr, ws_ptr, k_lo, mask_t, mask_n, A_SB, W_BK)
             for kb in range(k_lo, k_hi, 64):  # one 64-input span (32 bytes a weight row) per iteration

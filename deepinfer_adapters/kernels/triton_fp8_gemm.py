@@ -307,12 +307,12 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
 # (bench_fp4_experts.py, H200, session 13, 8 / 32 tokens): 2 stages 1.25x / 1.22x this one's time, 4 stages
 # 1.02x / 1.00x, at most 128 registers a thread (4 programs an SM instead of 3, a few spills) 1.08x / 1.07x.
 FP4_ROWS_CONFIG = GemmConfig(16, 128, 1, 4, 3)
-# Activation scales per 128 (V4): each 128-input block summed under the weight scales only, its activation
-# scale applied once, the weight scales read as int32 words through an inline load (``fp4_gemm_rows_kernel``'s
-# BLOCK_ACC; 4.7 -> 3.0 SASS instructions a weight value, no shared-memory layout conversions in the loop).
-# H200, session 13: one V4 layer's experts at 8 / 32 tokens 357 -> 203 / 1032 -> 566 us (1.47x / 1.31x the
-# FP4 floor; the E4M3 experts 280 / 802); V4 widths B = 8 / 32 2.66 -> 2.06 / 5.40 -> 3.62 ms a step,
-# logits bit-identical (the scales are powers of two).
+# One 128-input block an iteration (K a multiple of 128), the weight scales read as int32 words through an
+# inline load (``fp4_gemm_rows_kernel``'s BLOCK_ACC): no shared-memory layout conversions in the loop; with
+# activation scales per 128 (V4) each block summed under the weight scales only, its activation scale applied
+# once (4.7 -> 3.0 SASS instructions a weight value). H200, session 13, V4's scales: one V4 layer's experts at
+# 8 / 32 tokens 357 -> 203 / 1032 -> 566 us (1.47x / 1.31x the FP4 floor; E4M3 experts 280 / 802); V4 widths
+# B = 8 / 32 2.66 -> 2.06 / 5.40 -> 3.62 ms a step, logits bit-identical (the scales are powers of two).
 FP4_BLOCK_ACCUMULATE = True
 def fp4_rows_fit(k_in: int, w2: torch.Tensor, w2_scale: torch.Tensor, block: tuple[int, int], act_block: int) -> bool:
     """Whether an MoE's packed E2M1 experts (input width ``k_in``, w2's packed K) fit ``fp4_gemm_rows_kernel``."""
@@ -343,7 +343,8 @@ def _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, 
                          "are tiled), and no kstep, quantize_a or swapped")
     n_tiles = triton.cdiv(N, cfg.block_n)
     m_tiles = groups.expert.numel()
-    block_acc = FP4_BLOCK_ACCUMULATE and act_block % 128 == 0 and _scale_words_fit(ws)  # K: a multiple of 128 too
+    block_acc = (FP4_BLOCK_ACCUMULATE and K % 128 == 0 and (act_block % 128 == 0 or 128 % act_block == 0)
+                 and _scale_words_fit(ws))
     if block_acc:
         ws = ws.view(torch.int32)  # a row's four scale bytes of a 128-input block as one word
     split, k_per_split = split_k(m_tiles * n_tiles, K, 128 if block_acc else 64, cfg.programs if split_groups else 0)

@@ -340,12 +340,14 @@ def test_pair_route_kernel_equals_torch_sort(T, k, E, monkeypatch):
     assert torch.equal(tiles.expert, want.expert) and torch.equal(rw, want_rw)
 
 
+@pytest.mark.parametrize("act_block", [32, 128])
 @pytest.mark.parametrize("T", [1, 8, 32, 600])
-def test_packed_fp4_block_accumulation_matches_reference(T, monkeypatch):
-    """``FP4_BLOCK_ACCUMULATE`` (the default with activation scales per 128: each 128-input block
-    summed under the weight scales only, scaled once; the scale bytes read as int32 words through an
-    inline load): near the reference as the span-by-span kernel is, and within fp32 rounding of it
-    (the same products in another association)."""
+def test_packed_fp4_block_accumulation_matches_reference(T, act_block, monkeypatch):
+    """``FP4_BLOCK_ACCUMULATE`` (the default: 128-input blocks, the scale bytes read as int32 words
+    through an inline load; activation scales per 128 (V4): each block summed under the weight scales
+    only, scaled once; per 32 (V4.1): each product scaled by both): near the reference as the
+    span-by-span kernel is, and within fp32 rounding of it (the same products, per 128 in another
+    association)."""
     from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe
 
     E, D, I, k = 32, 512, 256, 6
@@ -353,19 +355,20 @@ def test_packed_fp4_block_accumulation_matches_reference(T, monkeypatch):
     g = torch.Generator(device="cuda").manual_seed(500 + T)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
     w, ids = _routing(T, E, k, seed=T)
-    args = (x, w, ids, *packed, (1, 32), 128, 10.0)
+    args = (x, w, ids, *packed, (1, 32), act_block, 10.0)
     monkeypatch.setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", False)
     spans = triton_moe.moe_experts(*args, path="fp8")
     monkeypatch.setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", True)
     blocks = triton_moe.moe_experts(*args, path="fp8")
     ref = reference_fp8.moe_experts(*args)
-    print(f"REPORT moe packed fp4 block accumulation T={T}: rel={_rel(blocks, ref):.2e} (spans {_rel(spans, ref):.2e}), "
-          f"rel to spans {_rel(blocks, spans):.2e}")
+    print(f"REPORT moe packed fp4 block accumulation T={T} act_block={act_block}: rel={_rel(blocks, ref):.2e} "
+          f"(spans {_rel(spans, ref):.2e}), rel to spans {_rel(blocks, spans):.2e}")
     assert torch.isfinite(blocks).all() and _rel(blocks, ref) <= NORM_RTOL and _rel(blocks, spans) <= 1e-5
 
 
+@pytest.mark.parametrize("act_block", [32, 128])
 @pytest.mark.parametrize("N", [40, 256])
-def test_packed_fp4_block_accumulation_gemm_matches_dequantized_weights(N, monkeypatch):
+def test_packed_fp4_block_accumulation_gemm_matches_dequantized_weights(N, act_block, monkeypatch):
     """The compiled per-128-block kernel through ``gemm`` (gathered rows, an idle tile, a masked last N
     tile at N = 40 whose rows past N read a valid row's scale word), against the float64 product of
     the dequantized weights and activations; equal to the span-by-span kernel within fp32 rounding.
@@ -376,14 +379,14 @@ def test_packed_fp4_block_accumulation_gemm_matches_dequantized_weights(N, monke
     g = torch.Generator(device="cuda").manual_seed(N)
     Ex, K, R = 3, 512, 5
     a = (torch.randn(R, K, device="cuda", generator=g) * 50).to(torch.float8_e4m3fn)
-    sa = torch.pow(2.0, torch.randint(-8, 3, (R, K // 128), device="cuda", generator=g).float())
+    sa = torch.pow(2.0, torch.randint(-8, 3, (R, K // act_block), device="cuda", generator=g).float())
     row_idx = torch.tensor([4, 1, 0, 3, 2], dtype=torch.int32, device="cuda")
     groups = tg.Groups(expert=torch.tensor([2, 0, -1], dtype=torch.int32, device="cuda"),
                        row0=torch.tensor([0, 2, 5], dtype=torch.int32, device="cuda"),
                        row1=torch.tensor([2, 5, 5], dtype=torch.int32, device="cuda"), row_idx=row_idx)
     stored = torch.randint(0, 256, (Ex, N, K // 2), device="cuda", generator=g, dtype=torch.uint8)
     wscale = torch.randint(118, 133, (Ex, N, K // 32), device="cuda", generator=g, dtype=torch.uint8)
-    av = a.double() * sa.double().repeat_interleave(128, 1)
+    av = a.double() * sa.double().repeat_interleave(act_block, 1)
     want = torch.zeros(R, N, dtype=torch.float64, device="cuda")
     for e, r0, r1 in ((2, 0, 2), (0, 2, 5)):
         w = dequant_fp4_experts(stored[e], wscale[e].view(torch.float8_e8m0fnu), torch.float64)
@@ -391,9 +394,9 @@ def test_packed_fp4_block_accumulation_gemm_matches_dequantized_weights(N, monke
     outs = {}
     for block_acc in (False, True):
         monkeypatch.setattr(tg, "FP4_BLOCK_ACCUMULATE", block_acc)
-        outs[block_acc] = tg.gemm(a, sa, 128, to_fp4_tiles(stored), wscale, (1, 32), torch.float32, rows=R,
+        outs[block_acc] = tg.gemm(a, sa, act_block, to_fp4_tiles(stored), wscale, (1, 32), torch.float32, rows=R,
                                   groups=groups)
-    print(f"REPORT moe packed fp4 block gemm N={N}: rel={_rel(outs[True], want):.2e}, "
+    print(f"REPORT moe packed fp4 block gemm N={N} act_block={act_block}: rel={_rel(outs[True], want):.2e}, "
           f"spans {_rel(outs[False], want):.2e}")
     # the tensor cores' FP8 products accumulate with fewer bits than fp32 (H200: rel ~1.5e-5 here for
     # either kernel); the two kernels differ only in where the block sums join the fp32 accumulator
