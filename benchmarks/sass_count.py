@@ -16,8 +16,9 @@ specializes them -- without that Triton neither vectorizes nor pipelines the loa
   fp4_rows_blk32  BLOCK_ACC with V4.1's activation scales per 32 (each product scaled by both)
   rows_bf16       fp8_gemm_rows_kernel with bf16 steps (V4.1 dense GEMVs, scale blocks of 32)
   rows_fp8        fp8_gemm_rows_kernel with FP8 steps
-Session 12 (BENCHMARKS.md): fp4_rows 4.7 instructions a value, fp4_rows_blk 3.4, rows_bf16 6.4,
-rows_fp8 4.2; 8-row tiles make Triton fall back to mma.sync with fp8 -> f16 conversions (no gain).
+Session 12 (BENCHMARKS.md): fp4_rows 4.7 instructions a value, rows_bf16 6.4, rows_fp8 4.2; 8-row tiles
+make Triton fall back to mma.sync with fp8 -> f16 conversions (no gain). Session 13: fp4_rows_blk 3.0 (3.4
+before the scale words), fp4_rows_blk32 4.0 (fp4_rows at V4.1's scales per 32: 4.6).
 """
 
 from __future__ import annotations
