@@ -1,18 +1,20 @@
-"""The routed experts of one V4-Flash (or V4.1-Flash) layer at decode, packed FP4 (E2M1) against E4M3:
-variants of ``fp4_gemm_rows_kernel`` side by side in one run.
+"""The routed experts of one V4-Flash (or V4.1-Flash) layer, packed FP4 (E2M1) against E4M3: variants
+of ``fp4_gemm_rows_kernel`` side by side in one run, at decode (default) or prefill-sized token counts.
 
 Run on the GPU machine:
     PYTHONPATH=. python benchmarks/bench_fp4_experts.py [--out DIR] [--tokens 8 32] [--widths v4 v41]
+        [--variants NAME ...]
 
 Workload (``WIDTHS``): V4-Flash 256 experts, D 4096, I 2048, activation scales per 128; V4.1-Flash 384
-experts, D 5120, I 2304, activation scales per 32; top-6 uniform routing, T tokens; the experts drawn once as FP4 and held both ways (bench_real_width.fill_experts): packed
-E2M1 with the checkpoint's E8M0 scale per 32 (weights="fp4") and E4M3 with a scale per 128 (the default
-load's conversion). Floor: the experts the routing touches x their bytes (scales included) / measured
-copy bandwidth. Timing: ``kernels.moe_experts`` (routing, both GEMMs, SwiGLU, combine) replayed from one
-CUDA graph over four input sets, median (benchmarks/timing.py). rel: against the bf16 path on the E4M3
-experts (the same values).
+experts, D 5120, I 2304, activation scales per 32; top-6 uniform routing, T tokens; the experts drawn once
+as FP4 and held both ways (bench_real_width.fill_experts): packed E2M1 with the checkpoint's E8M0 scale per
+32 (weights="fp4") and E4M3 with a scale per 128 (the default load's conversion). Floor: the experts the
+routing touches x their bytes (scales included) / measured copy bandwidth, or, where larger (prefill-sized
+T), the FLOPs (2 T 6 3 D I) over the measured FP8 rate. Timing: ``kernels.moe_experts`` (routing, both
+GEMMs, SwiGLU, combine) replayed from one CUDA graph over four input sets, median (benchmarks/timing.py).
+rel: against the bf16 path on the E4M3 experts (the same values).
 
-Variants (``VARIANTS``): the module settings each one applies around its calls.
+Variants (``VARIANTS``): the module settings and call arguments each one applies.
 """
 
 from __future__ import annotations
@@ -34,13 +36,17 @@ from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 
 TOPK, LIMIT = 6, 10.0
 WIDTHS = {"v4": (256, 4096, 2048, 128), "v41": (384, 5120, 2304, 32)}  # experts, D, I, activation block
-# name: (storage, {triton_fp8_gemm attribute: value} set for its calls)
-# Session 13 (H200) also timed other configs of fp4_blocks (triton_fp8_gemm.FP4_ROWS_CONFIG's comment).
+# name: (storage, {triton_fp8_gemm attribute: value} set for its calls, moe_experts keyword arguments)
+# Session 13 (H200) also timed other configs of fp4_blocks at decode (triton_fp8_gemm.FP4_ROWS_CONFIG's comment).
 VARIANTS = {
-    "e4m3": ("e4m3", {}),
-    "fp4_spans": ("fp4", {"FP4_BLOCK_ACCUMULATE": False}),  # one 64-input span an iteration (before session 13)
-    "fp4_blocks": ("fp4", {}),  # the default: one 128-input block an iteration
+    "e4m3": ("e4m3", {}, {}),  # the default path (decode: fp8 at V4's scales, bf16 at V4.1's; prefill: bf16)
+    "fp4_spans": ("fp4", {"FP4_BLOCK_ACCUMULATE": False}, {}),  # one 64-input span an iteration (before session 13)
+    "fp4_blocks": ("fp4", {}, {}),  # the default (prefill: the bf16 path)
+    # prefill-sized: fp4_gemm_rows_kernel (the FP8 path) with row tiles of 64 / 128 tokens, 8 warps
+    "fp4_rows_t64": ("fp4", {"FP4_ROWS_CONFIG": tg.GemmConfig(64, 128, 1, 8, 3)}, {"path": "fp8"}),
+    "fp4_rows_t128": ("fp4", {"FP4_ROWS_CONFIG": tg.GemmConfig(128, 128, 1, 8, 3)}, {"path": "fp8"}),
 }
+DECODE_VARIANTS = ["e4m3", "fp4_spans", "fp4_blocks"]
 
 
 def log(*a):
@@ -89,12 +95,14 @@ def run_widths(widths: str, args, c) -> list[dict]:
         row = {"widths": widths, "T": T, "experts_touched": touched, "floor_us": {}, "us": {}, "rel": {}}
         for store, m in stores.items():
             per_expert = sum(t[0].nbytes for t in (m.w13, m.w13_scale, m.w2, m.w2_scale))
-            row["floor_us"][store] = touched * per_expert / c["copy_bw"] * 1e6
+            flops = 2 * T * TOPK * 3 * D * I  # prefill-sized T: compute-bound at the FP8 rate
+            row["floor_us"][store] = max(touched * per_expert / c["copy_bw"], flops / c["fp8_flops"]) * 1e6
         for name in args.variants:
-            store, values = VARIANTS[name]
+            store, values, kw = VARIANTS[name]
             with settings(values):
-                row["rel"][name] = rel(call(0, store), ref)
-                row["us"][name] = time_graph([lambda i=i, store=store: call(i, store) for i in range(sets)])
+                row["rel"][name] = rel(call(0, store, **kw), ref)
+                row["us"][name] = time_graph([lambda i=i, store=store, kw=kw: call(i, store, **kw)
+                                              for i in range(sets)])
         rows.append(row)
         log(f"{widths} T={T:3d} ({touched:.0f} experts) floor e4m3 {row['floor_us']['e4m3']:.1f} us, fp4 "
             f"{row['floor_us']['fp4']:.1f} | " + " | ".join(
@@ -107,7 +115,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--tokens", type=int, nargs="+", default=[8, 32])
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--variants", nargs="+", default=DECODE_VARIANTS, choices=list(VARIANTS))
     ap.add_argument("--widths", nargs="+", default=["v4"], choices=list(WIDTHS))
     args = ap.parse_args()
     import triton

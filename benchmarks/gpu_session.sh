@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -362,6 +362,12 @@ if has s13final; then  # session 13's last figures (~4.5 min): V4.1 B = 1 / 8 / 
   timeout 150 python benchmarks/bench_v4_width.py --out "$OUT/v4final" --batches 8 32 --noise-batch 0 \
     > "$OUT/v4_width_s13final.log" 2>&1
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_s13final.log"; grep -E "FAILED|Error" "$OUT/v4_width_s13final.log"; pack
+fi
+if has s13prefill; then  # session 13 (~3 min): the routed experts at prefill size (8192 tokens): E4M3 and FP4 on the bf16
+  # path (the default) against FP4 on the FP8 rows kernel with 64- / 128-row tiles, V4 and V4.1 widths
+  timeout 300 python benchmarks/bench_fp4_experts.py --out "$OUT" --tokens 8192 --widths v4 v41 \
+    --variants e4m3 fp4_blocks fp4_rows_t64 fp4_rows_t128 > "$OUT/fp4_experts_prefill.log" 2>&1
+  grep -E "^v4|Error" "$OUT/fp4_experts_prefill.log"; sed -n '/^SUMMARY/,$p' "$OUT/fp4_experts_prefill.log"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -40,7 +40,7 @@ for N in (256, 40):
         for e, r0, r1 in ((2, 0, 2), (0, 2, 5)):
             w = dequant_fp4_experts(stored[e], wscale[e].view(torch.float8_e8m0fnu), torch.float64)
             want[r0:r1] = av[row_idx[r0:r1].long()] @ w.T
-        tg.FP4_BLOCK_ACCUMULATE = False  # span by span (activation scales per 32 take only this path)
+        tg.FP4_BLOCK_ACCUMULATE = False  # span by span (the path where K is not a multiple of 128)
         for name, weights in (("held", held), ("control", stored)):
             out = tg.gemm(a, sa, a_block, weights, wscale, (1, 32), torch.float32, rows=R, groups=groups)
             rel = ((out.double() - want).abs().max() / want.abs().max()).item()
@@ -51,6 +51,11 @@ for N in (256, 40):
         out = tg.gemm(a, sa, a_block, held, wscale, (1, 32), torch.float32, rows=R, groups=groups)
         rel = ((out.double() - want).abs().max() / want.abs().max()).item()
         print(N, int(fp4_tiled(N, K)), "block_acc", a_block, f"{rel:.3e}")
+        # prefill-sized row tiles (64 rows, 8 warps; bench_fp4_experts' fp4_rows_t64)
+        out = tg.gemm(a, sa, a_block, held, wscale, (1, 32), torch.float32, rows=R, groups=groups,
+                      config=tg.GemmConfig(64, 128, 1, 8, 3))
+        rel = ((out.double() - want).abs().max() / want.abs().max()).item()
+        print(N, int(fp4_tiled(N, K)), "block_acc_t64", a_block, f"{rel:.3e}")
 """
 
 
@@ -58,12 +63,13 @@ def test_fp4_rows_kernel_matches_dequantized_weights_under_the_interpreter():
     lines = [line.split() for line in run_interpreted(SCRIPT).strip().splitlines()]
     rel = {(int(n), name, int(block)): float(value) for n, _, name, block, value in lines}
     assert {(int(n), int(t)) for n, t, *_ in lines} == {(256, 1), (40, 0)}  # both layouts ran
-    assert len(rel) == 12
+    assert len(rel) == 16
     for n in (256, 40):
         for block in (32, 128):
             assert rel[(n, "held", block)] < 1e-6  # fp32 sums of exact products
             assert rel[(n, "control", block)] > 0.1
             assert rel[(n, "block_acc", block)] < 1e-6  # FP4_BLOCK_ACCUMULATE
+            assert rel[(n, "block_acc_t64", block)] < 1e-6
 
 
 
