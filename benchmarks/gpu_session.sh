@@ -364,9 +364,9 @@ if has s13final; then  # session 13's last figures (~4.5 min): V4.1 B = 1 / 8 / 
   sed -n '/^SUMMARY decode/,/^(fwd/p' "$OUT/v4_width_s13final.log"; grep -E "FAILED|Error" "$OUT/v4_width_s13final.log"; pack
 fi
 if has s13prefill; then  # session 13 (~3 min): the routed experts at prefill size (8192 tokens): E4M3 and FP4 on the bf16
-  # path (the default) against FP4 on the FP8 rows kernel with 64- / 128-row tiles, V4 and V4.1 widths
+  # path (the default) against FP4 on the FP8 rows kernel with 64-row tiles, V4 and V4.1 widths
   timeout 300 python benchmarks/bench_fp4_experts.py --out "$OUT" --tokens 8192 --widths v4 v41 \
-    --variants e4m3 fp4_blocks fp4_rows_t64 fp4_rows_t128 > "$OUT/fp4_experts_prefill.log" 2>&1
+    --variants e4m3 fp4_blocks fp4_rows_t64 > "$OUT/fp4_experts_prefill.log" 2>&1
   grep -E "^v4|Error" "$OUT/fp4_experts_prefill.log"; sed -n '/^SUMMARY/,$p' "$OUT/fp4_experts_prefill.log"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
