@@ -20,16 +20,14 @@ Variants (``VARIANTS``): the module settings and call arguments each one applies
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import sys
 from contextlib import contextmanager
 
 import torch
 
 from benchmarks.bench_real_width import fill_experts
-from benchmarks.timing import ceilings, rel, time_graph
+from benchmarks.timing import ceilings, rel, run_info, time_graph
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
@@ -119,11 +117,7 @@ def main():
     ap.add_argument("--variants", nargs="+", default=DECODE_VARIANTS, choices=list(VARIANTS))
     ap.add_argument("--widths", nargs="+", default=["v4"], choices=list(WIDTHS))
     args = ap.parse_args()
-    import triton
-
-    info = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
-            "command": " ".join(sys.argv),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    info = run_info()
     c = ceilings()
     log(f"INFO {json.dumps(info)}")
     rows = []

@@ -22,15 +22,13 @@ weight scale per column instead of a [128, BLOCK_N] tile of them.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import sys
 
 import torch
 
 from benchmarks.bench_real_width import fill_experts
-from benchmarks.timing import ceilings, rel, time_eager
+from benchmarks.timing import ceilings, rel, run_info, time_eager
 from deepinfer_adapters.kernels import reference_fp8
 from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 from deepinfer_adapters.kernels import triton_moe as tm
@@ -71,11 +69,7 @@ def main():
     ap.add_argument("--prefill", type=int, default=8192)
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
-    import triton
-
-    info = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
-            "command": " ".join(sys.argv),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    info = run_info()
     c = ceilings()
     log(f"INFO {json.dumps(info)}")
     stores = {32: experts(32), 128: experts(128)}

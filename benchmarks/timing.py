@@ -8,7 +8,9 @@ bandwidth and the bf16 / FP8 matrix rates once per run.
 
 from __future__ import annotations
 
+import datetime
 import statistics
+import sys
 
 import torch
 
@@ -78,6 +80,16 @@ def ceilings() -> dict[str, float]:
     del a, b, a8, b8
     torch.cuda.empty_cache()
     return {"copy_bw": copy_bw, "bf16_flops": bf16, "fp8_flops": fp8}
+
+
+def run_info() -> dict:
+    """Where, when and how a benchmark ran: GPU, SMs, torch, Triton, the command, the UTC time."""
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    return {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
+            "triton": triton.__version__, "command": " ".join(sys.argv),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
