@@ -38,8 +38,6 @@ WIDTHS = {"v4": (256, 4096, 2048, 128), "v41": (384, 5120, 2304, 32)}  # experts
 # Session 13 (H200) also timed other configs of fp4_blocks at decode (triton_fp8_gemm.FP4_ROWS_CONFIG's comment).
 VARIANTS = {
     "e4m3": ("e4m3", {}, {}),  # the default path (decode: fp8 at V4's scales, bf16 at V4.1's; prefill: bf16)
-    # the bf16 path's weight conversion not moved under the previous product (triton_fp8_gemm.BF16_PIPELINE)
-    "e4m3_serial": ("e4m3", {"BF16_PIPELINE": False}, {}),
     "fp4_spans": ("fp4", {"FP4_BLOCK_ACCUMULATE": False}, {}),  # one 64-input span an iteration (before session 13)
     "fp4_blocks": ("fp4", {}, {}),  # the default (prefill: the bf16 path)
     # prefill-sized: fp4_gemm_rows_kernel (the FP8 path) with row tiles of 64 tokens, 8 warps. Session 13, 8192

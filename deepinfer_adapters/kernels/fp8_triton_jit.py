@@ -181,20 +181,6 @@ def e4m3_step_ptr(w_ptr, kb, KSTEP: tl.constexpr, BLOCK_N: tl.constexpr, TILED: 
 
 
 @triton.jit
-def bf16_weight_step(w_ptr, ws_ptr, kb, mask_n, KSTEP: tl.constexpr, BLOCK_N: tl.constexpr, W_BK: tl.constexpr,
-                     W_E8M0: tl.constexpr, TILED: tl.constexpr):
-    """The E4M3 weight step at ``kb`` ([KSTEP, BLOCK_N], ``e4m3_step_ptr``) times its block scales, as bf16
-    (exact: E4M3 x a power of two fits bf16); each row its own K block's scale where KSTEP spans several."""
-    w = tl.load(e4m3_step_ptr(w_ptr, kb, KSTEP, BLOCK_N, TILED), mask=mask_n[None, :], other=0.0)
-    if KSTEP > W_BK:
-        ks = kb + tl.arange(0, KSTEP)
-        sw = weight_scale(tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0), W_E8M0)
-        return (w.to(tl.float32) * sw).to(tl.bfloat16)
-    sw = weight_scale(tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0), W_E8M0)
-    return (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16)
-
-
-@triton.jit
 def e2m1_halves(w_ptr, mask_n, KSTEP: tl.constexpr, MODE: tl.constexpr):
     """The two halves of a [KSTEP, BLOCK_N] weight tile of packed E2M1 in the span layout
     (quant.to_span_pairs, span = KSTEP): byte j of a span holds input j in its low nibble and
@@ -238,8 +224,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                     A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
                     GROUPED: tl.constexpr, GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr,
-                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0, W_TILED: tl.constexpr = False,
-                    PIPE_W: tl.constexpr = False):
+                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0, W_TILED: tl.constexpr = False):
     """OUT[r, n] = sum_k A[r, k] W[e, n, k] with block scales. GROUPED: program row
     tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
     GATHER_A: A's row for output row r is ROW_IDX[r]; SCATTER_OUT: so is OUT's. A_SB == 0:
@@ -249,8 +234,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
     W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX): W holds packed
     E2M1 in the span layout, K / 2 bytes a row (``e2m1_halves``; span KSTEP, each half inside
     one scale block); W_TILED (grouped, BLOCK_N 128): W in 128-row tiles, ``quant.to_fp4_tiles``' packed
-    E2M1 or ``quant.to_e4m3_tiles``' E4M3 (KSTEP * SUB dividing 128). PIPE_W (bf16 A, E4M3 W, SUB 1): the
-    same products in the same order, each step's weight conversion moved under the previous product."""
+    E2M1 or ``quant.to_e4m3_tiles``' E4M3 (KSTEP * SUB dividing 128)."""
     pdl_start()
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -281,53 +265,48 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         k_hi = tl.minimum(K, k_lo + k_per_split)
         # K has no masks: the wrapper makes K and k_per_split multiples of KSTEP * SUB, so
         # every load is whole 16-byte vectors (a K mask made Triton fall back to byte loads)
-        if PIPE_W:  # bf16 A x E4M3 W (A_SB 0, SUB 1): a step's weights converted during the step before's product
-            wb = bf16_weight_step(w_ptr, ws_ptr, k_lo, mask_n, KSTEP, BLOCK_N, W_BK, W_E8M0, W_TILED)
-            for k0 in range(k_lo, k_hi, KSTEP):
-                a = tl.load(a_ptr + (k0 + tl.arange(0, KSTEP))[None, :], mask=mask_m[:, None], other=0.0)
-                acc = tl.dot(a, wb, acc)
-                # converted after the product is issued, so the tensor cores and the conversion overlap
-                # (converted before it, Triton waits for each product and the two run one after the other);
-                # the last step converts its own weights again: no branch
-                wb = bf16_weight_step(w_ptr, ws_ptr, tl.minimum(k0 + KSTEP, k_hi - KSTEP), mask_n, KSTEP, BLOCK_N,
-                                      W_BK, W_E8M0, W_TILED)
-        else:
-            for k0 in range(k_lo, k_hi, KSTEP * SUB):
-                if A_SB > 0 and W_BK % (KSTEP * SUB) == 0:
-                    # one weight scale over this iteration's K (k0 is a multiple of KSTEP * SUB): each
-                    # product gets its activation scale, the weight scale comes once, after SUB of them
-                    # (a power of two: the same bits as scaling each product)
-                    sw = weight_scale(tl.load(ws_ptr + k0 // W_BK, mask=mask_n, other=0), W_E8M0)
-                    part = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-                    for j in tl.static_range(SUB):
-                        kb = k0 + j * KSTEP
+        for k0 in range(k_lo, k_hi, KSTEP * SUB):
+            if A_SB > 0 and W_BK % (KSTEP * SUB) == 0:
+                # one weight scale over this iteration's K (k0 is a multiple of KSTEP * SUB): each
+                # product gets its activation scale, the weight scale comes once, after SUB of them
+                # (a power of two: the same bits as scaling each product)
+                sw = weight_scale(tl.load(ws_ptr + k0 // W_BK, mask=mask_n, other=0), W_E8M0)
+                part = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+                for j in tl.static_range(SUB):
+                    kb = k0 + j * KSTEP
+                    ks = kb + tl.arange(0, KSTEP)
+                    a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
+                    w = tl.load(e4m3_step_ptr(w_ptr, kb, KSTEP, BLOCK_N, W_TILED), mask=mask_n[None, :], other=0.0)
+                    a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
+                    part += tl.dot(a, w) * sa[:, None]
+                acc += part * sw[None, :]
+            else:
+                for j in tl.static_range(SUB):
+                    kb = k0 + j * KSTEP
+                    if W_FP4:  # two chained half-depth products: the order of one KSTEP-deep product
+                        lo, hi = e2m1_halves(weight_step_ptr(w4_ptr, kb, BLOCK_N, 64, 32, W_TILED), mask_n, KSTEP,
+                                             W_FP4)
+                        acc = half_product(acc, lo, a_ptr, ws_ptr, kb, mask_m, mask_n, KSTEP // 2, W_BK, W_E8M0,
+                                           W_FP4)
+                        acc = half_product(acc, hi, a_ptr, ws_ptr, kb + KSTEP // 2, mask_m, mask_n, KSTEP // 2, W_BK,
+                                           W_E8M0, W_FP4)
+                    else:
                         ks = kb + tl.arange(0, KSTEP)
                         a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
-                        w = tl.load(e4m3_step_ptr(w_ptr, kb, KSTEP, BLOCK_N, W_TILED), mask=mask_n[None, :], other=0.0)
-                        a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
-                        part += tl.dot(a, w) * sa[:, None]
-                    acc += part * sw[None, :]
-                else:
-                    for j in tl.static_range(SUB):
-                        kb = k0 + j * KSTEP
-                        if W_FP4:  # two chained half-depth products: the order of one KSTEP-deep product
-                            lo, hi = e2m1_halves(weight_step_ptr(w4_ptr, kb, BLOCK_N, 64, 32, W_TILED), mask_n, KSTEP,
-                                                 W_FP4)
-                            acc = half_product(acc, lo, a_ptr, ws_ptr, kb, mask_m, mask_n, KSTEP // 2, W_BK, W_E8M0,
-                                               W_FP4)
-                            acc = half_product(acc, hi, a_ptr, ws_ptr, kb + KSTEP // 2, mask_m, mask_n, KSTEP // 2,
-                                               W_BK, W_E8M0, W_FP4)
+                        w = tl.load(e4m3_step_ptr(w_ptr, kb, KSTEP, BLOCK_N, W_TILED), mask=mask_n[None, :],
+                                    other=0.0)
+                        if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
+                            sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
                         else:
-                            a = tl.load(a_ptr + (kb + tl.arange(0, KSTEP))[None, :], mask=mask_m[:, None], other=0.0)
-                            if A_SB > 0:  # KSTEP <= W_BK: one weight scale a column
-                                w = tl.load(e4m3_step_ptr(w_ptr, kb, KSTEP, BLOCK_N, W_TILED), mask=mask_n[None, :],
-                                            other=0.0)
-                                sw = weight_scale(tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0), W_E8M0)
-                                a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
-                                acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
-                            else:
-                                acc = tl.dot(a, bf16_weight_step(w_ptr, ws_ptr, kb, mask_n, KSTEP, BLOCK_N, W_BK,
-                                                                 W_E8M0, W_TILED), acc)
+                            sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
+                        sw = weight_scale(sw, W_E8M0)
+                        if A_SB > 0:
+                            a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
+                            acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
+                        elif KSTEP > W_BK:
+                            acc = tl.dot(a, (w.to(tl.float32) * sw).to(tl.bfloat16), acc)
+                        else:
+                            acc = tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
         out_rows = a_rows if SCATTER_OUT else rows.to(tl.int64)
         out_ptr = OUT + pid_k * stride_os + out_rows[:, None] * stride_om + cols[None, :]
         tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])

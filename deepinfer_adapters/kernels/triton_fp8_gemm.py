@@ -128,15 +128,6 @@ def invariant_config(kstep: int) -> GemmConfig:
 
 
 BF16_KSTEP = 128  # K per bf16 tensor-core product where K allows (weight scales applied in the tile)
-# bf16 activations x E4M3 weights (the bf16 path, SUB 1): each K step's weight tile converted to bf16 while
-# the tensor cores run the step before (``fp8_gemm_kernel``'s PIPE_W; the same products in the same order).
-# Converted first, Triton waits for every product before the next conversion starts (offline SASS: the
-# conversion's ~190 instructions a thread and the wgmmas one after the other).
-# Prefill-sized row tiles only (offline, Triton 3.6): there the carried tile takes registers 173 -> 216 a thread
-# (one program an SM either way); with 64-row tiles 168 -> 255, 16 (mma.sync, the decode tile) 156 -> 244: fewer
-# programs an SM, and the decode MoE already holds ~1.08x its floor.
-BF16_PIPELINE = True
-BF16_PIPELINE_ROWS = 128
 BF16_LARGE_CONFIG = GemmConfig(128, 128, 1, 8, 3)  # bf16 activations, prefill-sized (the MoE's measured best)
 
 
@@ -411,8 +402,7 @@ def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups,
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
         SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a,
         W_FP4=0 if not fp4 else 1 if interpreting() else _FP4_MODES[FP4_UNPACK],
-        W_TILED=tiled, PIPE_W=(BF16_PIPELINE and a_scale is None and not quantize_a and not fp4 and sub == 1
-                               and cfg.block_m >= BF16_PIPELINE_ROWS),
+        W_TILED=tiled,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
 
 
