@@ -161,8 +161,8 @@ def _add_generate_parser(sub) -> None:
     g.add_argument("--decode", choices=("auto", "graphs", "eager", "forward"),
                    help="decode steps: CUDA graphs of the batched decode (auto on CUDA), eager, or forward")
     g.add_argument("--weights", choices=("auto", *WEIGHT_FORMATS),
-                   help="weight storage: fp8 as stored (auto on CUDA), fp4 (fp8, and FP4 experts kept packed) "
-                        "or dense float64 (auto on the CPU)")
+                   help="weight storage: fp8 as stored (auto on CUDA, batch-invariant), fp4 (fp8, and FP4 experts "
+                        "kept packed: auto on CUDA with --no-batch-invariant) or dense float64 (auto on the CPU)")
     g.add_argument("--speculative-tokens", type=int,
                    help="draft tokens verified per step with the model's DSpark stages (0 = off, up to 5)")
     g.add_argument("--speculative-min-confidence", type=float,

@@ -87,6 +87,17 @@ def test_generate_rejects_bad_input(argv, word, capsys, tmp_path, monkeypatch):
     assert not (tmp_path / ".cache").exists()
 
 
+def test_auto_weights_follow_device_and_batch_invariance():
+    """weights: auto -> dense on the CPU; on CUDA fp8 (E4M3 experts) when batch-invariant, fp4 (packed experts:
+    the fastest decode) when not; an explicit storage always wins. (No CUDA needed: only the names.)"""
+    auto = {(device, inv): EngineConfig(device=device, batch_invariant=inv).resolved_weights()
+            for device in ("cpu", "cuda", "cuda:1") for inv in (True, False)}
+    assert auto == {("cpu", True): "dense", ("cpu", False): "dense", ("cuda", True): "fp8", ("cuda", False): "fp4",
+                    ("cuda:1", True): "fp8", ("cuda:1", False): "fp4"}
+    assert EngineConfig(device="cuda", batch_invariant=False, weights="fp8").resolved_weights() == "fp8"
+    assert EngineConfig(device="cpu", weights="fp4").resolved_weights() == "fp4"
+
+
 def test_engine_config_from_yaml_flags_win(tmp_path):
     cfg = tmp_path / "engine.yaml"
     cfg.write_text("max-num-seqs: 3\nnumerics: reference\nstate_memory_bytes: 64MiB\nasync_scheduling: false\n")

@@ -38,7 +38,7 @@ class EngineConfig:
     # graphs (standalone/cuda_graphs.py), "eager" = model.decode without graphs, "forward" = the
     # general forward; "auto" = graphs on CUDA when the model has decode(), else forward
     decode: str = "auto"
-    weights: str = "auto"  # dense (float64, the reference path) | fp8 (as stored) | fp4 (FP4 experts packed) | auto: fp8 on CUDA
+    weights: str = "auto"  # dense (float64, the reference path) | fp8 (as stored) | fp4 (FP4 experts packed) | auto
     # kernels whose results do not depend on the batch (seeded sampling is then reproducible
     # whatever else runs); off lets the GPU use its fastest kernels
     batch_invariant: bool = True
@@ -100,9 +100,16 @@ class EngineConfig:
         return numerics.invariant() if self.batch_invariant else numerics
 
     def resolved_weights(self) -> str:
+        """``weights: auto``: dense float64 on the CPU (the reference path). On CUDA the checkpoint's FP8
+        weights, its FP4 experts kept packed ("fp4") when batch invariance is off -- the fastest decode on
+        the H200 and half the experts' memory (BENCHMARKS.md, session 13) -- and converted to E4M3 ("fp8")
+        when it is on: every MoE call then takes the bf16 path, where E4M3 is ~1.1x faster and both give
+        the same bits (docs/notes/gpu_fast_path.md)."""
         if self.weights != "auto":
             return self.weights
-        return "fp8" if self.resolved_device().startswith("cuda") else "dense"
+        if not self.resolved_device().startswith("cuda"):
+            return "dense"
+        return "fp8" if self.batch_invariant else "fp4"
 
     def resolved_device(self) -> str:
         if self.device is not None:
