@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -368,6 +368,11 @@ if has s13prefill; then  # session 13 (~3 min): the routed experts at prefill si
   timeout 300 python benchmarks/bench_fp4_experts.py --out "$OUT" --tokens 8192 --widths v4 v41 \
     --variants e4m3 fp4_blocks fp4_rows_t64 > "$OUT/fp4_experts_prefill.log" 2>&1
   grep -E "^v4|Error" "$OUT/fp4_experts_prefill.log"; sed -n '/^SUMMARY/,$p' "$OUT/fp4_experts_prefill.log"; pack
+fi
+if has s14prefill; then  # prepared in session 13 (~3 min): the MoE's bf16-path configs at prefill (8192 tokens), two K steps
+  # an iteration (m128n128s2w8p3) among them: offline it overlaps the second tile's conversion with the first product
+  timeout 280 python benchmarks/bench_moe_blocks.py --out "$OUT" > "$OUT/moe_blocks_sweep.log" 2>&1
+  grep -E "Error|Traceback" "$OUT/moe_blocks_sweep.log"; sed -n '/^SUMMARY/,$p' "$OUT/moe_blocks_sweep.log" | head -40; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"
