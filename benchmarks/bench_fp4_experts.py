@@ -38,6 +38,11 @@ WIDTHS = {"v4": (256, 4096, 2048, 128), "v41": (384, 5120, 2304, 32)}  # experts
 # Session 13 (H200) also timed other configs of fp4_blocks at decode (triton_fp8_gemm.FP4_ROWS_CONFIG's comment).
 VARIANTS = {
     "e4m3": ("e4m3", {}, {}),  # the default path (decode: fp8 at V4's scales, bf16 at V4.1's; prefill: bf16)
+    # prefill-sized, prepared in session 13 (untimed): the E4M3 experts on the FP8 path. With V4's activation
+    # scales per 128 a 64 x 128 tile at 8 warps compiles to 181 registers and ~280 instructions a 128-deep step
+    # (offline, Triton 3.6); the default fp8 tile there takes 233 registers, 128 x 128 spills
+    "e4m3_fp8": ("e4m3", {}, {"path": "fp8"}),
+    "e4m3_fp8_w8": ("e4m3", {}, {"path": "fp8", "config": tg.GemmConfig(64, 128, 1, 8, 3)}),
     "fp4_spans": ("fp4", {"FP4_BLOCK_ACCUMULATE": False}, {}),  # one 64-input span an iteration (before session 13)
     "fp4_blocks": ("fp4", {}, {}),  # the default (prefill: the bf16 path)
     # prefill-sized: fp4_gemm_rows_kernel (the FP8 path) with row tiles of 64 tokens, 8 warps. Session 13, 8192

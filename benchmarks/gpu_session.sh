@@ -369,10 +369,14 @@ if has s13prefill; then  # session 13 (~3 min): the routed experts at prefill si
     --variants e4m3 fp4_blocks fp4_rows_t64 > "$OUT/fp4_experts_prefill.log" 2>&1
   grep -E "^v4|Error" "$OUT/fp4_experts_prefill.log"; sed -n '/^SUMMARY/,$p' "$OUT/fp4_experts_prefill.log"; pack
 fi
-if has s14prefill; then  # prepared in session 13 (~3 min): the MoE's bf16-path configs at prefill (8192 tokens), two K steps
+if has s14prefill; then  # prepared in session 13 (~4.5 min): the MoE's bf16-path configs at prefill (8192 tokens), two K steps
   # an iteration (m128n128s2w8p3) among them: offline it overlaps the second tile's conversion with the first product
   timeout 280 python benchmarks/bench_moe_blocks.py --out "$OUT" > "$OUT/moe_blocks_sweep.log" 2>&1
   grep -E "Error|Traceback" "$OUT/moe_blocks_sweep.log"; sed -n '/^SUMMARY/,$p' "$OUT/moe_blocks_sweep.log" | head -40; pack
+  # V4's activation scales per 128: the E4M3 experts on the FP8 path at prefill (one rescale a 128-deep product)
+  timeout 150 python benchmarks/bench_fp4_experts.py --out "$OUT" --tokens 8192 --widths v4 \
+    --variants e4m3 e4m3_fp8 e4m3_fp8_w8 > "$OUT/fp4_experts_v4_prefill_fp8.log" 2>&1
+  grep -E "^v4|Error" "$OUT/fp4_experts_v4_prefill_fp8.log"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"
