@@ -474,6 +474,20 @@ def fp4_add_quarter(acc, blk, part, sa, A_SB: tl.constexpr):
 
 
 @triton.jit
+def fp4_block_span(acc, blk, w_ptr, words, s: tl.constexpr, kb, sa_lo, sa_hi, a_ptr, mask_n, mask_t,
+                   BLOCK_N: tl.constexpr, A_SB: tl.constexpr, TILED: tl.constexpr, PTX: tl.constexpr):
+    """Span ``s`` (inputs kb + 64 s ..) of a 128-input block: its packed bytes unpacked to two E4M3
+    halves, each half's product (quarters 2 s and 2 s + 1) added by ``fp4_add_quarter``."""
+    k0 = kb + 64 * s
+    packed = tl.load(weight_step_ptr(w_ptr, k0, BLOCK_N, 64, 32, TILED) + tl.arange(0, 32)[None, :],
+                     mask=mask_n[:, None], other=0)
+    lo, hi = e2m1_e4m3_halves(packed, PTX)
+    acc, blk = fp4_add_quarter(acc, blk, fp4_weighted_quarter(lo, words, 2 * s, a_ptr, k0, mask_t, 32), sa_lo, A_SB)
+    return fp4_add_quarter(acc, blk, fp4_weighted_quarter(hi, words, 2 * s + 1, a_ptr, k0 + 32, mask_t, 32), sa_hi,
+                           A_SB)
+
+
+@triton.jit
 def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, k_per_split,
                          stride_am, stride_asm, stride_we, stride_wn, stride_wse, stride_wsn, stride_om, stride_os,
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, A_SB: tl.constexpr, W_BK: tl.constexpr,
@@ -522,20 +536,10 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
                 n_words, n_sa0, n_sa1, n_sa2, n_sa3 = fp4_block_scales(ws_ptr, as_ptr, tl.minimum(kb + 128, k_hi - 128),
                                                                        mask_n, mask_t, A_SB, PTX)
                 blk = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
-                packed = tl.load(weight_step_ptr(w_ptr, kb, BLOCK_N, 64, 32, TILED) + tl.arange(0, 32)[None, :],
-                                 mask=mask_n[:, None], other=0)
-                lo, hi = e2m1_e4m3_halves(packed, PTX)
-                acc, blk = fp4_add_quarter(acc, blk, fp4_weighted_quarter(lo, words, 0, a_ptr, kb, mask_t, 32), sa0,
-                                           A_SB)
-                acc, blk = fp4_add_quarter(acc, blk, fp4_weighted_quarter(hi, words, 1, a_ptr, kb + 32, mask_t, 32),
-                                           sa1, A_SB)
-                packed = tl.load(weight_step_ptr(w_ptr, kb + 64, BLOCK_N, 64, 32, TILED) + tl.arange(0, 32)[None, :],
-                                 mask=mask_n[:, None], other=0)
-                lo, hi = e2m1_e4m3_halves(packed, PTX)
-                acc, blk = fp4_add_quarter(acc, blk, fp4_weighted_quarter(lo, words, 2, a_ptr, kb + 64, mask_t, 32),
-                                           sa2, A_SB)
-                acc, blk = fp4_add_quarter(acc, blk, fp4_weighted_quarter(hi, words, 3, a_ptr, kb + 96, mask_t, 32),
-                                           sa3, A_SB)
+                acc, blk = fp4_block_span(acc, blk, w_ptr, words, 0, kb, sa0, sa1, a_ptr, mask_n, mask_t, BLOCK_N, A_SB,
+                                          TILED, PTX)
+                acc, blk = fp4_block_span(acc, blk, w_ptr, words, 1, kb, sa2, sa3, a_ptr, mask_n, mask_t, BLOCK_N, A_SB,
+                                          TILED, PTX)
                 if A_SB % 128 == 0:
                     acc += blk * (sa0 * 64.0)[None, :]
                 words, sa0, sa1, sa2, sa3 = n_words, n_sa0, n_sa1, n_sa2, n_sa3
