@@ -79,7 +79,7 @@ def experts(widths: str, block: int) -> Fp8Experts:
 
 def run_widths(widths: str, args, c) -> list[dict]:
     """Every variant at each token count, at one model's widths."""
-    E, D, I, act_block = WIDTHS[widths]
+    E, D, I, _ = WIDTHS[widths]
     stores = {"e4m3": experts(widths, 128), "fp4": experts(widths, 0)}
     g = torch.Generator(device="cuda").manual_seed(1)
     rows = []
@@ -97,9 +97,9 @@ def run_widths(widths: str, args, c) -> list[dict]:
 
         ref = call(0, "e4m3", path="bf16")
         row = {"widths": widths, "T": T, "experts_touched": touched, "floor_us": {}, "us": {}, "rel": {}}
+        flops = 2 * T * TOPK * 3 * D * I  # prefill-sized T: compute-bound at the FP8 rate
         for store, m in stores.items():
             per_expert = sum(t[0].nbytes for t in (m.w13, m.w13_scale, m.w2, m.w2_scale))
-            flops = 2 * T * TOPK * 3 * D * I  # prefill-sized T: compute-bound at the FP8 rate
             row["floor_us"][store] = max(touched * per_expert / c["copy_bw"], flops / c["fp8_flops"]) * 1e6
         for name in args.variants:
             store, values, kw = VARIANTS[name]

@@ -287,7 +287,7 @@ AB_SWITCHES = {
     "compressor_gather": (lambda: kernels.use_backend("compressor_v4_gather", "torch"),
                           lambda: kernels.use_backend("compressor_v4_gather", None)),
     # packed E2M1 experts span by span instead of per 128-input block (triton_fp8_gemm.FP4_BLOCK_ACCUMULATE;
-    # activation scales per 128 only, i.e. V4: bench_v4_width --ab-off)
+    # with --expert-block 0, or at V4 widths: bench_v4_width --ab-off)
     "fp4_block_acc": (lambda: setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", False),
                       lambda: setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", True)),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel

@@ -329,7 +329,7 @@ if has s13; then  # session 13 (~5 min): packed FP4 MoE GPU tests, FP4 kernel va
   echo "packed fp4 MoE GPU tests: $(tail -1 "$OUT/gpu_tests_fp4.log")"
   grep -hE "REPORT moe packed fp4 block|^FAILED|Error" "$OUT/gpu_tests_fp4.log" | head -12; pack
   timeout 150 python benchmarks/bench_fp4_experts.py --out "$OUT" > "$OUT/fp4_experts.log" 2>&1
-  grep -E "^T=|Error" "$OUT/fp4_experts.log"; sed -n '/^SUMMARY/,$p' "$OUT/fp4_experts.log"; pack
+  grep -E "^v4|Error" "$OUT/fp4_experts.log"; sed -n '/^SUMMARY/,$p' "$OUT/fp4_experts.log"; pack
   mkdir -p "$OUT/v4fp4"
   timeout 200 python benchmarks/bench_v4_width.py --out "$OUT/v4fp4" --batches 8 32 --noise-batch 0 --expert-block 0 \
     --ab-off fp4_block_acc --profile 32 > "$OUT/v4_width_fp4.log" 2>&1
