@@ -46,7 +46,12 @@ CONFIGS = {  # path -> name -> GemmConfig(block_m, block_n, sub, warps, stages);
              "m128n128s1w8p4": tg.GemmConfig(128, 128, 1, 8, 4),
              "m64n128s1w4p3": tg.GemmConfig(64, 128, 1, 4, 3),
              "m128n256s1w8p3": tg.GemmConfig(128, 256, 1, 8, 3),
-             "m128n128s2w8p3": tg.GemmConfig(128, 128, 2, 8, 3)},
+             "m128n128s2w8p3": tg.GemmConfig(128, 128, 2, 8, 3),
+             # one warpgroup, small enough in shared memory for two programs an SM, so one program's
+             # weight conversion can run under the other's product
+             "m128n64s1w4p2": tg.GemmConfig(128, 64, 1, 4, 2),
+             "m128n64s1w4p3": tg.GemmConfig(128, 64, 1, 4, 3),
+             "m64n128s1w4p2": tg.GemmConfig(64, 128, 1, 4, 2)},
 }
 
 

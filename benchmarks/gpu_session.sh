@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -371,12 +371,20 @@ if has s13prefill; then  # session 13 (~3 min): the routed experts at prefill si
 fi
 if has s14prefill; then  # prepared in session 13 (~4.5 min): the MoE's bf16-path configs at prefill (8192 tokens), two K steps
   # an iteration (m128n128s2w8p3) among them: offline it overlaps the second tile's conversion with the first product
-  timeout 280 python benchmarks/bench_moe_blocks.py --out "$OUT" > "$OUT/moe_blocks_sweep.log" 2>&1
+  timeout 400 python benchmarks/bench_moe_blocks.py --out "$OUT" > "$OUT/moe_blocks_sweep.log" 2>&1
   grep -E "Error|Traceback" "$OUT/moe_blocks_sweep.log"; sed -n '/^SUMMARY/,$p' "$OUT/moe_blocks_sweep.log" | head -40; pack
   # V4's activation scales per 128: the E4M3 experts on the FP8 path at prefill (one rescale a 128-deep product)
   timeout 150 python benchmarks/bench_fp4_experts.py --out "$OUT" --tokens 8192 --widths v4 \
     --variants e4m3 e4m3_fp8 e4m3_fp8_w8 > "$OUT/fp4_experts_v4_prefill_fp8.log" 2>&1
   grep -E "^v4|Error" "$OUT/fp4_experts_v4_prefill_fp8.log"; pack
+fi
+if has s14profile; then  # where the 8192-token prefill's time goes now (~2 min): kernels by name, in order
+  mkdir -p "$OUT/prefill_profile"
+  timeout 240 ${RW/--out $OUT/--out $OUT/prefill_profile} --batches 1 --moe-paths bf16 --profile-prefill \
+    > "$OUT/real_width_prefill_profile.log" 2>&1
+  grep -E "^profile|^  |Error" "$OUT/real_width_prefill_profile.log" | head -30
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_prefill_profile.log" | grep -E "decode B=1|prefill"
+  pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"
