@@ -16,7 +16,9 @@ report rel against the torch reference at T = 8192 (the same for both storages, 
 Reading it: V4.1 quantizes activations per 32, so the "fp8" path's products stay 32 deep
 with either storage; (1, 128) weights save its per-product weight-scale loads and multiplies
 (the weight scale multiplies once per 128). The "bf16" path's 128-deep products read one
-weight scale per column instead of a [128, BLOCK_N] tile of them.
+weight scale per column instead of a [128, BLOCK_N] tile of them. The "f16" path (V4.1's prefill
+default since session 14) re-expresses the activations as fp16 with one scale per 128 and converts
+each (1, 128) E4M3 weight tile to fp16 (one instruction for two values): 128-deep fp16 products.
 """
 
 from __future__ import annotations
@@ -52,6 +54,13 @@ CONFIGS = {  # path -> name -> GemmConfig(block_m, block_n, sub, warps, stages);
              "m128n64s1w4p2": tg.GemmConfig(128, 64, 1, 4, 2),
              "m128n64s1w4p3": tg.GemmConfig(128, 64, 1, 4, 3),
              "m64n128s1w4p2": tg.GemmConfig(64, 128, 1, 4, 2)},
+    # fp16 activations with one scale per 128 (f16_blocks) and each E4M3 weight tile converted to fp16:
+    # (1, 128) weights only (the 1x32 column reports the typed error)
+    "f16": {"default": None,
+            "m128n128s1w8p4": tg.GemmConfig(128, 128, 1, 8, 4),
+            "m64n128s1w4p3": tg.GemmConfig(64, 128, 1, 4, 3),
+            "m64n128s1w4p4": tg.GemmConfig(64, 128, 1, 4, 4),
+            "m128n128s1w4p3": tg.GemmConfig(128, 128, 1, 4, 3)},
 }
 
 
@@ -73,6 +82,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="default configs only")
     ap.add_argument("--prefill", type=int, default=8192)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--paths", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     args = ap.parse_args()
     info = run_info()
     c = ceilings()
@@ -89,7 +99,8 @@ def main():
         flops = 2 * T * TOPK * 3 * D * I
         floor_us = max(touched * 3 * D * I / c["copy_bw"], flops / c["fp8_flops"]) * 1e6
         ref = reference_fp8.moe_experts(x, rw, ids, *w[128], (1, 128), ACT_BLOCK, LIMIT) if T == args.prefill else None
-        configs = {p: (cs if T == args.prefill and not args.quick else {"default": None}) for p, cs in CONFIGS.items()}
+        configs = {p: (cs if T == args.prefill and not args.quick else {"default": None}) for p, cs in CONFIGS.items()
+                   if p in args.paths}
         for path, cs in configs.items():
             for cname, cfg in cs.items():
                 for block in (32, 128):

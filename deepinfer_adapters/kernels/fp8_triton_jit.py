@@ -229,7 +229,9 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
     tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
     GATHER_A: A's row for output row r is ROW_IDX[r]; SCATTER_OUT: so is OUT's. A_SB == 0:
     A is bf16, unscaled, and KSTEP may span several weight scale blocks (each weight value
-    gets its own block's scale). QUANT_A (A_SB == KSTEP): A is bf16 and each step's A tile is
+    gets its own block's scale). A fp16 (``f16_blocks``' output, A_SB a multiple of KSTEP): each
+    step's E4M3 weight tile is converted to fp16 (exact) for fp16 products, scaled as FP8 ones are.
+    QUANT_A (A_SB == KSTEP): A is bf16 and each step's A tile is
     quantized here, per row, exactly as act_quant_kernel would (decode rows: one launch less).
     W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX): W holds packed
     E2M1 in the span layout, K / 2 bytes a row (``e2m1_halves``; span KSTEP, each half inside
@@ -277,6 +279,8 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     ks = kb + tl.arange(0, KSTEP)
                     a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
                     w = tl.load(e4m3_step_ptr(w_ptr, kb, KSTEP, BLOCK_N, W_TILED), mask=mask_n[None, :], other=0.0)
+                    if A.dtype.element_ty == tl.float16:  # ``f16_blocks``' activations: fp16 products
+                        w = w.to(tl.float16)
                     a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
                     part += tl.dot(a, w) * sa[:, None]
                 acc += part * sw[None, :]
@@ -301,6 +305,8 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                             sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
                         sw = weight_scale(sw, W_E8M0)
                         if A_SB > 0:
+                            if A.dtype.element_ty == tl.float16:
+                                w = w.to(tl.float16)
                             a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
                             acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
                         elif KSTEP > W_BK:
@@ -626,6 +632,35 @@ def combine_kernel(OUT, ROWS, SHARED, Y, D, stride_o, stride_s, stride_y, K: tl.
     if HAS_SHARED:
         acc += tl.load(SHARED + t * stride_s + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(Y + t * stride_y + cols, acc.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def f16_blocks_kernel(Q, S, OUT, OUT_S, BAD, K, stride_q, stride_s, stride_o, stride_os,
+                      A_SB: tl.constexpr, OUT_SB: tl.constexpr, BLOCKS: tl.constexpr):
+    """One row x BLOCKS blocks of OUT_SB values: E4M3 codes with a power-of-two scale per A_SB
+    values -> the same values as fp16 with one power-of-two scale per OUT_SB (fp32), exactly.
+    A block's scale is its largest scale among groups with a nonzero code, / 128, so a code times
+    its group's scale over it stays within 448 * 128 < 65504; a code's last bit (>= 2^-9) stays
+    above fp16's (2^-24) while its group's scale is at most 2^22 below the largest. Where it is not,
+    BAD[0] becomes 1 (the caller's sign that fp16 cannot hold this input)."""
+    pdl_start()
+    row = tl.program_id(0).to(tl.int64)
+    SUBS: tl.constexpr = OUT_SB // A_SB
+    block = tl.program_id(1) * BLOCKS + tl.arange(0, BLOCKS)
+    group = block[:, None] * SUBS + tl.arange(0, SUBS)[None, :]
+    offs = group[:, :, None] * A_SB + tl.arange(0, A_SB)[None, None, :]
+    mask = offs < K
+    q = tl.load(Q + row * stride_q + offs, mask=mask, other=0.0).to(tl.float32)
+    s = tl.load(S + row * stride_s + group, mask=group * A_SB < K, other=0.0)
+    nonzero = tl.max(tl.abs(q), 2) > 0.0
+    top = tl.max(tl.where(nonzero, s, 0.0), 1)
+    scale = tl.where(top > 0.0, top * (1.0 / 128.0), 1.0)
+    y = q * s[:, :, None] * pow2_reciprocal(scale)[:, None, None]  # powers of two: exact
+    tl.store(OUT + row * stride_o + offs, y.to(tl.float16), mask=mask)
+    tl.store(OUT_S + row * stride_os + block, scale, mask=block * OUT_SB < K)
+    bad = tl.max(tl.max((nonzero & (s * 4194304.0 < top[:, None])).to(tl.int32), 1), 0)
+    if bad > 0:
+        tl.store(BAD, bad)
 
 
 @triton.jit

@@ -21,6 +21,10 @@ Arithmetic (``act_block`` > 0, the reference's FP8 GEMM):
   32 still keep each product 32 deep). The reference dequantizes both and sums the same
   exact products in fp32 in another order, then rounds to bf16: outputs agree to
   about one bf16 ulp (tests/gpu/test_fp8_linear_gpu.py).
+- fp16 activations (``f16_blocks``: the E4M3 codes times their per-32 scales, re-expressed exactly with
+  one scale per 128) with E4M3 weights in (1, 128) blocks: each weight tile converted to fp16 in
+  registers (one conversion for two values, exact), 128-deep fp16 products scaled once by both
+  scales. The MoE's prefill path for V4.1 (``triton_moe``, "f16").
 - ``act_block`` == 0 (wo_a; bf16 weights' rule): the bf16 activation meets the
   weight tile dequantized to bf16 in registers (exact), bf16 tensor-core products.
 - Decode rows on the swapped kernel with ``bf16_steps`` (the default where the weight has
@@ -177,6 +181,33 @@ def act_quant(x: torch.Tensor, block: int, *, dequant_to: torch.dtype | None = N
     return q, s
 
 
+# Activations as fp16 with one scale per F16_BLOCK (``f16_blocks``): the experts' 128-deep fp16 products
+# with per-32 activation scales (V4.1), where E4M3 products would be rescaled after every 32.
+F16_BLOCK = 128
+
+
+def f16_blocks(q: torch.Tensor, scale: torch.Tensor, act_block: int, bad: torch.Tensor):
+    """E4M3 codes ``q`` [M, K] with fp32 power-of-two ``scale`` per ``act_block`` -> (fp16 [M, K], fp32
+    power-of-two scales [M, K / F16_BLOCK]) holding the same values exactly (``f16_blocks_kernel``),
+    where fp16 can: ``bad`` (int32 [1], on the device) becomes 1 where a block's groups' scales are
+    more than 2^22 apart (the caller then takes another path; no host sync here)."""
+    triton = _kernels()[0]
+    from deepinfer_adapters.kernels.fp8_triton_jit import f16_blocks_kernel
+
+    M, K = q.shape
+    if F16_BLOCK % act_block or K % F16_BLOCK or scale.shape != (M, K // act_block):
+        raise ValueError(f"f16_blocks: K = {K} in blocks of {F16_BLOCK} made of activation blocks of {act_block} "
+                         f"(scales {tuple(scale.shape)})")
+    out = torch.empty(M, K, device=q.device, dtype=torch.float16)
+    out_s = torch.empty(M, K // F16_BLOCK, device=q.device, dtype=torch.float32)
+    blocks = min(triton.next_power_of_2(K // F16_BLOCK), 8)
+    if M:
+        f16_blocks_kernel[(M, triton.cdiv(K // F16_BLOCK, blocks))](
+            q, scale, out, out_s, bad, K, q.stride(0), scale.stride(0), out.stride(0), out_s.stride(0),
+            A_SB=act_block, OUT_SB=F16_BLOCK, BLOCKS=blocks, num_warps=4, **pdl_launch())
+    return out, out_s
+
+
 def _scale_arg(scale: torch.Tensor) -> tuple[torch.Tensor, bool]:
     if scale.dtype in (torch.float8_e8m0fnu, torch.uint8):
         return scale.view(torch.uint8), True
@@ -222,6 +253,9 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     N, K = expert_matrix(weight)
     M = a.shape[0] if rows is None else rows
     ws, e8m0 = _scale_arg(w_scale)
+    if a.dtype == torch.float16 and (a_scale is None or fp4 or quantize_a or swapped or weight_block[1] % act_block):
+        raise ValueError(f"fp8 gemm: fp16 activations (f16_blocks) take their scales, E4M3 weights whose K block "
+                         f"({weight_block[1]}) is a multiple of theirs ({act_block}), unswapped")
     if fp4 and a_scale is not None:
         return _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, M, groups, config,
                          split_groups, quantize_a or swapped or kstep is not None)
@@ -254,7 +288,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     grouped = groups is not None
     if swapped is None:
         swapped = (not grouped and not invariant and config is None and M <= SWAPPED_ROWS
-                   and (a_scale is not None or quantize_a))
+                   and (a_scale is not None or quantize_a) and a.dtype != torch.float16)
     if swapped and (grouped or M > (config or SWAPPED_CONFIG).block_m or (a_scale is None and not quantize_a)):
         raise ValueError(f"fp8 gemm: the swapped kernel takes up to {(config or SWAPPED_CONFIG).block_m} rows of FP8 "
                          "activations, ungrouped")

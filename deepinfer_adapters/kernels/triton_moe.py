@@ -62,7 +62,8 @@ from deepinfer_adapters.model_impl.quant import E4M3_TILE, expert_matrix, is_e4m
 
 
 LARGE_PAIRS = 8192  # token-expert pairs from which LARGE_PATH applies (prefill chunks)
-LARGE_PATH = "bf16"
+# "auto": by the activation scales and the experts' storage (``_large_path``), or one path for all.
+LARGE_PATH = "auto"
 # Below LARGE_PAIRS pairs, with activation scales finer than 128 (V4.1's per 32): the bf16 path
 # with row tiles by rows per expert (``bf16_row_config``). The fp8 path rescales its products
 # after every 32-deep step there. H200, one layer of the real width (BENCHMARKS.md, session 7):
@@ -179,10 +180,26 @@ def combine(out: torch.Tensor, T: int, k: int, rows: torch.Tensor | None = None,
     return y
 
 
+def _large_path(block, act_block, fp4: bool) -> str:
+    """Prefill-sized calls outside batch-invariant mode: "fp8" where activation scales cover 128
+    inputs (V4: one rescale a 128-deep FP8 product; H200, one V4-width layer at 8192 tokens 6.5 ms
+    against the bf16 path's 9.4, BENCHMARKS.md session 14), "f16" where they are finer and the
+    experts are E4M3 in (1, 128) blocks (V4.1 as loaded), else "bf16"."""
+    if LARGE_PATH != "auto":
+        return LARGE_PATH
+    if act_block % 128 == 0 and not fp4:
+        return "fp8"
+    if not fp4 and block[1] % fp8.F16_BLOCK == 0 and fp8.F16_BLOCK % act_block == 0:
+        return "f16"
+    return "bf16"
+
+
 def _default_path(x, w2, w2_scale, block, act_block, large: bool, fp4: bool, kstep: int) -> str:
     """``moe_experts``' path where none is given (see the module doc)."""
-    if large or invariance.enabled():
-        return LARGE_PATH
+    if invariance.enabled():
+        return "bf16"
+    if large:
+        return _large_path(block, act_block, fp4)
     if fp4:
         return FP4_DECODE_PATH if fp8.fp4_rows_fit(x.shape[-1], w2, w2_scale, block, act_block) else "bf16"
     return DECODE_PATH if kstep < 128 else "fp8"
@@ -206,9 +223,11 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     fp4 = is_span_packed(w13)  # packed E2M1 (the checkpoint's own bytes)
     if path is None:
         path = _default_path(x, w2, w2_scale, block, act_block, large, fp4, kstep)
+    if path == "f16" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        path = "bf16"  # the f16 path checks its input on the host (below), which a capture cannot
     if routing is None:
         routing = "pairs" if T == 1 else "sorted"
-    if path == "bf16":
+    if path in ("bf16", "f16"):
         cfg = config or (fp8.BF16_LARGE_CONFIG if large and not invariance.enabled()
                          else fp8.bf16_row_config(max(1, T * k // E)))
     elif fp4:
@@ -231,6 +250,16 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
         out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
                        kstep=None if fp4 else fp8.bf16_kstep(expert_matrix(w2)[1], block))
+    elif path == "f16":
+        bad = torch.zeros(1, device=x.device, dtype=torch.int32)
+        xa, xs = fp8.f16_blocks(*fp8.act_quant(x, act_block), act_block, bad)
+        h13 = fp8.gemm(xa, xs, fp8.F16_BLOCK, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
+        ha, hs = fp8.f16_blocks(*swiglu_quant(h13, rw, limit, act_block), act_block, bad)
+        out = fp8.gemm(ha, hs, fp8.F16_BLOCK, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows,
+                       config=cfg)
+        if bad.item():  # fp16 could not hold some block exactly (scales 2^22 apart): the bf16 path, same values
+            return moe_experts(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit,
+                               shared, path="bf16", routing=routing)
     else:
         q, s = fp8.act_quant(x, act_block)
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)

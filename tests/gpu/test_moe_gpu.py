@@ -401,3 +401,81 @@ def test_packed_fp4_block_accumulation_gemm_matches_dequantized_weights(N, act_b
     # the tensor cores' FP8 products accumulate with fewer bits than fp32 (H200: rel ~1.5e-5 here for
     # either kernel); the two kernels differ only in where the block sums join the fp32 accumulator
     assert _rel(outs[True], want) < 1e-4 and _rel(outs[True], outs[False]) < 1e-6
+
+
+@pytest.mark.parametrize("tiles", [False, True], ids=["rows", "tiles"])
+@pytest.mark.parametrize("T", [1, 8, 57, 600, 1400])
+def test_f16_path_matches_reference_and_bf16_path(T, tiles):
+    """The "f16" path (fp16 activations with a scale per 128, E4M3 (1, 128) weight tiles converted to
+    fp16: V4.1's prefill default) computes the same exact products as the bf16 path, summed in fp32 in
+    another order: close to it and to the reference at decode and prefill sizes."""
+    from deepinfer_adapters.kernels import triton_moe
+    from deepinfer_adapters.model_impl.quant import to_e4m3_tiles
+
+    E, D, I, k = 32, 512, 256, 6
+    _, (w13, s13, w2, s2) = _experts_128(E, D, I, seed=T)
+    weights = (to_e4m3_tiles(w13), s13, to_e4m3_tiles(w2), s2) if tiles else (w13, s13, w2, s2)
+    g = torch.Generator(device="cuda").manual_seed(500 + T)
+    x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
+    w, ids = _routing(T, E, k, seed=T)
+    ref = reference_fp8.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 128), 32, 10.0)
+    out = triton_moe.moe_experts(x, w, ids, *weights, (1, 128), 32, 10.0, path="f16")
+    bf16 = triton_moe.moe_experts(x, w, ids, *weights, (1, 128), 32, 10.0, path="bf16")
+    print(f"REPORT moe f16 T={T} tiles={tiles}: rel to reference {_rel(out, ref):.2e}, to the bf16 path "
+          f"{_rel(out, bf16):.2e} (bf16 path to reference {_rel(bf16, ref):.2e})")
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    assert _rel(out, ref) <= NORM_RTOL and _rel(out, bf16) <= NORM_RTOL
+
+
+def test_f16_gemm_is_the_float64_product():
+    """One grouped GEMM on fp16 activations (``f16_blocks`` of E4M3 codes with per-32 scales up to 2^22
+    apart) and (1, 128) E4M3 weights: within fp32 summation of the float64 product of the values."""
+    from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+
+    g = torch.Generator(device="cuda").manual_seed(9)
+    E, N, K, R = 4, 512, 2048, 700
+    w = (torch.randn(E, N, K, device="cuda", generator=g) * 30).to(torch.float8_e4m3fn)
+    exps = torch.randint(-6, 4, (E, N, K // 128), device="cuda", generator=g)
+    a = (torch.randn(R, K, device="cuda", generator=g) * 50).to(torch.float8_e4m3fn)
+    a_exps = torch.randint(-20, 3, (R, K // 32), device="cuda", generator=g).float()
+    bounds = torch.tensor([0, 100, 350, 350, 700], device="cuda", dtype=torch.int32)
+    ids, row0 = [], []
+    for e in range(E):  # 128-row tiles inside each expert's rows (expert 2 has none)
+        for r in range(int(bounds[e]), int(bounds[e + 1]), 128):
+            ids.append(e)
+            row0.append(r)
+    row1 = [min(r + 128, int(bounds[ids[i] + 1])) for i, r in enumerate(row0)]
+    groups = tg.Groups(*(torch.tensor(v, device="cuda", dtype=torch.int32) for v in (ids, row0, row1)))
+    bad = torch.zeros(1, device="cuda", dtype=torch.int32)
+    sa = torch.pow(2.0, a_exps)
+    a16, s16 = tg.f16_blocks(a, sa, 32, bad)
+    assert bad.item() == 0
+    assert torch.equal(a16.double() * s16.double().repeat_interleave(128, 1),
+                       a.double() * sa.double().repeat_interleave(32, 1))
+    out = tg.gemm(a16, s16, 128, w, (exps + 127).to(torch.uint8), (1, 128), torch.float32, rows=R, groups=groups,
+                  config=tg.GemmConfig(128, 128, 1, 8, 3))
+    av = a.double() * sa.double().repeat_interleave(32, 1)
+    want = torch.cat([av[int(bounds[e]):int(bounds[e + 1])]
+                      @ (w[e].double() * torch.pow(2.0, exps[e].double()).repeat_interleave(128, 1)).T
+                      for e in range(E)])
+    err = float((out.double() - want).abs().max() / want.abs().max())
+    print(f"REPORT f16 gemm: max err / max |want| {err:.2e}")
+    assert err < 1e-6
+
+
+def test_f16_path_falls_back_to_bf16_where_fp16_cannot_hold_the_input():
+    """A token whose 32-wide groups' scales are more than 2^22 apart (1e-8 next to 1e3): fp16 with one
+    scale per 128 cannot hold it exactly, so the call runs the bf16 path: the same bits."""
+    from deepinfer_adapters.kernels import triton_moe
+
+    E, D, I, k, T = 32, 512, 256, 6, 1400
+    _, (w13, s13, w2, s2) = _experts_128(E, D, I, seed=3)
+    g = torch.Generator(device="cuda").manual_seed(77)
+    x = torch.randn(T, D, device="cuda", generator=g)
+    x[5, :32] *= 1e-8
+    x[5, 32:64] *= 1e3
+    x = x.bfloat16()
+    w, ids = _routing(T, E, k, seed=4)
+    out = triton_moe.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 128), 32, 10.0, path="f16")
+    bf16 = triton_moe.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 128), 32, 10.0, path="bf16")
+    assert torch.equal(out, bf16)
