@@ -1,8 +1,8 @@
-"""The MoE's "f16" path under Triton's CPU interpreter: ``f16_blocks`` (E4M3 codes with per-32
-power-of-two scales re-expressed as fp16 with one scale per 128) is exact while a block's scales are
-at most 2^22 apart and flags the input otherwise (all-zero groups never count); the grouped GEMM on
+"""The MoE's "f16" path under Triton's CPU interpreter: ``f16_rows`` (E4M3 codes with per-32
+power-of-two scales re-expressed as fp16 with one scale a row) is exact while a row's scales are at
+most 2^22 apart and flags the input otherwise (all-zero groups never count); ``f16_grouped_gemm`` on
 those fp16 activations with (1, 128) E4M3 weights (rows and 128 x 128 tiles) is the float64 product
-to fp32 rounding; ``moe_experts(path="f16")`` is the fp8 path's result. GPU: tests/gpu/test_moe_gpu.py
+to fp32 rounding and flags a weight column whose scales span more than 22 octaves; ``moe_experts(path="f16")`` is the fp8 path's result. GPU: tests/gpu/test_moe_gpu.py
 (``test_f16_*``: real tile sizes, the fallback to the bf16 path)."""
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ codes[:, 0] = 448.0  # the largest code in the largest group: 448 * 128 must sti
 codes[2, 32:64] = 0  # an all-zero group: its scale (far below the others) never counts
 codes[1, 160:192] = 0.001953125  # the smallest subnormal code, in the group 22 octaves down
 exps = torch.randint(-20, 3, (M, K // 32), generator=g)
-exps[:, 0] = 2
+exps[:, 0], exps[:, 5] = 2, -20  # 22 octaves apart: still exact
 exps[2, 1] = -40
-exps[:, 4], exps[:, 5] = 2, -20  # 22 octaves apart: still exact
 sa = torch.pow(2.0, exps.float())
 want = codes.double() * sa.double().repeat_interleave(32, 1)
 for trial, (row, group, exp) in enumerate([(None, None, None), (1, 5, -21), (2, 1, -60)]):
@@ -34,8 +33,8 @@ for trial, (row, group, exp) in enumerate([(None, None, None), (1, 5, -21), (2, 
     if row is not None:
         e[row, group] = exp
     bad = torch.zeros(1, dtype=torch.int32)
-    out, out_s = tg.f16_blocks(codes, torch.pow(2.0, e.float()), 32, bad)
-    got = out.double() * out_s.double().repeat_interleave(128, 1)
+    out, out_s = tg.f16_rows(codes, torch.pow(2.0, e.float()), 32, bad)
+    got = out.double() * out_s.double()[:, None]
     print(trial, int(bad.item()), int(torch.equal(got, codes.double() * torch.pow(2.0, e.double()).repeat_interleave(32, 1))),
           out.dtype, tuple(out_s.shape))
 """
@@ -60,16 +59,23 @@ want = torch.zeros(R, N, dtype=torch.float64)
 for e, r0, r1 in ((1, 0, 2), (0, 2, 5)):
     we = w[e].double() * torch.pow(2.0, exps[e].double()).repeat_interleave(128, 1)
     want[r0:r1] = av[row_idx[r0:r1].long()] @ we.T
-a16, s16 = tg.f16_blocks(a, sa, 32, torch.zeros(1, dtype=torch.int32))
+bad = torch.zeros(1, dtype=torch.int32)
+a16, s16 = tg.f16_rows(a, sa, 32, bad)
+cfg = tg.GemmConfig(16, 128, 1, 4, 2)
 for name, weight in (("rows", w), ("tiles", to_e4m3_tiles(w))):
-    got = tg.gemm(a16, s16, 128, weight, scale, (1, 128), torch.float32, rows=R, groups=groups,
-                  config=tg.GemmConfig(16, 128, 1, 4, 2))
+    got = tg.f16_grouped_gemm(a16, s16, weight, scale, (1, 128), torch.float32, rows=R, groups=groups, bad=bad,
+                              config=cfg)
     print(name, f"{((got.double() - want).abs().max() / want.abs().max()).item():.3e}")
+print("bad", int(bad.item()))
+wide = scale.clone()
+wide[0, 7, 0], wide[0, 7, 1] = 127 + 12, 127 - 11  # one column of expert 0 spans 23 octaves
+tg.f16_grouped_gemm(a16, s16, w, wide, (1, 128), torch.float32, rows=R, groups=groups, bad=bad, config=cfg)
+print("wide", int(bad.item()))
 try:
-    tg.gemm(a16, s16, 128, w, (torch.randint(-6, 4, (E, N, K // 32)) + 127).to(torch.uint8), (1, 32), torch.float32,
-            rows=R, groups=groups)
+    tg.f16_grouped_gemm(a16, s16, w, (torch.randint(-6, 4, (E, N, K // 32)) + 127).to(torch.uint8), (1, 32),
+                        torch.float32, rows=R, groups=groups, bad=bad)
 except ValueError as e:
-    print("error", "fp16 activations" in str(e))
+    print("error", "(1, 128) blocks" in str(e))
 """
 
 MOE = r"""
@@ -92,15 +98,16 @@ print(f"{((out.double() - fp8.double()).norm() / fp8.double().norm()).item():.3e
 """
 
 
-def test_f16_blocks_exact_within_22_octaves_and_flagged_beyond():
+def test_f16_rows_exact_within_22_octaves_and_flagged_beyond():
     lines = [line.split() for line in run_interpreted(BLOCKS).strip().splitlines()]
     assert [line[:3] for line in lines] == [["0", "0", "1"], ["1", "1", "0"], ["2", "0", "1"]]
-    assert all(line[3] == "torch.float16" and line[4:] == ["(6,", "4)"] for line in lines)
+    assert all(line[3] == "torch.float16" and line[4:] == ["(6,)"] for line in lines)
 
 
 def test_f16_gemm_is_the_float64_product_under_the_interpreter():
     lines = dict(line.split(maxsplit=1) for line in run_interpreted(GEMM).strip().splitlines())
     assert float(lines["rows"]) < 1e-6 and float(lines["tiles"]) < 1e-6
+    assert lines["bad"] == "0" and lines["wide"] == "1"
     assert lines["error"] == "True"  # (1, 32) weight blocks: a typed error, nothing launched
 
 

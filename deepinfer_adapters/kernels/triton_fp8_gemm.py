@@ -21,10 +21,10 @@ Arithmetic (``act_block`` > 0, the reference's FP8 GEMM):
   32 still keep each product 32 deep). The reference dequantizes both and sums the same
   exact products in fp32 in another order, then rounds to bf16: outputs agree to
   about one bf16 ulp (tests/gpu/test_fp8_linear_gpu.py).
-- fp16 activations (``f16_blocks``: the E4M3 codes times their per-32 scales, re-expressed exactly with
-  one scale per 128) with E4M3 weights in (1, 128) blocks: each weight tile converted to fp16 in
-  registers (one conversion for two values, exact), 128-deep fp16 products scaled once by both
-  scales. The MoE's prefill path for V4.1 (``triton_moe``, "f16").
+- ``f16_grouped_gemm`` (the MoE's "f16" prefill path for V4.1, ``triton_moe``): the activations'
+  E4M3 codes times their per-32 scales re-expressed exactly as fp16 with one scale a row
+  (``f16_rows``), E4M3 (1, 128) weight tiles converted to fp16 and shifted by their block's exponent
+  in registers: plain 128-deep fp16 products into one fp32 accumulator, both scales once at the end.
 - ``act_block`` == 0 (wo_a; bf16 weights' rule): the bf16 activation meets the
   weight tile dequantized to bf16 in registers (exact), bf16 tensor-core products.
 - Decode rows on the swapped kernel with ``bf16_steps`` (the default where the weight has
@@ -181,31 +181,60 @@ def act_quant(x: torch.Tensor, block: int, *, dequant_to: torch.dtype | None = N
     return q, s
 
 
-# Activations as fp16 with one scale per F16_BLOCK (``f16_blocks``): the experts' 128-deep fp16 products
-# with per-32 activation scales (V4.1), where E4M3 products would be rescaled after every 32.
-F16_BLOCK = 128
-
-
-def f16_blocks(q: torch.Tensor, scale: torch.Tensor, act_block: int, bad: torch.Tensor):
+def f16_rows(q: torch.Tensor, scale: torch.Tensor, act_block: int, bad: torch.Tensor):
     """E4M3 codes ``q`` [M, K] with fp32 power-of-two ``scale`` per ``act_block`` -> (fp16 [M, K], fp32
-    power-of-two scales [M, K / F16_BLOCK]) holding the same values exactly (``f16_blocks_kernel``),
-    where fp16 can: ``bad`` (int32 [1], on the device) becomes 1 where a block's groups' scales are
-    more than 2^22 apart (the caller then takes another path; no host sync here)."""
+    power-of-two scale [M] a row) holding the same values exactly (``f16_rows_kernel``) where fp16 can:
+    ``bad`` (int32 [1], on the device) becomes 1 where a row's groups' scales are more than 2^22 apart
+    (the caller then takes another path; no host sync here)."""
     triton = _kernels()[0]
-    from deepinfer_adapters.kernels.fp8_triton_jit import f16_blocks_kernel
+    from deepinfer_adapters.kernels.fp8_triton_jit import f16_rows_kernel
 
     M, K = q.shape
-    if F16_BLOCK % act_block or K % F16_BLOCK or scale.shape != (M, K // act_block):
-        raise ValueError(f"f16_blocks: K = {K} in blocks of {F16_BLOCK} made of activation blocks of {act_block} "
-                         f"(scales {tuple(scale.shape)})")
+    if scale.shape != (M, triton.cdiv(K, act_block)):
+        raise ValueError(f"f16_rows: {tuple(scale.shape)} scales for {M} rows of {K} in blocks of {act_block}")
     out = torch.empty(M, K, device=q.device, dtype=torch.float16)
-    out_s = torch.empty(M, K // F16_BLOCK, device=q.device, dtype=torch.float32)
-    blocks = min(triton.next_power_of_2(K // F16_BLOCK), 8)
+    out_s = torch.empty(M, device=q.device, dtype=torch.float32)
+    groups = triton.next_power_of_2(triton.cdiv(K, act_block))
     if M:
-        f16_blocks_kernel[(M, triton.cdiv(K // F16_BLOCK, blocks))](
-            q, scale, out, out_s, bad, K, q.stride(0), scale.stride(0), out.stride(0), out_s.stride(0),
-            A_SB=act_block, OUT_SB=F16_BLOCK, BLOCKS=blocks, num_warps=4, **pdl_launch())
+        f16_rows_kernel[(M,)](q, scale, out, out_s, bad, K, q.stride(0), scale.stride(0), out.stride(0),
+                              A_SB=act_block, GROUPS=groups, num_warps=8 if groups * act_block > 4096 else 4,
+                              **pdl_launch())
     return out, out_s
+
+
+F16_CONFIG = GemmConfig(128, 128, 1, 8, 3)  # f16_grouped_gemm's tile (sub unused)
+
+
+def f16_grouped_gemm(a: torch.Tensor, a_scale: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor,
+                     weight_block: tuple[int, int], out_dtype: torch.dtype, *, rows: int, groups: Groups,
+                     bad: torch.Tensor, config: GemmConfig | None = None) -> torch.Tensor:
+    """out [rows, N] = A W^T by ``f16_gemm_kernel``: ``a`` fp16 with one scale a row (``f16_rows``),
+    ``weight`` E4M3 [E, N, K] or in ``quant.to_e4m3_tiles``' tiles with power-of-two scales per (1, 128);
+    ``bad`` becomes 1 where a weight column's scales span more than 22 octaves (fp16 cannot hold it
+    exactly; the caller checks ``bad`` and takes another path)."""
+    triton = _kernels()[0]
+    from deepinfer_adapters.kernels.fp8_triton_jit import f16_gemm_kernel
+
+    N, K = expert_matrix(weight)
+    tiles = is_e4m3_tiles(weight)
+    if (a.dtype != torch.float16 or is_span_packed(weight) or tuple(weight_block) != (1, 128) or K % 128
+            or a_scale.shape != (a.shape[0],)):
+        raise ValueError(f"f16 gemm: fp16 activations with a scale a row and E4M3 weights in (1, 128) blocks, K a "
+                         f"multiple of 128 (got {a.dtype}, weight blocks {tuple(weight_block)}, K = {K})")
+    cfg = config or F16_CONFIG
+    if tiles:
+        cfg = dataclasses.replace(cfg, block_n=E4M3_TILE)
+    ws, e8m0 = _scale_arg(w_scale)
+    out = torch.empty(rows, N, device=a.device, dtype=out_dtype)
+    if rows:
+        row_idx = groups.row_idx if groups.row_idx is not None else groups.expert
+        f16_gemm_kernel[(groups.expert.numel(), triton.cdiv(N, cfg.block_n))](
+            a, a_scale, weight, ws, out, row_idx, groups.expert, groups.row0, groups.row1, bad, N, K,
+            a.stride(0), weight.stride(0), weight.stride(1), ws.stride(0), ws.stride(1), out.stride(0),
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, KBLOCKS=triton.next_power_of_2(K // 128), W_E8M0=e8m0,
+            GATHER_A=groups.row_idx is not None, SCATTER_OUT=groups.scatter_out, W_TILED=tiles,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
+    return out
 
 
 def _scale_arg(scale: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -253,9 +282,6 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     N, K = expert_matrix(weight)
     M = a.shape[0] if rows is None else rows
     ws, e8m0 = _scale_arg(w_scale)
-    if a.dtype == torch.float16 and (a_scale is None or fp4 or quantize_a or swapped or weight_block[1] % act_block):
-        raise ValueError(f"fp8 gemm: fp16 activations (f16_blocks) take their scales, E4M3 weights whose K block "
-                         f"({weight_block[1]}) is a multiple of theirs ({act_block}), unswapped")
     if fp4 and a_scale is not None:
         return _fp4_rows(a, a_scale, act_block, weight, ws, e8m0, weight_block, out_dtype, M, groups, config,
                          split_groups, quantize_a or swapped or kstep is not None)
@@ -288,7 +314,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     grouped = groups is not None
     if swapped is None:
         swapped = (not grouped and not invariant and config is None and M <= SWAPPED_ROWS
-                   and (a_scale is not None or quantize_a) and a.dtype != torch.float16)
+                   and (a_scale is not None or quantize_a))
     if swapped and (grouped or M > (config or SWAPPED_CONFIG).block_m or (a_scale is None and not quantize_a)):
         raise ValueError(f"fp8 gemm: the swapped kernel takes up to {(config or SWAPPED_CONFIG).block_m} rows of FP8 "
                          "activations, ungrouped")

@@ -189,7 +189,7 @@ def _large_path(block, act_block, fp4: bool) -> str:
         return LARGE_PATH
     if act_block % 128 == 0 and not fp4:
         return "fp8"
-    if not fp4 and block[1] % fp8.F16_BLOCK == 0 and fp8.F16_BLOCK % act_block == 0:
+    if not fp4 and tuple(block) == (1, 128):
         return "f16"
     return "bf16"
 
@@ -227,7 +227,9 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         path = "bf16"  # the f16 path checks its input on the host (below), which a capture cannot
     if routing is None:
         routing = "pairs" if T == 1 else "sorted"
-    if path in ("bf16", "f16"):
+    if path == "f16":
+        cfg = config or fp8.F16_CONFIG
+    elif path == "bf16":
         cfg = config or (fp8.BF16_LARGE_CONFIG if large and not invariance.enabled()
                          else fp8.bf16_row_config(max(1, T * k // E)))
     elif fp4:
@@ -252,12 +254,13 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
                        kstep=None if fp4 else fp8.bf16_kstep(expert_matrix(w2)[1], block))
     elif path == "f16":
         bad = torch.zeros(1, device=x.device, dtype=torch.int32)
-        xa, xs = fp8.f16_blocks(*fp8.act_quant(x, act_block), act_block, bad)
-        h13 = fp8.gemm(xa, xs, fp8.F16_BLOCK, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
-        ha, hs = fp8.f16_blocks(*swiglu_quant(h13, rw, limit, act_block), act_block, bad)
-        out = fp8.gemm(ha, hs, fp8.F16_BLOCK, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows,
-                       config=cfg)
-        if bad.item():  # fp16 could not hold some block exactly (scales 2^22 apart): the bf16 path, same values
+        xa, xs = fp8.f16_rows(*fp8.act_quant(x, act_block), act_block, bad)
+        h13 = fp8.f16_grouped_gemm(xa, xs, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, bad=bad,
+                                   config=config)
+        ha, hs = fp8.f16_rows(*swiglu_quant(h13, rw, limit, act_block), act_block, bad)
+        out = fp8.f16_grouped_gemm(ha, hs, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, bad=bad,
+                                   config=config)
+        if bad.item():  # fp16 could not hold some row or weight column exactly: the bf16 path, the same values
             return moe_experts(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit,
                                shared, path="bf16", routing=routing)
     else:

@@ -428,9 +428,10 @@ def test_f16_path_matches_reference_and_bf16_path(T, tiles):
 
 
 def test_f16_gemm_is_the_float64_product():
-    """One grouped GEMM on fp16 activations (``f16_blocks`` of E4M3 codes with per-32 scales up to 2^22
-    apart) and (1, 128) E4M3 weights: within fp32 summation of the float64 product of the values."""
+    """One grouped GEMM on fp16 activations (``f16_rows`` of E4M3 codes with per-32 scales up to 2^22
+    apart) and (1, 128) E4M3 weights, rows and tiles: within fp32 summation of the float64 product."""
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+    from deepinfer_adapters.model_impl.quant import to_e4m3_tiles
 
     g = torch.Generator(device="cuda").manual_seed(9)
     E, N, K, R = 4, 512, 2048, 700
@@ -448,19 +449,19 @@ def test_f16_gemm_is_the_float64_product():
     groups = tg.Groups(*(torch.tensor(v, device="cuda", dtype=torch.int32) for v in (ids, row0, row1)))
     bad = torch.zeros(1, device="cuda", dtype=torch.int32)
     sa = torch.pow(2.0, a_exps)
-    a16, s16 = tg.f16_blocks(a, sa, 32, bad)
-    assert bad.item() == 0
-    assert torch.equal(a16.double() * s16.double().repeat_interleave(128, 1),
-                       a.double() * sa.double().repeat_interleave(32, 1))
-    out = tg.gemm(a16, s16, 128, w, (exps + 127).to(torch.uint8), (1, 128), torch.float32, rows=R, groups=groups,
-                  config=tg.GemmConfig(128, 128, 1, 8, 3))
+    a16, s16 = tg.f16_rows(a, sa, 32, bad)
+    assert torch.equal(a16.double() * s16.double()[:, None], a.double() * sa.double().repeat_interleave(32, 1))
     av = a.double() * sa.double().repeat_interleave(32, 1)
     want = torch.cat([av[int(bounds[e]):int(bounds[e + 1])]
                       @ (w[e].double() * torch.pow(2.0, exps[e].double()).repeat_interleave(128, 1)).T
                       for e in range(E)])
-    err = float((out.double() - want).abs().max() / want.abs().max())
-    print(f"REPORT f16 gemm: max err / max |want| {err:.2e}")
-    assert err < 1e-6
+    for weight in (w, to_e4m3_tiles(w)):
+        out = tg.f16_grouped_gemm(a16, s16, weight, (exps + 127).to(torch.uint8), (1, 128), torch.float32, rows=R,
+                                  groups=groups, bad=bad)
+        err = float((out.double() - want).abs().max() / want.abs().max())
+        print(f"REPORT f16 gemm: max err / max |want| {err:.2e}")
+        assert err < 1e-6
+    assert bad.item() == 0
 
 
 def test_f16_path_falls_back_to_bf16_where_fp16_cannot_hold_the_input():
