@@ -659,8 +659,10 @@ def f16_rows_kernel(Q, S, OUT, OUT_S, BAD, K, stride_q, stride_s, stride_o,
 def scale_exponent(sw, W_E8M0: tl.constexpr):
     """A power-of-two weight scale's biased exponent (E8M0 byte, or the fp32 bits' exponent field)."""
     if W_E8M0:
-        return sw.to(tl.int32)
-    return (sw.to(tl.int32, bitcast=True) >> 23) & 0xFF
+        e = sw.to(tl.int32)
+    else:
+        e = (sw.to(tl.int32, bitcast=True) >> 23) & 0xFF
+    return e
 
 
 @triton.jit(do_not_specialize=["N"])
