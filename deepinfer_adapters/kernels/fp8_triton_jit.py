@@ -224,7 +224,8 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                     A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
                     GROUPED: tl.constexpr, GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr,
-                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0, W_TILED: tl.constexpr = False):
+                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0, W_TILED: tl.constexpr = False,
+                    N_FIRST: tl.constexpr = False):
     """OUT[r, n] = sum_k A[r, k] W[e, n, k] with block scales. GROUPED: program row
     tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
     GATHER_A: A's row for output row r is ROW_IDX[r]; SCATTER_OUT: so is OUT's. A_SB == 0:
@@ -234,10 +235,15 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
     W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX): W holds packed
     E2M1 in the span layout, K / 2 bytes a row (``e2m1_halves``; span KSTEP, each half inside
     one scale block); W_TILED (grouped, BLOCK_N 128): W in 128-row tiles, ``quant.to_fp4_tiles``' packed
-    E2M1 or ``quant.to_e4m3_tiles``' E4M3 (KSTEP * SUB dividing 128)."""
+    E2M1 or ``quant.to_e4m3_tiles``' E4M3 (KSTEP * SUB dividing 128). N_FIRST: the grid is (N tiles,
+    row tiles, splits), so the programs that run together share their activation rows (``grid_order``)."""
     pdl_start()
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    if N_FIRST:
+        pid_n = tl.program_id(0)
+        pid_m = tl.program_id(1)
+    else:
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     if GROUPED:
         expert = tl.load(TILE_EXPERT + pid_m).to(tl.int64)
@@ -666,20 +672,21 @@ def scale_exponent(sw, W_E8M0: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["N"])
-def f16_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1, BAD, N, K,
-                    stride_am, stride_we, stride_wn, stride_wse, stride_wsn, stride_om,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KBLOCKS: tl.constexpr, W_E8M0: tl.constexpr,
+def f16_gemm_kernel(A, A_SCALE, W, W_SCALE, W_TOP, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K,
+                    stride_am, stride_we, stride_wn, stride_wse, stride_wsn, stride_te, stride_om,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, W_E8M0: tl.constexpr,
                     GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr, W_TILED: tl.constexpr):
-    """Grouped OUT = A W^T (row tiles as ``fp8_gemm_kernel``'s GROUPED): A fp16 with one power-of-two
-    scale a row (``f16_rows_kernel``), W E4M3 with one power-of-two scale per (row, 128 inputs), in rows
-    or ``quant.to_e4m3_tiles``' tiles. Each 128-deep weight tile is converted to fp16 and times
-    2^(its block's exponent - its column's largest + 7), in fp16 -- exact while a column's scales span
-    at most 22 octaves (else BAD[0] = 1) -- so the fp32 accumulator takes plain 128-deep fp16 products;
-    the row's and the column's scales multiply once, at the end (powers of two: the bits of scaling
-    each product). KBLOCKS: a power of two >= K / 128."""
+    """Grouped OUT = A W^T (row tiles as ``fp8_gemm_kernel``'s GROUPED, grid (N tiles, row tiles)): A fp16
+    with one power-of-two scale a row (``f16_rows_kernel``), W E4M3 with one power-of-two scale per (row,
+    128 inputs), in rows or ``quant.to_e4m3_tiles``' tiles; W_TOP [E, N] int32: each weight row's largest
+    scale exponent (biased). Each 128-deep weight tile is converted to fp16 and times 2^(its block's
+    exponent - its row's largest + 7), in fp16 -- exact while a row's scales span at most 22 octaves (the
+    wrapper checks) -- so the fp32 accumulator takes plain 128-deep fp16 products; the activation row's
+    and the weight row's scales multiply once, at the end (powers of two: the bits of scaling each
+    product)."""
     pdl_start()
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
     expert = tl.load(TILE_EXPERT + pid_m).to(tl.int64)
     if expert >= 0:
         rows, mask_m, a_rows = tile_rows(ROW_IDX, tl.load(TILE_ROW0 + pid_m), tl.load(TILE_ROW1 + pid_m), BLOCK_M,
@@ -689,13 +696,7 @@ def f16_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         a_ptr = A + a_rows[:, None] * stride_am
         w_ptr = weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, 128, 128, W_TILED)[None, :]
         ws_ptr = W_SCALE + expert * stride_wse + cols.to(tl.int64) * stride_wsn
-        kbs = tl.arange(0, KBLOCKS)[None, :]
-        valid = mask_n[:, None] & (kbs < K // 128)
-        e = scale_exponent(tl.load(ws_ptr[:, None] + kbs, mask=valid, other=0), W_E8M0)
-        top = tl.max(tl.where(valid, e, 0), 1)
-        low = tl.min(tl.where(valid, e, 255), 1)
-        if (tl.max(tl.where(mask_n, top - low, 0), 0) > 22) | (tl.min(tl.where(mask_n, top, 255), 0) < 8):
-            tl.store(BAD, 1)
+        top = tl.load(W_TOP + expert * stride_te + cols, mask=mask_n, other=127)
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         for k0 in range(0, K, 128):
             a = tl.load(a_ptr + (k0 + tl.arange(0, 128))[None, :], mask=mask_m[:, None], other=0.0)

@@ -77,6 +77,7 @@ DECODE_PATH = "bf16"
 # one V4.1 layer at 8 / 32 tokens (BENCHMARKS.md, session 8): 364 / 1159 us; their bf16 path 479 / 1531;
 # the same experts as E4M3 on their bf16 path 431 / 1411.
 FP4_DECODE_PATH = "fp8"
+f16_fallbacks = 0  # "f16" calls rerun on the bf16 path (fp16 could not hold their input exactly)
 PAIR_SORT_KERNEL = True  # pair routing's per-token sort in one Triton launch (else torch's sort + gather)
 
 
@@ -261,6 +262,8 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         out = fp8.f16_grouped_gemm(ha, hs, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, bad=bad,
                                    config=config)
         if bad.item():  # fp16 could not hold some row or weight column exactly: the bf16 path, the same values
+            global f16_fallbacks
+            f16_fallbacks += 1
             return moe_experts(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit,
                                shared, path="bf16", routing=routing)
     else:
