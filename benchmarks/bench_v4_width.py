@@ -255,7 +255,30 @@ def graphed_decoder(model, state, B: int, max_len: int, device: str, capture: bo
 
 
 @torch.no_grad()
-def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, profile=(), out_dir=".", ab=None):
+def prefill_moe_paths(model, new_state, ids, paths, logits, device) -> dict:
+    """The same prefill with the MoE's prefill path pinned (``triton_moe.LARGE_PATH``), side by side with
+    the default's: best of 3 each (after one warm call), each on a fresh state, and the logits against
+    the default's."""
+    from deepinfer_adapters.kernels import triton_moe
+
+    row, default = {}, triton_moe.LARGE_PATH
+    for path in [default, *paths]:
+        triton_moe.LARGE_PATH = path
+        try:
+            runs = []
+            for _ in range(4):
+                state = new_state()
+                runs.append(elapsed(lambda: model(prefill_batch(ids), state).logits, device))
+            times, out = zip(*runs[1:])
+        finally:
+            triton_moe.LARGE_PATH = default
+        row[f"prefill_s_moe_{path}"] = min(times)
+        row[f"rel_prefill_moe_{path}_vs_default"] = rel(out[-1], logits)
+    return row
+
+
+def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, profile=(), out_dir=".", ab=None,
+                 moe_paths=()):
     rows = {}
     for B in batches:
         ids = prompts[:B]
@@ -272,6 +295,9 @@ def measure_ours(model, cfg, prompts, batches, new, device, refs, noise_batch, p
         t, out = elapsed(lambda: model(prefill_batch(ids), state).logits, device)
         row.update(ours_prefill_s=t, ours_prefill_tok_s=B * P / t,
                    rel_prefill=rel(out, ref["prefill"]), agree_prefill=agree(out, ref["prefill"]))
+        if moe_paths:
+            row.update(prefill_moe_paths(model, lambda: model.new_state(B + 1, P + new + 8), ids, moe_paths, out,
+                                         device))
         saved = {k: v.clone() for k, v in state._tensors.items()}
         t, logits = elapsed(lambda: decode_loop(forward_step, first, P, new - 1), device)
         row.update(ours_ms=t / (new - 1) * 1e3, rel_decode=rel(logits, ref["decode"]),
@@ -385,7 +411,8 @@ def run(args) -> dict:
     error = None
     try:
         our_rows = measure_ours(model, cfg, prompts, args.batches, args.new, device, refs, args.noise_batch,
-                                args.profile if device == "cuda" else (), args.out, args.ab)
+                                args.profile if device == "cuda" else (), args.out, args.ab,
+                                moe_paths=args.prefill_moe_paths)
     except Exception as e:  # keep the peer's numbers: they cost minutes
         traceback.print_exc()
         error, our_rows = f"{type(e).__name__}: {e}", {}
@@ -485,6 +512,8 @@ def main():
                     help="torch.profiler over one eager model.decode step at these batch sizes (bare flag: the "
                     "smallest; CUDA; profile_decode_bB.txt and kernels_decode_bB.txt in --out)")
     ab = ap.add_mutually_exclusive_group()
+    ap.add_argument("--prefill-moe-paths", nargs="*", default=[], choices=["fp8", "bf16"],
+                    help="also time each prefill with the MoE's prefill path pinned to these (A/B with the default)")
     ab.add_argument("--ab-pin", type=pin_spec, dest="ab", default=None, metavar="OP=BACKEND",
                     help="after each graphed decode, the same with kernel OP pinned to BACKEND (side by side)")
     ab.add_argument("--ab-off", type=switch_spec, dest="ab", metavar="SWITCH",

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14f16] [s14grid] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -386,29 +386,13 @@ if has s14profile; then  # where the 8192-token prefill's time goes now (~2 min)
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_prefill_profile.log" | grep -E "decode B=1|prefill"
   pack
 fi
-if has s14f16; then  # the MoE's f16 path (V4.1 prefill): GPU tests, one layer by tile, the model's prefill (~6 min)
-  timeout 240 python -m pytest -q tests/gpu/test_moe_gpu.py -k "f16 or e4m3_tiles or 128_blocks" -p no:cacheprovider -s \
-    > "$OUT/gpu_tests_f16.log" 2>&1
-  echo "moe GPU tests: $(tail -1 "$OUT/gpu_tests_f16.log")"; grep -hE "REPORT (moe f16|f16 gemm)|FAILED|Error" "$OUT/gpu_tests_f16.log" | head -20
-  pack
-  timeout 200 python benchmarks/bench_moe_blocks.py --out "$OUT" --paths bf16 f16 > "$OUT/moe_blocks_f16.log" 2>&1
-  grep -E "Error|Traceback" "$OUT/moe_blocks_f16.log" | head -5; sed -n '/^SUMMARY/,$p' "$OUT/moe_blocks_f16.log" | head -30; pack
-  mkdir -p "$OUT/prefill_f16"
-  timeout 200 ${RW/--out $OUT/--out $OUT/prefill_f16} --batches 1 --ref-batches 0 --moe-paths bf16 auto \
-    > "$OUT/real_width_prefill_f16.log" 2>&1
-  grep -E "^prefill|Error" "$OUT/real_width_prefill_f16.log" | cut -c1-600; pack
-fi
-if has s14grid; then  # the grouped GEMM's grid order and the f16 path's GEMM (~1 min), the GPU tests of the changed
-  # kernels (~4 min), the model's prefill on the bf16 and auto MoE paths (~1.5 min)
-  timeout 150 python benchmarks/bench_f16_gemm.py > "$OUT/f16_gemm.log" 2>&1; grep -vE "^INFO" "$OUT/f16_gemm.log" | tail -14; pack
-  timeout 330 python -m pytest -q tests/gpu/test_moe_gpu.py tests/gpu/test_batch_invariance_gpu.py tests/gpu/test_fp8_linear_gpu.py \
-    -p no:cacheprovider -s > "$OUT/gpu_tests_grid.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_grid.log")"; grep -hE "REPORT (moe f16|f16 gemm)|FAILED|Error" "$OUT/gpu_tests_grid.log" | head -16
-  pack
-  mkdir -p "$OUT/prefill_grid"
-  timeout 150 ${RW/--out $OUT/--out $OUT/prefill_grid} --batches 1 --ref-batches 0 --moe-paths bf16 auto \
-    > "$OUT/real_width_prefill_grid.log" 2>&1
-  grep -E "^prefill|Error" "$OUT/real_width_prefill_grid.log" | cut -c1-600; pack
+if has s14v4prefill; then  # V4 widths: the prefill with the MoE on the fp8 path (the auto default) against bf16,
+  # side by side, next to transformers (~3 min)
+  mkdir -p "$OUT/v4_prefill"
+  timeout 400 python benchmarks/bench_v4_width.py --out "$OUT/v4_prefill" --batches 8 32 --noise-batch 0 \
+    --prefill-moe-paths bf16 > "$OUT/v4_width_prefill_moe.log" 2>&1
+  grep -E "^ours B=" "$OUT/v4_width_prefill_moe.log" | cut -c1-420; sed -n '/^SUMMARY prefill/,/^$/p' "$OUT/v4_width_prefill_moe.log"
+  grep -E "FAILED|Error" "$OUT/v4_width_prefill_moe.log" | head -5; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -53,16 +53,11 @@ KERNELS = {
                   {"num_warps": 4, "num_stages": 3}, 64 * 128),
     "rows_fp8": (jit.fp8_gemm_rows_kernel, _ROWS_PTRS, dict(_ROWS_CONST, KSTEP=32, SUB=4, BF16_STEPS=False),
                  {"num_warps": 4, "num_stages": 4}, 64 * 128),
-    # prefill tiles (128 x 128, 8 warps) of the MoE's V4.1 paths: bf16 (each weight value to fp32, times its
-    # scale, to bf16) and f16 (``f16_gemm_kernel``: fp16 conversion and a shift by the block's exponent)
+    # the MoE's bf16-path prefill tile (128 x 128, 8 warps; each weight value to fp32, times its scale, to bf16)
     "bf16_prefill": (jit.fp8_gemm_kernel, dict(_FP4_PTRS, A="*bf16", W="*fp8e4nv", A_SCALE="*bf16", ROW_IDX="*i32"),
                      dict(BLOCK_M=128, BLOCK_N=128, KSTEP=128, SUB=1, A_SB=0, W_BN=1, W_BK=128, W_E8M0=True,
-                          GROUPED=True, GATHER_A=True, SCATTER_OUT=False, QUANT_A=False, W_FP4=0, W_TILED=True,
-                          N_FIRST=True),
+                          GROUPED=True, GATHER_A=True, SCATTER_OUT=False, QUANT_A=False, W_FP4=0, W_TILED=True),
                      {"num_warps": 8, "num_stages": 3}, 128 * 128),
-    "f16_prefill": (jit.f16_gemm_kernel, dict(_FP4_PTRS, A="*fp16", W="*fp8e4nv", ROW_IDX="*i32", W_TOP="*i32"),
-                    dict(BLOCK_M=128, BLOCK_N=128, W_E8M0=True, GATHER_A=True, SCATTER_OUT=False,
-                         W_TILED=True), {"num_warps": 8, "num_stages": 3}, 128 * 128),
 }
 _SPECIALIZED = ("N", "K", "k_per_split", "stride_am", "stride_asm", "stride_we", "stride_wn", "stride_wse",
                 "stride_wsn", "stride_om", "stride_os")

@@ -224,8 +224,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                     A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
                     GROUPED: tl.constexpr, GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr,
-                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0, W_TILED: tl.constexpr = False,
-                    N_FIRST: tl.constexpr = False):
+                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0, W_TILED: tl.constexpr = False):
     """OUT[r, n] = sum_k A[r, k] W[e, n, k] with block scales. GROUPED: program row
     tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
     GATHER_A: A's row for output row r is ROW_IDX[r]; SCATTER_OUT: so is OUT's. A_SB == 0:
@@ -235,15 +234,10 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
     W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX): W holds packed
     E2M1 in the span layout, K / 2 bytes a row (``e2m1_halves``; span KSTEP, each half inside
     one scale block); W_TILED (grouped, BLOCK_N 128): W in 128-row tiles, ``quant.to_fp4_tiles``' packed
-    E2M1 or ``quant.to_e4m3_tiles``' E4M3 (KSTEP * SUB dividing 128). N_FIRST: the grid is (N tiles,
-    row tiles, splits), so the programs that run together share their activation rows (``grid_order``)."""
+    E2M1 or ``quant.to_e4m3_tiles``' E4M3 (KSTEP * SUB dividing 128)."""
     pdl_start()
-    if N_FIRST:
-        pid_n = tl.program_id(0)
-        pid_m = tl.program_id(1)
-    else:
-        pid_m = tl.program_id(0)
-        pid_n = tl.program_id(1)
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     if GROUPED:
         expert = tl.load(TILE_EXPERT + pid_m).to(tl.int64)
@@ -632,83 +626,6 @@ def combine_kernel(OUT, ROWS, SHARED, Y, D, stride_o, stride_s, stride_y, K: tl.
     if HAS_SHARED:
         acc += tl.load(SHARED + t * stride_s + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(Y + t * stride_y + cols, acc.to(Y.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def f16_rows_kernel(Q, S, OUT, OUT_S, BAD, K, stride_q, stride_s, stride_o,
-                    A_SB: tl.constexpr, GROUPS: tl.constexpr):
-    """One row of E4M3 codes with a power-of-two scale per A_SB values -> the same values as fp16 with
-    one power-of-two scale for the row (fp32), exactly. The row's scale is the largest scale among
-    groups with a nonzero code, / 128, so a code times its group's scale over it stays within
-    448 * 128 < 65504, and a code's last bit (>= 2^-9) stays above fp16's (2^-24) while its group's
-    scale is at most 2^22 below the largest. Where it is not, BAD[0] becomes 1 (the caller's sign
-    that fp16 cannot hold this input)."""
-    pdl_start()
-    row = tl.program_id(0).to(tl.int64)
-    group = tl.arange(0, GROUPS)
-    offs = group[:, None] * A_SB + tl.arange(0, A_SB)[None, :]
-    mask = offs < K
-    q = tl.load(Q + row * stride_q + offs, mask=mask, other=0.0).to(tl.float32)
-    s = tl.load(S + row * stride_s + group, mask=group * A_SB < K, other=0.0)
-    nonzero = tl.max(tl.abs(q), 1) > 0.0
-    top = tl.max(tl.where(nonzero, s, 0.0), 0)
-    scale = tl.where(top > 0.0, top * (1.0 / 128.0), 1.0)
-    y = q * s[:, None] * pow2_reciprocal(scale)  # powers of two: exact
-    tl.store(OUT + row * stride_o + offs, y.to(tl.float16), mask=mask)
-    tl.store(OUT_S + row, scale)
-    bad = tl.max((nonzero & (s * 4194304.0 < top)).to(tl.int32), 0)
-    if bad > 0:
-        tl.store(BAD, bad)
-
-
-@triton.jit
-def scale_exponent(sw, W_E8M0: tl.constexpr):
-    """A power-of-two weight scale's biased exponent (E8M0 byte, or the fp32 bits' exponent field)."""
-    if W_E8M0:
-        e = sw.to(tl.int32)
-    else:
-        e = (sw.to(tl.int32, bitcast=True) >> 23) & 0xFF
-    return e
-
-
-@triton.jit(do_not_specialize=["N"])
-def f16_gemm_kernel(A, A_SCALE, W, W_SCALE, W_TOP, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K,
-                    stride_am, stride_we, stride_wn, stride_wse, stride_wsn, stride_te, stride_om,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, W_E8M0: tl.constexpr,
-                    GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr, W_TILED: tl.constexpr):
-    """Grouped OUT = A W^T (row tiles as ``fp8_gemm_kernel``'s GROUPED, grid (N tiles, row tiles)): A fp16
-    with one power-of-two scale a row (``f16_rows_kernel``), W E4M3 with one power-of-two scale per (row,
-    128 inputs), in rows or ``quant.to_e4m3_tiles``' tiles; W_TOP [E, N] int32: each weight row's largest
-    scale exponent (biased). Each 128-deep weight tile is converted to fp16 and times 2^(its block's
-    exponent - its row's largest + 7), in fp16 -- exact while a row's scales span at most 22 octaves (the
-    wrapper checks) -- so the fp32 accumulator takes plain 128-deep fp16 products; the activation row's
-    and the weight row's scales multiply once, at the end (powers of two: the bits of scaling each
-    product)."""
-    pdl_start()
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    expert = tl.load(TILE_EXPERT + pid_m).to(tl.int64)
-    if expert >= 0:
-        rows, mask_m, a_rows = tile_rows(ROW_IDX, tl.load(TILE_ROW0 + pid_m), tl.load(TILE_ROW1 + pid_m), BLOCK_M,
-                                         GATHER_A)
-        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask_n = cols < N
-        a_ptr = A + a_rows[:, None] * stride_am
-        w_ptr = weight_rows_ptr(W, expert, stride_we, stride_wn, cols, pid_n, K, BLOCK_N, 128, 128, W_TILED)[None, :]
-        ws_ptr = W_SCALE + expert * stride_wse + cols.to(tl.int64) * stride_wsn
-        top = tl.load(W_TOP + expert * stride_te + cols, mask=mask_n, other=127)
-        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        for k0 in range(0, K, 128):
-            a = tl.load(a_ptr + (k0 + tl.arange(0, 128))[None, :], mask=mask_m[:, None], other=0.0)
-            w = tl.load(e4m3_step_ptr(w_ptr, k0, 128, BLOCK_N, W_TILED), mask=mask_n[None, :], other=0.0)
-            shift = scale_exponent(tl.load(ws_ptr + k0 // 128, mask=mask_n, other=0), W_E8M0) - top + 7
-            step = ((shift + 127) << 23).to(tl.float32, bitcast=True).to(tl.float16)  # 2^shift, >= 2^-15
-            acc = tl.dot(a, w.to(tl.float16) * step[None, :], acc)
-        col_scale = ((top - 7) << 23).to(tl.float32, bitcast=True)  # the column's largest scale / 128
-        out = acc * tl.load(A_SCALE + a_rows, mask=mask_m, other=0.0)[:, None] * col_scale[None, :]
-        out_rows = a_rows if SCATTER_OUT else rows.to(tl.int64)
-        tl.store(OUT + out_rows[:, None] * stride_om + cols[None, :], out.to(OUT.dtype.element_ty),
-                 mask=mask_m[:, None] & mask_n[None, :])
 
 
 @triton.jit

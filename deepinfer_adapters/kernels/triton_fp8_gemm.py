@@ -21,10 +21,6 @@ Arithmetic (``act_block`` > 0, the reference's FP8 GEMM):
   32 still keep each product 32 deep). The reference dequantizes both and sums the same
   exact products in fp32 in another order, then rounds to bf16: outputs agree to
   about one bf16 ulp (tests/gpu/test_fp8_linear_gpu.py).
-- ``f16_grouped_gemm`` (the MoE's "f16" prefill path for V4.1, ``triton_moe``): the activations'
-  E4M3 codes times their per-32 scales re-expressed exactly as fp16 with one scale a row
-  (``f16_rows``), E4M3 (1, 128) weight tiles converted to fp16 and shifted by their block's exponent
-  in registers: plain 128-deep fp16 products into one fp32 accumulator, both scales once at the end.
 - ``act_block`` == 0 (wo_a; bf16 weights' rule): the bf16 activation meets the
   weight tile dequantized to bf16 in registers (exact), bf16 tensor-core products.
 - Decode rows on the swapped kernel with ``bf16_steps`` (the default where the weight has
@@ -179,76 +175,6 @@ def act_quant(x: torch.Tensor, block: int, *, dequant_to: torch.dtype | None = N
             x, q, q if s is None else s, K, x.stride(0), q.stride(0), 0 if s is None else s.stride(0),
             BLOCK=block, GROUPS=groups, DEQUANT_OUT=dequant_to is not None, num_warps=4, **pdl_launch())
     return q, s
-
-
-def f16_rows(q: torch.Tensor, scale: torch.Tensor, act_block: int, bad: torch.Tensor):
-    """E4M3 codes ``q`` [M, K] with fp32 power-of-two ``scale`` per ``act_block`` -> (fp16 [M, K], fp32
-    power-of-two scale [M] a row) holding the same values exactly (``f16_rows_kernel``) where fp16 can:
-    ``bad`` (int32 [1], on the device) becomes 1 where a row's groups' scales are more than 2^22 apart
-    (the caller then takes another path; no host sync here)."""
-    triton = _kernels()[0]
-    from deepinfer_adapters.kernels.fp8_triton_jit import f16_rows_kernel
-
-    M, K = q.shape
-    if scale.shape != (M, triton.cdiv(K, act_block)):
-        raise ValueError(f"f16_rows: {tuple(scale.shape)} scales for {M} rows of {K} in blocks of {act_block}")
-    out = torch.empty(M, K, device=q.device, dtype=torch.float16)
-    out_s = torch.empty(M, device=q.device, dtype=torch.float32)
-    groups = triton.next_power_of_2(triton.cdiv(K, act_block))
-    if M:
-        f16_rows_kernel[(M,)](q, scale, out, out_s, bad, K, q.stride(0), scale.stride(0), out.stride(0),
-                              A_SB=act_block, GROUPS=groups, num_warps=8 if groups * act_block > 4096 else 4,
-                              **pdl_launch())
-    return out, out_s
-
-
-# f16_grouped_gemm's tile (sub unused). H200, V4.1's w13 at 8192 tokens (bench_f16_gemm.py, session 14):
-# 64 x 128, 4 warps, 3 stages 7.17 ms (323 TFLOP/s; the bf16 path's 128 x 128 tile 9.35 ms); 4 stages 10.9;
-# 128 x 128 at 8 warps 23.5 (the bf16 path's best tile is this one's worst).
-F16_CONFIG = GemmConfig(64, 128, 1, 4, 3)
-
-
-def weight_row_tops(ws: torch.Tensor, e8m0: bool, bad: torch.Tensor) -> torch.Tensor:
-    """Each weight row's largest scale exponent (biased, int32 [E, N]) for ``f16_gemm_kernel``; ``bad``
-    becomes 1 where a row's scales span more than 22 octaves or its largest is below 2^-119 (fp16 and the
-    kernel's final scale cannot hold it exactly). Device ops, no sync."""
-    e = ws.to(torch.int32) if e8m0 else (ws.view(torch.int32) >> 23) & 0xFF
-    top, low = e.amax(-1), e.amin(-1)
-    torch.maximum(bad, ((top - low > 22) | (top < 8)).any().to(torch.int32), out=bad)
-    return top
-
-
-def f16_grouped_gemm(a: torch.Tensor, a_scale: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor,
-                     weight_block: tuple[int, int], out_dtype: torch.dtype, *, rows: int, groups: Groups,
-                     bad: torch.Tensor, config: GemmConfig | None = None) -> torch.Tensor:
-    """out [rows, N] = A W^T by ``f16_gemm_kernel``: ``a`` fp16 with one scale a row (``f16_rows``),
-    ``weight`` E4M3 [E, N, K] or in ``quant.to_e4m3_tiles``' tiles with power-of-two scales per (1, 128);
-    ``bad`` becomes 1 where a weight row's scales span more than 22 octaves (``weight_row_tops``: fp16
-    cannot hold it exactly; the caller checks ``bad`` and takes another path)."""
-    triton = _kernels()[0]
-    from deepinfer_adapters.kernels.fp8_triton_jit import f16_gemm_kernel
-
-    N, K = expert_matrix(weight)
-    tiles = is_e4m3_tiles(weight)
-    if (a.dtype != torch.float16 or is_span_packed(weight) or tuple(weight_block) != (1, 128) or K % 128
-            or a_scale.shape != (a.shape[0],)):
-        raise ValueError(f"f16 gemm: fp16 activations with a scale a row and E4M3 weights in (1, 128) blocks, K a "
-                         f"multiple of 128 (got {a.dtype}, weight blocks {tuple(weight_block)}, K = {K})")
-    cfg = config or F16_CONFIG
-    if tiles:
-        cfg = dataclasses.replace(cfg, block_n=E4M3_TILE)
-    ws, e8m0 = _scale_arg(w_scale)
-    out = torch.empty(rows, N, device=a.device, dtype=out_dtype)
-    if rows:
-        tops = weight_row_tops(ws, e8m0, bad)
-        row_idx = groups.row_idx if groups.row_idx is not None else groups.expert
-        f16_gemm_kernel[(triton.cdiv(N, cfg.block_n), groups.expert.numel())](
-            a, a_scale, weight, ws, tops, out, row_idx, groups.expert, groups.row0, groups.row1, N, K,
-            a.stride(0), weight.stride(0), weight.stride(1), ws.stride(0), ws.stride(1), tops.stride(0),
-            out.stride(0), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, W_E8M0=e8m0,
-            GATHER_A=groups.row_idx is not None, SCATTER_OUT=groups.scatter_out, W_TILED=tiles,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
-    return out
 
 
 def _scale_arg(scale: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -459,20 +385,13 @@ def sum_splits(parts: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     return total
 
 
-# fp8_gemm_kernel's grid (N tiles, row tiles, splits): the programs that run together (consecutive ids)
-# share a row tile, whose activations then come from L2 for every N tile. Row tiles first, a prefill's
-# activations (8192 tokens x 6 experts, 500 MB for V4.1's w13) were read from memory once per N tile.
-N_FIRST = True
-
-
 def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
                 m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4, tiled) -> None:
     """Launch ``fp8_gemm_kernel`` (tiles of rows x weight rows; grouped or not)."""
     tiles = groups if grouped else Groups(out, out, out)  # unused pointers when not grouped
     w_strides = (weight.stride(0), weight.stride(1)) if grouped else (0, weight.stride(0))
     s_strides = (ws.stride(0), ws.stride(1)) if grouped else (0, ws.stride(0))
-    n_first = N_FIRST and m_tiles < 65536  # a grid's second dimension stops at 65535
-    kernel[(n_tiles, m_tiles, split) if n_first else (m_tiles, n_tiles, split)](
+    kernel[(m_tiles, n_tiles, split)](
         a, a if a_scale is None else a_scale, weight, ws, out,
         a if row_idx is None else row_idx, tiles.expert, tiles.row0, tiles.row1,
         M, N, K, k_per_split,
@@ -483,7 +402,7 @@ def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups,
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
         SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a,
         W_FP4=0 if not fp4 else 1 if interpreting() else _FP4_MODES[FP4_UNPACK],
-        W_TILED=tiled, N_FIRST=n_first,
+        W_TILED=tiled,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
 
 

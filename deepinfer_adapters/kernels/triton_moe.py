@@ -17,7 +17,8 @@ Same signature and meaning as ``reference_fp8.moe_experts``. One step, no host s
 Differences from the reference are those of the FP8 GEMM (kernels/triton_fp8_gemm.py)
 plus Triton's exp in silu (~2 ulp of fp32) before the bf16 rounding.
 
-Large batches (prefill, from ``LARGE_PAIRS`` token-expert pairs; ``LARGE_PATH``): the
+Large batches (prefill, from ``LARGE_PAIRS`` token-expert pairs; ``LARGE_PATH``; V4's activation
+scales per 128 keep the "fp8" path there, ``_large_path``): the
 FP8 products rescaled after every 32-deep step keep the tensor cores waiting (the
 grouped GEMM ran at 8x its floor on an 8192-token prefill). The "bf16" path keeps
 every step above but hands the GEMMs the round-tripped activations as bf16 (E4M3 code
@@ -77,7 +78,6 @@ DECODE_PATH = "bf16"
 # one V4.1 layer at 8 / 32 tokens (BENCHMARKS.md, session 8): 364 / 1159 us; their bf16 path 479 / 1531;
 # the same experts as E4M3 on their bf16 path 431 / 1411.
 FP4_DECODE_PATH = "fp8"
-f16_fallbacks = 0  # "f16" calls rerun on the bf16 path (fp16 could not hold their input exactly)
 PAIR_SORT_KERNEL = True  # pair routing's per-token sort in one Triton launch (else torch's sort + gather)
 
 
@@ -181,18 +181,14 @@ def combine(out: torch.Tensor, T: int, k: int, rows: torch.Tensor | None = None,
     return y
 
 
-def _large_path(block, act_block, fp4: bool) -> str:
-    """Prefill-sized calls outside batch-invariant mode: "fp8" where activation scales cover 128
-    inputs (V4: one rescale a 128-deep FP8 product; H200, one V4-width layer at 8192 tokens 6.5 ms
-    against the bf16 path's 9.4, BENCHMARKS.md session 14), "f16" where they are finer and the
-    experts are E4M3 in (1, 128) blocks (V4.1 as loaded), else "bf16"."""
+def _large_path(block: tuple[int, int], act_block: int, fp4: bool) -> str:
+    """Prefill-sized calls outside batch-invariant mode: "fp8" where the activation scales and the
+    E4M3 experts' scales both cover 128 inputs (V4 as loaded: one rescale a 128-deep FP8 product; H200,
+    one V4-width layer at 8192 tokens 6.5 ms against the bf16 path's 9.4, BENCHMARKS.md session 14),
+    else "bf16" (V4.1's per-32 activation scales: a rescale every 32-deep product, 2.6x slower there)."""
     if LARGE_PATH != "auto":
         return LARGE_PATH
-    if act_block % 128 == 0 and not fp4:
-        return "fp8"
-    if not fp4 and tuple(block) == (1, 128):
-        return "f16"
-    return "bf16"
+    return "fp8" if act_block % 128 == 0 and block[1] % 128 == 0 and not fp4 else "bf16"
 
 
 def _default_path(x, w2, w2_scale, block, act_block, large: bool, fp4: bool, kstep: int) -> str:
@@ -224,13 +220,9 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     fp4 = is_span_packed(w13)  # packed E2M1 (the checkpoint's own bytes)
     if path is None:
         path = _default_path(x, w2, w2_scale, block, act_block, large, fp4, kstep)
-    if path == "f16" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-        path = "bf16"  # the f16 path checks its input on the host (below), which a capture cannot
     if routing is None:
         routing = "pairs" if T == 1 else "sorted"
-    if path == "f16":
-        cfg = config or fp8.F16_CONFIG
-    elif path == "bf16":
+    if path == "bf16":
         cfg = config or (fp8.BF16_LARGE_CONFIG if large and not invariance.enabled()
                          else fp8.bf16_row_config(max(1, T * k // E)))
     elif fp4:
@@ -253,19 +245,6 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
         out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
                        kstep=None if fp4 else fp8.bf16_kstep(expert_matrix(w2)[1], block))
-    elif path == "f16":
-        bad = torch.zeros(1, device=x.device, dtype=torch.int32)
-        xa, xs = fp8.f16_rows(*fp8.act_quant(x, act_block), act_block, bad)
-        h13 = fp8.f16_grouped_gemm(xa, xs, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, bad=bad,
-                                   config=config)
-        ha, hs = fp8.f16_rows(*swiglu_quant(h13, rw, limit, act_block), act_block, bad)
-        out = fp8.f16_grouped_gemm(ha, hs, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, bad=bad,
-                                   config=config)
-        if bad.item():  # fp16 could not hold some row or weight column exactly: the bf16 path, the same values
-            global f16_fallbacks
-            f16_fallbacks += 1
-            return moe_experts(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit,
-                               shared, path="bf16", routing=routing)
     else:
         q, s = fp8.act_quant(x, act_block)
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
