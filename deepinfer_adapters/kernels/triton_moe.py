@@ -181,22 +181,31 @@ def combine(out: torch.Tensor, T: int, k: int, rows: torch.Tensor | None = None,
     return y
 
 
-def _large_path(block: tuple[int, int], act_block: int, fp4: bool) -> str:
+# Rows per expert from which a prefill-sized call with 128-wide scales takes the fp8 path (``_large_path``).
+FP8_LARGE_ROWS = 128
+
+
+def _large_path(block: tuple[int, int], act_block: int, fp4: bool, rows_per_expert: int) -> str:
     """Prefill-sized calls outside batch-invariant mode: "fp8" where the activation scales and the
-    E4M3 experts' scales both cover 128 inputs (V4 as loaded: one rescale a 128-deep FP8 product; H200,
-    one V4-width layer at 8192 tokens 6.5 ms against the bf16 path's 9.4, BENCHMARKS.md session 14),
-    else "bf16" (V4.1's per-32 activation scales: a rescale every 32-deep product, 2.6x slower there)."""
+    E4M3 experts' scales both cover 128 inputs (V4 as loaded: one rescale a 128-deep FP8 product) and
+    the experts average ``FP8_LARGE_ROWS`` rows or more, else "bf16" (V4.1's per-32 activation scales:
+    a rescale every 32-deep product, 2.6x slower there). H200, V4 widths (BENCHMARKS.md, session 14):
+    one layer's experts at 8192 tokens (192 rows an expert) 6.5 ms against the bf16 path's 9.4; the
+    4-layer model's prefill of 16384 tokens 202 ms against 264, of 4096 tokens (96 rows an expert)
+    70 against 67."""
     if LARGE_PATH != "auto":
         return LARGE_PATH
-    return "fp8" if act_block % 128 == 0 and block[1] % 128 == 0 and not fp4 else "bf16"
+    fits = act_block % 128 == 0 and block[1] % 128 == 0 and not fp4
+    return "fp8" if fits and rows_per_expert >= FP8_LARGE_ROWS else "bf16"
 
 
-def _default_path(x, w2, w2_scale, block, act_block, large: bool, fp4: bool, kstep: int) -> str:
+def _default_path(x, w2, w2_scale, block, act_block, large: bool, fp4: bool, kstep: int,
+                  rows_per_expert: int = 0) -> str:
     """``moe_experts``' path where none is given (see the module doc)."""
     if invariance.enabled():
         return "bf16"
     if large:
-        return _large_path(block, act_block, fp4)
+        return _large_path(block, act_block, fp4, rows_per_expert)
     if fp4:
         return FP4_DECODE_PATH if fp8.fp4_rows_fit(x.shape[-1], w2, w2_scale, block, act_block) else "bf16"
     return DECODE_PATH if kstep < 128 else "fp8"
@@ -219,7 +228,7 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     large = T * k >= LARGE_PAIRS
     fp4 = is_span_packed(w13)  # packed E2M1 (the checkpoint's own bytes)
     if path is None:
-        path = _default_path(x, w2, w2_scale, block, act_block, large, fp4, kstep)
+        path = _default_path(x, w2, w2_scale, block, act_block, large, fp4, kstep, T * k // E)
     if routing is None:
         routing = "pairs" if T == 1 else "sorted"
     if path == "bf16":
