@@ -401,3 +401,21 @@ def test_packed_fp4_block_accumulation_gemm_matches_dequantized_weights(N, act_b
     # the tensor cores' FP8 products accumulate with fewer bits than fp32 (H200: rel ~1.5e-5 here for
     # either kernel); the two kernels differ only in where the block sums join the fp32 accumulator
     assert _rel(outs[True], want) < 1e-4 and _rel(outs[True], outs[False]) < 1e-6
+
+
+@pytest.mark.parametrize("act_block,want", [(128, "fp8"), (32, "bf16")], ids=["v4_act128", "v41_act32"])
+def test_prefill_default_path_by_activation_scales(act_block, want):
+    """A prefill-sized call (8400 token-expert pairs, 262 rows an expert) with no path given: V4's
+    activation scales per 128 with (1, 128) experts take the fp8 path, V4.1's per 32 the bf16 path
+    (the same bits as naming it); batch-invariant mode the bf16 path either way."""
+    from deepinfer_adapters.kernels import invariance, triton_moe
+
+    E, D, I, k, T = 32, 512, 256, 6, 1400
+    _, per128 = _experts_128(E, D, I, seed=11)
+    g = torch.Generator(device="cuda").manual_seed(12)
+    x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
+    w, ids = _routing(T, E, k, seed=13)
+    run = lambda path: triton_moe.moe_experts(x, w, ids, *per128, (1, 128), act_block, 10.0, path=path)  # noqa: E731
+    assert torch.equal(run(None), run(want))
+    with invariance.batch_invariant(True):
+        assert torch.equal(run(None), run("bf16"))
