@@ -6,17 +6,21 @@ rounded to bf16 -- where the reference's tensors are bf16.
 
 Why: the reference materialises q.k for every (query, head, key): at an 8192-token
 prefill of a ratio-1 index layer that is 8192 x 32 x 8192 values, ~4 GB in bf16 and
-twice that as the fp32 copies the next ops make, per layer. Here one program takes one
-query and a block of keys: a single tensor-core product [H, d] x [d, BLOCK_K] gives
-every head's dot products (H is the M dimension), then the roundings, ReLU, weights and
-the sum over heads happen in registers, and only the [n, m] scores are written.
+twice that as the fp32 copies the next ops make, per layer. Here one program takes
+128 // H queries (with shared keys; one with its own) and a range of keys: per block of
+keys one tensor-core product [128, d] x [d, BLOCK_K] gives every query's every head's dot
+products (query-heads are the M dimension), then the roundings, ReLU, weights and the sum
+over heads happen in registers, and only the [n, m] scores are written. The query tile
+is loaded once per program and each key tile serves 128 // H queries (session 14: one
+query a program, an 8192-token prefill's index scores took 3.6 ms a layer).
 
 Numerics against the reference: the dots are exact bf16 products summed in fp32 (as
 cuBLAS's bf16 GEMM) in another order, so a q.k can land on the neighbouring bf16 value;
 the head sum is a tree instead of torch's order. Results agree to about one bf16 ulp
-(tests/gpu/test_index_scores_gpu.py). Each query is computed alone with a tile set by
-H and d only, so its scores never depend on the batch: it also runs in batch-invariant
-mode.
+(tests/gpu/test_index_scores_gpu.py). Every product has the same shape (128 rows, shared
+keys or own), rows of a product never mix, and no sum crosses keys, so a query's scores
+never depend on the batch, on the other queries of its tile or on the key split: it also
+runs in batch-invariant mode.
 
 Measured (H200, 2026-11-30, tests/gpu/test_index_scores_gpu.py): bit-identical to the
 reference on every tested shape (n 1..300, m 1..4096, shared and per-query keys); on the
@@ -33,7 +37,9 @@ import torch
 from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
-BLOCK_K = 64  # keys per program
+BLOCK_K = 64  # keys per product
+ROWS = 128  # query-head rows per product: 128 // H queries share each key tile (one query with own keys)
+TARGET_PROGRAMS = 264  # key ranges split across programs until about this many run (2 an SM)
 
 
 @functools.cache
@@ -45,21 +51,43 @@ def _kernel():
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
 
     @triton.jit
-    def index_scores_kernel(Q, K, W, OUT, M, stride_qn, stride_qh, stride_kn, stride_km, stride_wn, stride_on,
-                            H: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr):
+    def index_scores_kernel(Q, K, W, OUT, N, M, keys_per_program, stride_qn, stride_qh, stride_kn, stride_km,
+                            stride_wn, stride_on, H: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr,
+                            BLOCK_K: tl.constexpr, OWN_KEYS: tl.constexpr):
+        """Program (query block, key range): rows r of the [BLOCK_Q H, D] query tile are query r // H,
+        head r % H (OWN_KEYS: one query, each with its own keys, in rows 0 .. H, the rest zero -- the
+        same product shape, so a query's scores have the same bits either way)."""
         pdl_start()
-        i = tl.program_id(0).to(tl.int64)
-        keys = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-        mask = keys < M
-        h = tl.arange(0, H)
+        rows = tl.arange(0, BLOCK_Q * H)
+        if OWN_KEYS:
+            query = tl.program_id(0) + 0 * rows
+            valid = rows < H
+            out_q = tl.program_id(0) + 0 * tl.arange(0, BLOCK_Q)
+            out_valid = tl.arange(0, BLOCK_Q) == 0
+        else:
+            query = tl.program_id(0) * BLOCK_Q + rows // H
+            valid = query < N
+            out_q = tl.program_id(0) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+            out_valid = out_q < N
+        query = query.to(tl.int64)
         d = tl.arange(0, D)
-        q = tl.load(Q + i * stride_qn + h[:, None] * stride_qh + d[None, :])  # [H, D]
-        k = tl.load(K + i * stride_kn + keys.to(tl.int64)[None, :] * stride_km + d[:, None],
-                    mask=mask[None, :], other=0.0)  # [D, BLOCK_K]
-        qk = tl.dot(q, k).to(tl.bfloat16).to(tl.float32)  # [H, BLOCK_K]
-        w = tl.load(W + i * stride_wn + h).to(tl.float32)
-        term = (tl.maximum(qk, 0.0) * w[:, None]).to(tl.bfloat16).to(tl.float32)
-        tl.store(OUT + i * stride_on + keys, tl.sum(term, axis=0).to(OUT.dtype.element_ty), mask=mask)
+        q = tl.load(Q + query[:, None] * stride_qn + (rows % H)[:, None] * stride_qh + d[None, :],
+                    mask=valid[:, None], other=0.0)  # [BLOCK_Q H, D]
+        w = tl.load(W + query * stride_wn + rows % H, mask=valid, other=0.0).to(tl.float32)
+        key_rows = K + (tl.program_id(0).to(tl.int64) * stride_kn if OWN_KEYS else 0)
+        out_rows = OUT + out_q.to(tl.int64)[:, None] * stride_on
+        k_lo = tl.program_id(1) * keys_per_program
+        k_hi = tl.minimum(k_lo + keys_per_program, M)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            keys = k0 + tl.arange(0, BLOCK_K)
+            mask = keys < k_hi
+            k = tl.load(key_rows + keys.to(tl.int64)[None, :] * stride_km + d[:, None], mask=mask[None, :],
+                        other=0.0)  # [D, BLOCK_K]
+            qk = tl.dot(q, k).to(tl.bfloat16).to(tl.float32)  # [BLOCK_Q H, BLOCK_K]: every head's q.k
+            term = (tl.maximum(qk, 0.0) * w[:, None]).to(tl.bfloat16).to(tl.float32)
+            score = tl.sum(tl.reshape(term, (BLOCK_Q, H, BLOCK_K)), axis=1)
+            tl.store(out_rows + keys[None, :], score.to(OUT.dtype.element_ty),
+                     mask=out_valid[:, None] & mask[None, :])
 
     return triton, index_scores_kernel
 
@@ -73,10 +101,17 @@ def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> 
         q = q if q.stride(-1) == 1 else q.contiguous()
         keys = keys if keys.stride(-1) == 1 else keys.contiguous()
         weights = weights.contiguous()
-        shared = keys.dim() == 2
-        kernel[(n, triton.cdiv(m, BLOCK_K))](
-            q, keys, weights, out, m, q.stride(0), q.stride(1), 0 if shared else keys.stride(0), keys.stride(-2),
-            weights.stride(0), out.stride(0), H=H, D=D, BLOCK_K=BLOCK_K, num_warps=4, **pdl_launch())
+        own = keys.dim() == 3
+        block_q = max(1, ROWS // H)
+        q_blocks = n if own else triton.cdiv(n, block_q)
+        k_blocks = triton.cdiv(m, BLOCK_K)
+        # whole key ranges per program where enough programs run (the query tile is loaded once);
+        # split otherwise (decode). A score's arithmetic is the same whatever the split.
+        per_program = BLOCK_K * min(k_blocks, max(1, q_blocks * k_blocks // TARGET_PROGRAMS))
+        kernel[(q_blocks, triton.cdiv(m, per_program))](
+            q, keys, weights, out, n, m, per_program, q.stride(0), q.stride(1), keys.stride(0) if own else 0,
+            keys.stride(-2), weights.stride(0), out.stride(0), H=H, D=D, BLOCK_Q=block_q, BLOCK_K=BLOCK_K,
+            OWN_KEYS=own, num_warps=4, **pdl_launch())
     return out
 
 

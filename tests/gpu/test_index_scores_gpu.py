@@ -43,3 +43,23 @@ def test_index_scores_rows_do_not_depend_on_the_batch():
     w = torch.rand(50, 32, device="cuda", generator=g).bfloat16()
     full = triton_index.index_scores(q, keys, w)
     assert torch.equal(triton_index.index_scores(q[10:11], keys, w[10:11]), full[10:11])
+
+
+@pytest.mark.parametrize("H", [32, 64])
+def test_index_scores_own_keys_and_key_splits_give_the_same_bits(H):
+    """A query's scores are the same bits with the keys shared by a block of queries or its own (decode:
+    one query a product, the same product shape), and whatever the key range a program walks."""
+    g = torch.Generator(device="cuda").manual_seed(H)
+    n, m, D = 37, 1000, 128
+    q = torch.randn(n, H, D, device="cuda", generator=g).bfloat16()
+    keys = torch.randn(m, D, device="cuda", generator=g).bfloat16()
+    w = torch.rand(n, H, device="cuda", generator=g).bfloat16()
+    shared = triton_index.index_scores(q, keys, w)
+    assert torch.equal(triton_index.index_scores(q, keys.expand(n, m, D).contiguous(), w), shared)
+    old = triton_index.TARGET_PROGRAMS
+    try:
+        triton_index.TARGET_PROGRAMS = 1  # every program walks all its keys
+        assert torch.equal(triton_index.index_scores(q, keys, w), shared)
+    finally:
+        triton_index.TARGET_PROGRAMS = old
+
