@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -393,6 +393,18 @@ if has s14v4prefill; then  # V4 widths: the prefill with the MoE on the fp8 path
     --prefill-moe-paths bf16 > "$OUT/v4_width_prefill_moe.log" 2>&1
   grep -E "^ours B=" "$OUT/v4_width_prefill_moe.log" | cut -c1-420; sed -n '/^SUMMARY prefill/,/^$/p' "$OUT/v4_width_prefill_moe.log"
   grep -E "FAILED|Error" "$OUT/v4_width_prefill_moe.log" | head -5; pack
+fi
+if has s15check; then  # prepared in session 14 (~5 min): session 14's index_scores change, measured -- its GPU tests
+  # and the model's (invariance), the kernel alone, V4.1 decode B = 1 / 8 and the 8192-token prefill
+  timeout 200 python -m pytest -q tests/gpu/test_index_scores_gpu.py tests/gpu/test_batch_invariance_gpu.py \
+    tests/gpu/test_model_gpu.py -p no:cacheprovider > "$OUT/gpu_tests_s15check.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s15check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s15check.log" | head -10
+  timeout 60 python benchmarks/bench_index_scores.py > "$OUT/index_scores.log" 2>&1; grep "^index_scores" "$OUT/index_scores.log"
+  pack
+  mkdir -p "$OUT/s15check"
+  timeout 240 ${RW/--out $OUT/--out $OUT/s15check} --batches 1 8 --ref-batches 0 --moe-paths bf16 \
+    > "$OUT/real_width_s15check.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s15check.log" | grep -E "decode B=|prefill"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"
