@@ -439,10 +439,13 @@ def run(args):
     floor = fp8_f / c["fp8_flops"] + bf16_f / c["bf16_flops"]
     row = {"case": f"prefill S={S}", "S": S, "flops_fp8": fp8_f, "flops_bf16": bf16_f, "floor_ms": floor * 1e3}
     default_path, default_moe = triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH
+    default_dequant = triton_fp8_gemm.DEQUANT_KERNEL
     first_logits = None
-    for path in args.large_m_paths:  # how fp8_linear runs prefill-sized row counts
+    for path in args.large_m_paths:  # how fp8_linear runs prefill-sized row counts ("+dequant_kernel": with
+        # the weights dequantized by triton_fp8_gemm.DEQUANT_KERNEL's one pass)
         for moe in args.moe_paths:  # and the MoE experts
-            triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH = path, moe
+            triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH = path.removesuffix("+dequant_kernel"), moe
+            triton_fp8_gemm.DEQUANT_KERNEL = path.endswith("+dequant_kernel")
             t, _ = timed(lambda: model(batch(), state), device, reps=args.prefill_reps)
             row[f"fast_ms_{path}_moe_{moe}"] = t * 1e3
             logits = model(batch(), state).logits.float()
@@ -452,6 +455,7 @@ def run(args):
                 row[f"logits_rel_{path}_moe_{moe}"] = float((logits - first_logits).norm() / first_logits.norm())
     del first_logits
     triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH = default_path, default_moe
+    triton_fp8_gemm.DEQUANT_KERNEL = default_dequant
     base_logits = model(batch(), state).logits.float()
     for spec in args.prefill_backends:  # opt-in backends, e.g. "sparse_attn=flashmla,index_scores=triton"
         pins = dict(p.split("=", 1) for p in spec.split(","))

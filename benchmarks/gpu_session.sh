@@ -394,16 +394,18 @@ if has s14v4prefill; then  # V4 widths: the prefill with the MoE on the fp8 path
   grep -E "^ours B=" "$OUT/v4_width_prefill_moe.log" | cut -c1-420; sed -n '/^SUMMARY prefill/,/^$/p' "$OUT/v4_width_prefill_moe.log"
   grep -E "FAILED|Error" "$OUT/v4_width_prefill_moe.log" | head -5; pack
 fi
-if has s15check; then  # prepared in session 14 (~5 min): session 14's index_scores change, measured -- its GPU tests
-  # and the model's (invariance), the kernel alone, V4.1 decode B = 1 / 8 and the 8192-token prefill
-  timeout 200 python -m pytest -q tests/gpu/test_index_scores_gpu.py tests/gpu/test_batch_invariance_gpu.py \
-    tests/gpu/test_model_gpu.py -p no:cacheprovider > "$OUT/gpu_tests_s15check.log" 2>&1
+if has s15check; then  # prepared in session 14 (~5.5 min): session 14's index_scores change and its one-pass weight
+  # dequantization (off until this), measured -- their GPU tests and the model's (invariance), the index kernel
+  # alone, V4.1 decode B = 1 / 8 and the 8192-token prefill with the dequantization A/B
+  timeout 260 python -m pytest -q tests/gpu/test_index_scores_gpu.py tests/gpu/test_batch_invariance_gpu.py \
+    tests/gpu/test_model_gpu.py tests/gpu/test_fp8_linear_gpu.py -p no:cacheprovider > "$OUT/gpu_tests_s15check.log" 2>&1
   echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s15check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s15check.log" | head -10
   timeout 60 python benchmarks/bench_index_scores.py > "$OUT/index_scores.log" 2>&1; grep "^index_scores" "$OUT/index_scores.log"
   pack
   mkdir -p "$OUT/s15check"
+  # the prefill with the dense weights dequantized by the one-pass kernel (triton_fp8_gemm.DEQUANT_KERNEL), A/B
   timeout 240 ${RW/--out $OUT/--out $OUT/s15check} --batches 1 8 --ref-batches 0 --moe-paths bf16 \
-    > "$OUT/real_width_s15check.log" 2>&1
+    --large-m-paths bf16_cublas bf16_cublas+dequant_kernel > "$OUT/real_width_s15check.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s15check.log" | grep -E "decode B=|prefill"; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)

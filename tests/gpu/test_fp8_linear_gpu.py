@@ -171,3 +171,23 @@ def test_dispatch_picks_triton_on_cuda():
     x = _x(4, 128, 12)
     assert _tri().supports_linear(x, w8, scale, (32, 32), 32)
     assert not _tri().supports_linear(x.float(), w8, scale, (32, 32), 32)  # float32 numerics: the reference
+
+
+@pytest.mark.parametrize("scale_kind", ["e8m0", "fp32"])
+@pytest.mark.parametrize("N,K,block", [(1536, 5120, (32, 32)), (4100, 1000, (128, 128)), (300, 4096, (1, 32))])
+def test_dequant_bf16_kernel_gives_the_torch_bits(N, K, block, scale_kind):
+    """The prefill's weight dequantization (one Triton pass on CUDA) against the torch formula on the CPU:
+    the same bits, with E8M0 scales (exact products) and fp32 ones (rounded once to bf16)."""
+    from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+
+    g = torch.Generator(device="cuda").manual_seed(N + K)
+    w = (torch.randn(N, K, device="cuda", generator=g) * 40).clamp(-448, 448).to(torch.float8_e4m3fn)
+    shape = (-(-N // block[0]), -(-K // block[1]))
+    if scale_kind == "e8m0":
+        scale = (torch.randint(-12, 4, shape, device="cuda", generator=g) + 127).to(torch.uint8)
+    else:
+        scale = torch.rand(shape, device="cuda", generator=g) * 1e-2
+    s = (scale.view(torch.float8_e8m0fnu) if scale.dtype == torch.uint8 else scale).float().to(torch.bfloat16)
+    got = tg.dequant_bf16_triton(w, s, block)
+    want = tg.dequant_bf16(w.cpu(), scale.cpu(), block)
+    assert got.is_cuda and torch.equal(got.cpu(), want)
