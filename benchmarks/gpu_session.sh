@@ -394,11 +394,12 @@ if has s14v4prefill; then  # V4 widths: the prefill with the MoE on the fp8 path
   grep -E "^ours B=" "$OUT/v4_width_prefill_moe.log" | cut -c1-420; sed -n '/^SUMMARY prefill/,/^$/p' "$OUT/v4_width_prefill_moe.log"
   grep -E "FAILED|Error" "$OUT/v4_width_prefill_moe.log" | head -5; pack
 fi
-if has s15check; then  # prepared in session 14 (~5.5 min): session 14's index_scores change and its one-pass weight
-  # dequantization (off until this), measured -- their GPU tests and the model's (invariance), the index kernel
-  # alone, V4.1 decode B = 1 / 8 and the 8192-token prefill with the dequantization A/B
-  timeout 260 python -m pytest -q tests/gpu/test_index_scores_gpu.py tests/gpu/test_batch_invariance_gpu.py \
-    tests/gpu/test_model_gpu.py tests/gpu/test_fp8_linear_gpu.py -p no:cacheprovider > "$OUT/gpu_tests_s15check.log" 2>&1
+if has s15check; then  # prepared in session 14 (~6 min): session 14's index_scores change, in-place RoPE of q and the
+  # attention output, and its one-pass weight dequantization (off until this) -- their GPU tests and the model's
+  # (invariance, graphs), the index kernel alone, V4.1 decode B = 1 / 8, the 8192-token prefill with the dequant A/B
+  timeout 330 python -m pytest -q tests/gpu/test_index_scores_gpu.py tests/gpu/test_batch_invariance_gpu.py \
+    tests/gpu/test_model_gpu.py tests/gpu/test_fp8_linear_gpu.py tests/gpu/test_hc_norm_rope_gpu.py tests/gpu/test_decode_graphs_gpu.py \
+    -p no:cacheprovider > "$OUT/gpu_tests_s15check.log" 2>&1
   echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s15check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s15check.log" | head -10
   timeout 60 python benchmarks/bench_index_scores.py > "$OUT/index_scores.log" 2>&1; grep "^index_scores" "$OUT/index_scores.log"
   pack

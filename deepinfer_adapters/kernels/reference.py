@@ -118,12 +118,13 @@ def hadamard(x: torch.Tensor) -> torch.Tensor:
     return (y.reshape(x.shape) * d**-0.5).to(x.dtype)
 
 
-def apply_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False, overwrite: bool = False) -> torch.Tensor:
     """Rotate the last ``2 * freqs.shape[-1]`` dims of x; adjacent pairs are complex numbers.
 
     x: [S, rd] or [S, H, rd]... any shape whose first dim matches ``freqs`` [S, rd/2]
-    (complex64). ``inverse`` rotates by the conjugate. Returns a new tensor in x's dtype
-    whose leading dims are untouched.
+    (complex64). ``inverse`` rotates by the conjugate. Returns a tensor in x's dtype
+    whose leading dims are untouched: a new one, or (``overwrite``: the caller no longer
+    needs x) x itself with its last dims rotated in place.
     """
     rd = 2 * freqs.shape[-1]
     head, tail = x[..., :-rd], x[..., -rd:]
@@ -131,6 +132,9 @@ def apply_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False) -> t
     f = freqs.conj() if inverse else freqs
     f = f.view(f.shape[0], *([1] * (xc.dim() - 2)), f.shape[-1])
     rotated = torch.view_as_real(xc * f).flatten(-2).to(x.dtype)
+    if overwrite:
+        tail.copy_(rotated)
+        return x
     return torch.cat([head, rotated], dim=-1)
 
 

@@ -332,6 +332,20 @@ def test_apply_rope(S, shape, dtype, inverse):
     _assert_sum_close(out[..., -rd:], ref[..., -rd:], S_, f"rope S={S} {shape} {dtype} inverse={inverse}")
 
 
+@pytest.mark.parametrize("S", TOKENS)
+@pytest.mark.parametrize("inverse", (False, True))
+def test_apply_rope_overwrite_is_in_place_with_the_same_bits(S, inverse):
+    """overwrite=True (q after wq_b, the attention output before wo_a): x itself comes back, rotated in place,
+    the same bits as out of place; the first dims are never rewritten."""
+    g = _gen(S + 11)
+    x = torch.randn(S, 64, 512, device="cuda", generator=g).bfloat16()
+    freqs = _freqs(S, 32, g)
+    want = _nr().apply_rope(x, freqs, inverse)
+    y = x.clone()
+    got = _nr().apply_rope(y, freqs, inverse, overwrite=True)
+    assert got.data_ptr() == y.data_ptr() and torch.equal(got, want)
+
+
 # ---------------------------------------------------------------------- CUDA graphs ----
 def _graph_matches_eager(fn, inputs: list[torch.Tensor], refill) -> None:
     """Capture fn(*inputs) once; replay must equal the eager result, also after refill(inputs)."""

@@ -117,7 +117,7 @@ class AttentionBase(nn.Module):
     def query_heads(self, qr: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         """The normed low-rank query -> RoPE'd queries [T, H, d]."""
         q = self.normalize_q(self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim)))
-        return kernels.apply_rope(q, freqs)
+        return kernels.apply_rope(q, freqs, overwrite=True)  # q is this call's own
 
     def window_kv(self, kv: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         """wkv's output -> the window KV as the cache holds it."""
@@ -126,7 +126,7 @@ class AttentionBase(nn.Module):
 
     def output(self, o: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         """o [T, H, d] -> [T, D]: inverse RoPE, per-group wo_a, then wo_b."""
-        o = kernels.apply_rope(o, freqs, inverse=True)
+        o = kernels.apply_rope(o, freqs, inverse=True, overwrite=True)  # the attention output, used once
         T = o.shape[0]
         grouped = o.reshape(T, self.groups, -1)
         if self.wo_a.block is not None:  # native FP8 weight
