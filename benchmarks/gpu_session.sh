@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -408,6 +408,11 @@ if has s15check; then  # prepared in session 14 (~6 min): session 14's index_sco
   timeout 240 ${RW/--out $OUT/--out $OUT/s15check} --batches 1 8 --ref-batches 0 --moe-paths bf16 \
     --large-m-paths bf16_cublas bf16_cublas+dequant_kernel > "$OUT/real_width_s15check.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s15check.log" | grep -E "decode B=|prefill"; pack
+fi
+if has s15gluon; then  # prepared in session 14 (~1.5 min): the warp-specialized Gluon MoE GEMM probe against the bf16 path
+  # (bits and speed, V4.1's w13 at 8192 tokens); compiled offline only so far, so it may fail or hang: timeout
+  timeout 150 python benchmarks/probe_gluon_moe.py > "$OUT/gluon_moe.log" 2>&1; echo "exit $?"
+  grep -vE "^INFO" "$OUT/gluon_moe.log" | tail -8; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"
