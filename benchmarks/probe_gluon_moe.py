@@ -159,6 +159,25 @@ def compile_offline() -> None:
           f"{ptx.count('wgmma.mma_async')} wgmma and {ptx.count('cvt.rn.f16x2.e4m3x2')} E4M3 pair conversions in the PTX")
 
 
+def gluon_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups, out: torch.Tensor):
+    """A callable running ``moe_bf16_ws_kernel``: ``a_sorted`` [rows, K] bf16 in the groups' row order, ``weight``
+    E4M3 in ``quant.to_e4m3_tiles``' tiles with E8M0 scales per (1, 128), ``groups`` 128-row tiles."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from deepinfer_adapters.model_impl.quant import expert_matrix
+
+    N, K = expert_matrix(weight)
+    a_layout = gl.NVMMASharedLayout.get_default_for([BLOCK, 128], gl.bfloat16)
+    w_layout = gl.NVMMASharedLayout.get_default_for([BLOCK, 128], gl.float8e4nv)
+    a_desc = TensorDescriptor(a_sorted, list(a_sorted.shape), list(a_sorted.stride()), [BLOCK, 128], a_layout)
+    w2d = weight.view(-1, 128)
+    w_desc = TensorDescriptor(w2d, list(w2d.shape), list(w2d.stride()), [BLOCK, 128], w_layout)
+    ws = scale.view(torch.uint8)
+    grid = (triton.cdiv(N, BLOCK), groups.expert.numel())
+    return lambda: moe_bf16_ws_kernel[grid](a_desc, w_desc, ws, out, groups.expert, groups.row0, groups.row1, N, K,
+                                            ws.stride(0), ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=8192)
@@ -167,8 +186,6 @@ def main():
     if args.compile_only:
         compile_offline()
         return
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
     from benchmarks.bench_moe_blocks import ACT_BLOCK, D, E, TOPK, experts
     from benchmarks.timing import run_info, time_eager
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
@@ -177,37 +194,35 @@ def main():
 
     print(f"INFO {json.dumps(run_info())}", flush=True)
     mod = experts(128)
-    assert is_e4m3_tiles(mod.w13)
+    assert is_e4m3_tiles(mod.w13) and is_e4m3_tiles(mod.w2)
     T = args.tokens
     g = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
     ids = torch.rand(T, E, device="cuda", generator=g).topk(TOPK, dim=-1).indices
-    N, K = expert_matrix(mod.w13)
     rows = T * TOPK
     _, tiles, _ = tm.route(ids, E, BLOCK)
+    plain_rows = tg.Groups(tiles.expert, tiles.row0, tiles.row1)
     xa = tg.act_quant(x, ACT_BLOCK, dequant_to=torch.bfloat16)[0]
-    ref = tg.gemm(xa, None, 0, mod.w13, mod.w13_scale, (1, 128), torch.bfloat16, rows=rows, groups=tiles,
-                  config=tg.BF16_LARGE_CONFIG, kstep=128)
-    a_sorted = xa[tiles.row_idx.long()]  # the gathered activations, row r = token r // k
-    a_layout = gl.NVMMASharedLayout.get_default_for([BLOCK, 128], gl.bfloat16)
-    w_layout = gl.NVMMASharedLayout.get_default_for([BLOCK, 128], gl.float8e4nv)
-    a_desc = TensorDescriptor(a_sorted, list(a_sorted.shape), list(a_sorted.stride()), [BLOCK, 128], a_layout)
-    w2d = mod.w13.view(-1, 128)
-    w_desc = TensorDescriptor(w2d, list(w2d.shape), list(w2d.stride()), [BLOCK, 128], w_layout)
-    ws = mod.w13_scale.view(torch.uint8)
-    out = torch.empty(rows, N, device="cuda", dtype=torch.bfloat16)
-    grid = (triton.cdiv(N, BLOCK), tiles.expert.numel())
-    run = lambda: moe_bf16_ws_kernel[grid](a_desc, w_desc, ws, out, tiles.expert, tiles.row0, tiles.row1, N, K,  # noqa
-                                           ws.stride(0), ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
-    run()
-    print(f"gluon ws w13: same bits as the bf16 path {torch.equal(out, ref)}, max abs diff "
-          f"{(out.float() - ref.float()).abs().max().item():.3e}", flush=True)
-    flops = 2 * rows * N * K
-    bf16 = lambda: tg.gemm(xa, None, 0, mod.w13, mod.w13_scale, (1, 128), torch.bfloat16, rows=rows,  # noqa: E731
-                           groups=tiles, config=tg.BF16_LARGE_CONFIG, kstep=128)
-    for name, fn in (("bf16 path", bf16), ("gluon ws", run), ("bf16 path", bf16)):
-        us = time_eager(fn, reps=10, warm=1)
-        print(f"w13 {name}: {us:9.1f} us {flops / us / 1e6:6.0f} TFLOP/s", flush=True)
+    I = expert_matrix(mod.w2)[1]
+    ha = (torch.randn(rows, I, device="cuda", generator=g) * 0.1).bfloat16()  # w2's input, already in pair order
+    cases = {  # name: (the bf16 path's A and groups, the gathered A, weight, scale)
+        "w13": (xa, tiles, xa[tiles.row_idx.long()], mod.w13, mod.w13_scale),
+        "w2": (ha, plain_rows, ha, mod.w2, mod.w2_scale),
+    }
+    for name, (a, groups, a_sorted, weight, scale) in cases.items():
+        N, K = expert_matrix(weight)
+        bf16 = lambda: tg.gemm(a, None, 0, weight, scale, (1, 128), torch.bfloat16, rows=rows,  # noqa: E731
+                               groups=groups, config=tg.BF16_LARGE_CONFIG, kstep=128)
+        ref = bf16()
+        out = torch.zeros(rows, N, device="cuda", dtype=torch.bfloat16)
+        run = gluon_gemm(a_sorted, weight, scale, tiles, out)
+        run()
+        print(f"gluon ws {name}: same bits as the bf16 path {torch.equal(out, ref)}, max abs diff "
+              f"{(out.float() - ref.float()).abs().max().item():.3e}", flush=True)
+        flops = 2 * rows * N * K
+        for label, fn in (("bf16 path", bf16), ("gluon ws", run), ("bf16 path", bf16)):
+            us = time_eager(fn, reps=10, warm=1)
+            print(f"{name} {label}: {us:9.1f} us {flops / us / 1e6:6.0f} TFLOP/s", flush=True)
 
 
 if __name__ == "__main__":
