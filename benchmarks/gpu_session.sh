@@ -399,8 +399,9 @@ if has s15check; then  # prepared in session 14 (~6 min): session 14's index_sco
   # (invariance, graphs), the index kernel alone, V4.1 decode B = 1 / 8, the 8192-token prefill with the dequant A/B
   timeout 330 python -m pytest -q tests/gpu/test_index_scores_gpu.py tests/gpu/test_batch_invariance_gpu.py \
     tests/gpu/test_model_gpu.py tests/gpu/test_fp8_linear_gpu.py tests/gpu/test_hc_norm_rope_gpu.py tests/gpu/test_decode_graphs_gpu.py \
-    -p no:cacheprovider > "$OUT/gpu_tests_s15check.log" 2>&1
+    -p no:cacheprovider -s > "$OUT/gpu_tests_s15check.log" 2>&1
   echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s15check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s15check.log" | head -10
+  grep -hE "REPORT index_scores" "$OUT/gpu_tests_s15check.log" | head -8
   timeout 60 python benchmarks/bench_index_scores.py > "$OUT/index_scores.log" 2>&1; grep "^index_scores" "$OUT/index_scores.log"
   pack
   mkdir -p "$OUT/s15check"
