@@ -200,7 +200,7 @@ def _large_path(block: tuple[int, int], act_block: int, fp4: bool, rows_per_expe
 
 
 def _default_path(x, w2, w2_scale, block, act_block, large: bool, fp4: bool, kstep: int,
-                  rows_per_expert: int = 0) -> str:
+                  rows_per_expert: int) -> str:
     """``moe_experts``' path where none is given (see the module doc)."""
     if invariance.enabled():
         return "bf16"
