@@ -58,7 +58,7 @@ import torch
 
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import triton_fp8_gemm, triton_hc, triton_moe, triton_support
+from deepinfer_adapters.kernels import gluon_moe, triton_fp8_gemm, triton_hc, triton_moe, triton_support
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -438,24 +438,23 @@ def run(args):
     batch = lambda: ForwardBatch.build([(0, 0, ids)], device=device)
     floor = fp8_f / c["fp8_flops"] + bf16_f / c["bf16_flops"]
     row = {"case": f"prefill S={S}", "S": S, "flops_fp8": fp8_f, "flops_bf16": bf16_f, "floor_ms": floor * 1e3}
-    default_path, default_moe = triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH
-    default_dequant = triton_fp8_gemm.DEQUANT_KERNEL
+    default_path, default_moe, default_gluon = triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH, gluon_moe.GLUON_MOE
     first_logits = None
-    for path in args.large_m_paths:  # how fp8_linear runs prefill-sized row counts ("+dequant_kernel": with
-        # the weights dequantized by triton_fp8_gemm.DEQUANT_KERNEL's one pass)
-        for moe in args.moe_paths:  # and the MoE experts
-            triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH = path.removesuffix("+dequant_kernel"), moe
-            triton_fp8_gemm.DEQUANT_KERNEL = path.endswith("+dequant_kernel")
-            t, _ = timed(lambda: model(batch(), state), device, reps=args.prefill_reps)
-            row[f"fast_ms_{path}_moe_{moe}"] = t * 1e3
-            logits = model(batch(), state).logits.float()
-            if first_logits is None:
-                first_logits = logits
-            else:  # each variant's logits against the first's (the same exact products, other sums)
-                row[f"logits_rel_{path}_moe_{moe}"] = float((logits - first_logits).norm() / first_logits.norm())
+    variants = [(path, moe, gluon) for path in args.large_m_paths  # how fp8_linear runs prefill-sized row counts
+                for moe in args.moe_paths  # and the MoE experts
+                for gluon in ((True, False) if args.gluon_moe_ab else (gluon_moe.GLUON_MOE, ))]
+    for path, moe, gluon in variants:
+        triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH, gluon_moe.GLUON_MOE = path, moe, gluon
+        name = f"{path}_moe_{moe}" + ("" if gluon else "_no_gluon")
+        t, _ = timed(lambda: model(batch(), state), device, reps=args.prefill_reps)
+        row[f"fast_ms_{name}"] = t * 1e3
+        logits = model(batch(), state).logits.float()
+        if first_logits is None:
+            first_logits = logits
+        else:  # each variant's logits against the first's (the same exact products, other sums)
+            row[f"logits_rel_{name}"] = float((logits - first_logits).norm() / first_logits.norm())
     del first_logits
-    triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH = default_path, default_moe
-    triton_fp8_gemm.DEQUANT_KERNEL = default_dequant
+    triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH, gluon_moe.GLUON_MOE = default_path, default_moe, default_gluon
     base_logits = model(batch(), state).logits.float()
     for spec in args.prefill_backends:  # opt-in backends, e.g. "sparse_attn=flashmla,index_scores=triton"
         pins = dict(p.split("=", 1) for p in spec.split(","))
@@ -507,6 +506,8 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--prefill-reps", type=int, default=3)
     ap.add_argument("--no-prefill-ref", dest="prefill_ref", action="store_false")
+    ap.add_argument("--gluon-moe-ab", action="store_true",
+                    help="each prefill variant with and without the Gluon MoE GEMM (kernels/gluon_moe.py)")
     ap.add_argument("--large-m-paths", nargs="+", default=["triton", "bf16_cublas"])
     ap.add_argument("--moe-paths", nargs="+", default=["fp8", "bf16"])
     ap.add_argument("--batch-invariant", action="store_true",

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -405,15 +405,29 @@ if has s15check; then  # prepared in session 14 (~6 min): session 14's index_sco
   timeout 60 python benchmarks/bench_index_scores.py > "$OUT/index_scores.log" 2>&1; grep "^index_scores" "$OUT/index_scores.log"
   pack
   mkdir -p "$OUT/s15check"
-  # the prefill with the dense weights dequantized by the one-pass kernel (triton_fp8_gemm.DEQUANT_KERNEL), A/B
+  # the prefill (session 15 ran it as an A/B with the dense weights' one-pass dequantization, now the only path)
   timeout 240 ${RW/--out $OUT/--out $OUT/s15check} --batches 1 8 --ref-batches 0 --moe-paths bf16 \
-    --large-m-paths bf16_cublas bf16_cublas+dequant_kernel > "$OUT/real_width_s15check.log" 2>&1
+    > "$OUT/real_width_s15check.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s15check.log" | grep -E "decode B=|prefill"; pack
 fi
-if has s15gluon; then  # prepared in session 14 (~1.5 min): the warp-specialized Gluon MoE GEMM probe against the bf16 path
-  # (bits and speed, V4.1's w13 at 8192 tokens); compiled offline only so far, so it may fail or hang: timeout
-  timeout 150 python benchmarks/probe_gluon_moe.py > "$OUT/gluon_moe.log" 2>&1; echo "exit $?"
-  grep -vE "^INFO" "$OUT/gluon_moe.log" | tail -8; pack
+if has s15gluon; then  # session 15 (~5 min): the Gluon MoE GEMM (kernels/gluon_moe.py): its GPU tests and the MoE's and
+  # batch invariance's, the kernel against the Triton bf16 path (bits, time), the 8192-token prefill with and without
+  timeout 300 python -m pytest -q tests/gpu/test_gluon_moe_gpu.py tests/gpu/test_moe_gpu.py \
+    tests/gpu/test_batch_invariance_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s15gluon.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s15gluon.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s15gluon.log" | head -10
+  timeout 120 python benchmarks/bench_gluon_moe.py > "$OUT/gluon_moe.log" 2>&1; echo "exit $?"
+  grep -vE "^INFO" "$OUT/gluon_moe.log" | tail -12; pack
+  mkdir -p "$OUT/s15gluon"
+  timeout 240 ${RW/--out $OUT/--out $OUT/s15gluon} --batches 1 --ref-batches 0 --moe-paths bf16 --gluon-moe-ab \
+    > "$OUT/real_width_s15gluon.log" 2>&1
+  grep -E "^prefill" "$OUT/real_width_s15gluon.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s15gluon.log" | grep -E "decode B=|prefill"
+  pack
+fi
+if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
+  mkdir -p "$OUT/s15decode"
+  timeout 150 ${RW/--out $OUT/--out $OUT/s15decode} --batches 1 --ref-batches 0 --prefill 0 --profile 1 \
+    > "$OUT/real_width_s15decode.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s15decode.log" | grep -E "decode B="; pack
 fi
 if has peer_fp4; then  # V4-Flash widths against transformers, our experts packed FP4 (~2.5 min)
   mkdir -p "$OUT/v4_fp4"

@@ -407,21 +407,17 @@ def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups,
 
 
 DEQUANT_TILE = (64, 128)  # dequant_bf16_kernel's [rows, inputs] a program
-# dequant_bf16 on CUDA by dequant_bf16_kernel (one pass) instead of two torch ops. Off until measured on the
-# H200 (written in session 14 with no device time left: interpreter-tested for the torch bits, compiled
-# offline for sm_90; tests/gpu/test_fp8_linear_gpu.py and gpu_session.sh s15check are ready).
-DEQUANT_KERNEL = False
 
 
 def dequant_bf16(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
     """Dense bf16 copy of a block-scaled weight: each E4M3 value times its block's scale as bf16, rounded
     to bf16 once (exact for E8M0 scales: E4M3 x 2^e fits bf16). On CUDA one Triton pass
     (``dequant_bf16_kernel``; the prefill's dense linears dequantize their weight each call: 8192-token
-    V4.1 prefill, two torch ops of ~130 us each for wq_b, BENCHMARKS.md session 14); elsewhere one
-    broadcast multiply where the blocks tile the weight (``DEQUANT_KERNEL``: which one on CUDA)."""
+    V4.1 prefill: 191.5 -> 183.1 ms, the same logits bits, BENCHMARKS.md session 15); elsewhere one
+    broadcast multiply where the blocks tile the weight."""
     N, K = weight.shape
     s = (scale.view(torch.float8_e8m0fnu) if scale.dtype == torch.uint8 else scale).float().to(torch.bfloat16)
-    if DEQUANT_KERNEL and weight.is_cuda and triton_available():
+    if weight.is_cuda and triton_available():
         return dequant_bf16_triton(weight, s, block)
     if N % block[0] == 0 and K % block[1] == 0:
         tiles = weight.view(N // block[0], block[0], K // block[1], block[1]).to(torch.bfloat16)

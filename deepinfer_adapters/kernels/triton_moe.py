@@ -56,7 +56,7 @@ import functools
 
 import torch
 
-from deepinfer_adapters.kernels import invariance, register
+from deepinfer_adapters.kernels import gluon_moe, invariance, register
 from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
 from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
 from deepinfer_adapters.model_impl.quant import E4M3_TILE, expert_matrix, is_e4m3_tiles, is_span_packed
@@ -249,11 +249,19 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
     if path == "bf16":
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
-        h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
-                       kstep=None if fp4 else fp8.bf16_kstep(x.shape[-1], block))
+        # Hopper, 128-row tiles: the Gluon kernel, the same bits (gluon_moe); its activations in sorted order
+        gluon = routing == "sorted" and gluon_moe.fits(xa, w13, w13_scale, block, cfg.block_m)
+        if gluon:
+            h13 = gluon_moe.grouped_gemm(xa.index_select(0, tiles.row_idx), w13, w13_scale, tiles)
+        else:
+            h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
+                           kstep=None if fp4 else fp8.bf16_kstep(x.shape[-1], block))
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
-        out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
-                       kstep=None if fp4 else fp8.bf16_kstep(expert_matrix(w2)[1], block))
+        if gluon and gluon_moe.fits(ha, w2, w2_scale, block, cfg.block_m):
+            out = gluon_moe.grouped_gemm(ha, w2, w2_scale, plain_rows)
+        else:
+            out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
+                           kstep=None if fp4 else fp8.bf16_kstep(expert_matrix(w2)[1], block))
     else:
         q, s = fp8.act_quant(x, act_block)
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)

@@ -1,0 +1,100 @@
+"""The MoE's bf16-path grouped GEMM: the Gluon kernel (``kernels/gluon_moe.py``) against the Triton kernel
+(``triton_fp8_gemm.gemm``, 128 x 128 tiles), same inputs: bits and time, V4.1's w13 and w2 at 8192 tokens
+(one layer's 384 experts of width 2304, hidden 5120, top-6, random routing).
+
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_gluon_moe.py [--tokens 8192]
+``--compile-only`` compiles the kernel for sm_90 with no GPU (run it with Triton 3.6, the GPU machine's) and
+prints its shared memory, registers and any ptxas note that it serializes the wgmma products.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+
+import torch
+
+
+def compile_offline() -> None:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from deepinfer_adapters.kernels import gluon_moe
+    from deepinfer_adapters.kernels.gluon_moe_jit import TILE, moe_bf16_kernel
+
+    names = list(moe_bf16_kernel.arg_names)
+    a_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.bfloat16)
+    w_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.float8e4nv)
+    sig = {"a_desc": f"tensordesc<bf16[{TILE},128],{a_layout!r}>",
+           "w_desc": f"tensordesc<fp8e4nv[{TILE},128],{w_layout!r}>", "WS": "*u8", "OUT": "*bf16",
+           "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32", "K": "i32",
+           "stride_wse": "i32", "stride_wsn": "i32", "stride_om": "i32", "STAGES": "constexpr"}
+    divisible = ("WS", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "K", "stride_wse", "stride_wsn", "stride_om")
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible}
+    src = GluonASTSource(moe_bf16_kernel, sig, constexprs={(names.index("STAGES"),): gluon_moe.STAGES}, attrs=attrs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    path = "/tmp/bench_gluon_moe.ptx"
+    with open(path, "w") as fh:
+        fh.write(compiled.asm["ptx"])
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+    notes = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", "/tmp/bench_gluon_moe.cubin"],
+                           capture_output=True, text=True).stderr
+    print(f"compiled for sm_90: shared memory {compiled.metadata.shared} bytes, "
+          f"{compiled.asm['ptx'].count('wgmma.mma_async')} wgmma in the PTX")
+    print("\n".join(line for line in notes.splitlines() if "C75" in line or "registers" in line or "spill" in line))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=8192)
+    ap.add_argument("--compile-only", action="store_true", help="compile for sm_90 offline, no GPU")
+    args = ap.parse_args()
+    if args.compile_only:
+        compile_offline()
+        return
+    from benchmarks.bench_moe_blocks import ACT_BLOCK, D, E, TOPK, experts
+    from benchmarks.timing import run_info, time_eager
+    from deepinfer_adapters.kernels import gluon_moe
+    from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+    from deepinfer_adapters.kernels import triton_moe as tm
+    from deepinfer_adapters.model_impl.quant import expert_matrix
+
+    print(f"INFO {json.dumps(run_info())}", flush=True)
+    mod = experts(128)
+    T = args.tokens
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
+    ids = torch.rand(T, E, device="cuda", generator=g).topk(TOPK, dim=-1).indices
+    rows = T * TOPK
+    _, tiles, _ = tm.route(ids, E, 128)
+    plain_rows = tg.Groups(tiles.expert, tiles.row0, tiles.row1)
+    xa = tg.act_quant(x, ACT_BLOCK, dequant_to=torch.bfloat16)[0]
+    ha = (torch.randn(rows, expert_matrix(mod.w2)[1], device="cuda", generator=g) * 0.1).bfloat16()
+    cases = {  # name: (the Triton path's A and groups, the Gluon kernel's A in sorted rows, weight, scale)
+        "w13": (xa, tiles, lambda: xa.index_select(0, tiles.row_idx), mod.w13, mod.w13_scale),
+        "w2": (ha, plain_rows, lambda: ha, mod.w2, mod.w2_scale),
+    }
+    for name, (a, groups, sorted_a, weight, scale) in cases.items():
+        N, K = expert_matrix(weight)
+        assert gluon_moe.fits(a, weight, scale, (1, 128), 128), "the Gluon kernel does not take these experts"
+        a_sorted = sorted_a()
+        triton_path = lambda: tg.gemm(a, None, 0, weight, scale, (1, 128), torch.bfloat16, rows=rows,  # noqa: E731
+                                      groups=groups, config=tg.BF16_LARGE_CONFIG, kstep=128)
+        gluon_only = lambda: gluon_moe.grouped_gemm(a_sorted, weight, scale, tiles)  # noqa: E731
+        with_gather = lambda: gluon_moe.grouped_gemm(sorted_a(), weight, scale, tiles)  # noqa: E731
+        ref, got = triton_path(), with_gather()
+        print(f"gluon {name}: same bits as the Triton bf16 path {torch.equal(got, ref)}, max abs diff "
+              f"{(got.float() - ref.float()).abs().max().item():.3e}", flush=True)
+        flops = 2 * rows * N * K
+        for label, fn in (("triton bf16", triton_path), ("gluon", gluon_only), ("gluon + gather", with_gather),
+                          ("triton bf16", triton_path)):
+            us = time_eager(fn, reps=10, warm=1)
+            print(f"{name} {label}: {us:9.1f} us {flops / us / 1e6:6.0f} TFLOP/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The MoE's bf16-path grouped GEMM on Hopper as a warp-specialized Gluon kernel (``gluon_moe_jit``), for
+prefill-sized calls: the same bits as the Triton bf16 path (``triton_fp8_gemm.gemm`` with 128 x 128 tiles,
+128-deep steps), faster.
+
+Why: the Triton kernel converts each E4M3 weight tile to bf16 in registers, writes it back to shared
+memory and waits for its products before the next step (~250 TFLOP/s at 8192 tokens; a plain bf16 GEMM
+reaches 518, BENCHMARKS.md session 14). Here the converted tile stays in registers as wgmma's register
+operand (the weight rows are the product's M: acc[weight rows, token rows]), and each of two warpgroups
+owns 64 weight rows in its own partition, so one converts while the other's products run; a loader warp
+keeps a ring of TMA copies ahead. Each output sums the same exact products (E4M3 x power-of-two scale,
+bf16 activations that are E4M3 codes x power-of-two scales) in the same 16-deep order: the same bits,
+checked on the H200 (tests/gpu/test_gluon_moe_gpu.py).
+
+H200, V4.1 widths, one layer's experts at 8192 tokens (``benchmarks/probe_gluon_moe.py`` then, BENCHMARKS.md
+session 15): w13 9.02 -> 6.31 ms (257 -> 367 TFLOP/s), w2 4.83 -> 3.28 ms. Tried on the way: a converter
+partition writing bf16 tiles for an SS-wgmma partition (187 TFLOP/s: slower than the Triton kernel); both
+warpgroups in one partition (335).
+
+Takes: bf16 activations already in sorted row order (``gather`` for w13), E4M3 experts in
+``quant.to_e4m3_tiles``' layout with E8M0 scales per (1, 128), 128-row tiles (``triton_moe.route``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from deepinfer_adapters.kernels.triton_fp8_gemm import Groups
+from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
+from deepinfer_adapters.model_impl.quant import E4M3_TILE, expert_matrix, is_e4m3_tiles
+
+GLUON_MOE = True  # prefill-sized bf16-path MoE GEMMs through moe_bf16_kernel where it fits
+STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
+
+
+@functools.cache
+def _gluon_hopper(device_index: int) -> bool:
+    """Whether the Gluon kernel can run on this device: Triton's Gluon with Hopper TMA and wgmma, and an
+    sm_90 GPU (wgmma is Hopper's; Blackwell would want tcgen05)."""
+    if not triton_available() or torch.cuda.get_device_capability(device_index) != (9, 0):
+        return False
+    try:
+        from deepinfer_adapters.kernels import gluon_moe_jit  # noqa: F401
+    except Exception:  # a Triton without Gluon or its Hopper module
+        return False
+    return True
+
+
+def fits(a: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], block_m: int) -> bool:
+    """Whether ``grouped_gemm`` takes this bf16-path GEMM: on an sm_90 GPU (not Triton's interpreter),
+    bf16 activations, E4M3 tiles with E8M0 scales per (1, 128), 128-row tiles."""
+    if not (GLUON_MOE and a.is_cuda and not interpreting() and a.dtype == torch.bfloat16):
+        return False
+    if not (is_e4m3_tiles(weight) and tuple(block) == (1, 128) and block_m == E4M3_TILE):
+        return False
+    N, K = expert_matrix(weight)
+    if scale.dtype not in (torch.uint8, torch.float8_e8m0fnu) or tuple(scale.shape) != (weight.shape[0], N, K // 128) \
+            or scale.stride(-1) != 1:
+        return False
+    return _gluon_hopper(a.device.index if a.device.index is not None else torch.cuda.current_device())
+
+
+def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups: Groups,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """bf16 [rows, N]: row r = a_sorted[r] @ dequant(weight[expert of r's tile]).T, for the rows the tiles
+    cover (others untouched). ``a_sorted`` [rows, K] bf16, contiguous; see ``fits``."""
+    import triton
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from deepinfer_adapters.kernels.gluon_moe_jit import TILE, moe_bf16_kernel
+
+    N, K = expert_matrix(weight)
+    rows = a_sorted.shape[0]
+    if a_sorted.shape[1] != K:
+        raise ValueError(f"gluon_moe.grouped_gemm: activations have {a_sorted.shape[1]} columns, the experts {K}")
+    a_sorted = a_sorted if a_sorted.is_contiguous() else a_sorted.contiguous()
+    if out is None:
+        out = torch.empty(rows, N, device=a_sorted.device, dtype=torch.bfloat16)
+    a_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.bfloat16)
+    w_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.float8e4nv)
+    a_desc = TensorDescriptor(a_sorted, [rows, K], list(a_sorted.stride()), [TILE, 128], a_layout)
+    w2d = weight.view(-1, 128)  # tile after tile, 128 bytes a row
+    w_desc = TensorDescriptor(w2d, list(w2d.shape), list(w2d.stride()), [TILE, 128], w_layout)
+    ws = scale.view(torch.uint8)
+    grid = (triton.cdiv(N, TILE), groups.expert.numel())
+    moe_bf16_kernel[grid](a_desc, w_desc, ws, out, groups.expert, groups.row0, groups.row1, N, K, ws.stride(0),
+                          ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
+    return out
