@@ -24,12 +24,14 @@ def compile_offline() -> None:
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from deepinfer_adapters.kernels import gluon_moe
-    from deepinfer_adapters.kernels.gluon_moe_jit import TILE, moe_bf16_kernel
+    from deepinfer_adapters.kernels.gluon_moe import TAIL, TILE
+    from deepinfer_adapters.kernels.gluon_moe_jit import moe_bf16_kernel
 
     names = list(moe_bf16_kernel.arg_names)
     a_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.bfloat16)
+    t_layout = gl.NVMMASharedLayout.get_default_for([TAIL, 128], gl.bfloat16)
     w_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.float8e4nv)
-    sig = {"a_desc": f"tensordesc<bf16[{TILE},128],{a_layout!r}>",
+    sig = {"a_desc": f"tensordesc<bf16[{TILE},128],{a_layout!r}>", "t_desc": f"tensordesc<bf16[{TAIL},128],{t_layout!r}>",
            "w_desc": f"tensordesc<fp8e4nv[{TILE},128],{w_layout!r}>", "WS": "*u8", "OUT": "*bf16",
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32", "K": "i32",
            "stride_wse": "i32", "stride_wsn": "i32", "stride_om": "i32", "STAGES": "constexpr"}
@@ -84,16 +86,24 @@ def main():
         a_sorted = sorted_a()
         triton_path = lambda: tg.gemm(a, None, 0, weight, scale, (1, 128), torch.bfloat16, rows=rows,  # noqa: E731
                                       groups=groups, config=tg.BF16_LARGE_CONFIG, kstep=128)
-        gluon_only = lambda: gluon_moe.grouped_gemm(a_sorted, weight, scale, tiles)  # noqa: E731
-        with_gather = lambda: gluon_moe.grouped_gemm(sorted_a(), weight, scale, tiles)  # noqa: E731
-        ref, got = triton_path(), with_gather()
-        print(f"gluon {name}: same bits as the Triton bf16 path {torch.equal(got, ref)}, max abs diff "
-              f"{(got.float() - ref.float()).abs().max().item():.3e}", flush=True)
+        joined = gluon_moe.absorb_tails(tiles)
+        no_tails = tg.Groups(tiles.expert, tiles.row0, torch.minimum(tiles.row1, tiles.row0 + 128))  # 128 rows a tile
+        gluon_only = lambda: gluon_moe.grouped_gemm(a_sorted, weight, scale, no_tails)  # noqa: E731
+        gluon_joined = lambda: gluon_moe.grouped_gemm(a_sorted, weight, scale, joined)  # noqa: E731
+        with_gather = lambda: gluon_moe.grouped_gemm(sorted_a(), weight, scale, joined)  # noqa: E731
+        ref = triton_path()
+        for label, fn in (("128-row tiles", gluon_only), ("tails joined", gluon_joined)):
+            got = fn()
+            print(f"gluon {name} {label}: same bits as the Triton bf16 path {torch.equal(got, ref)}, max abs diff "
+                  f"{(got.float() - ref.float()).abs().max().item():.3e}", flush=True)
         flops = 2 * rows * N * K
-        for label, fn in (("triton bf16", triton_path), ("gluon", gluon_only), ("gluon + gather", with_gather),
+        for label, fn in (("triton bf16", triton_path), ("gluon 128-row tiles", gluon_only),
+                          ("gluon tails joined", gluon_joined), ("gluon tails joined + gather", with_gather),
                           ("triton bf16", triton_path)):
             us = time_eager(fn, reps=10, warm=1)
             print(f"{name} {label}: {us:9.1f} us {flops / us / 1e6:6.0f} TFLOP/s", flush=True)
+        active = int((joined.expert >= 0).sum()), int((tiles.expert >= 0).sum())
+        print(f"{name}: {active[1]} tiles, {active[0]} with the tails joined", flush=True)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ from deepinfer_adapters.kernels.triton_fp8_gemm import Groups
 from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
 from deepinfer_adapters.model_impl.quant import E4M3_TILE, expert_matrix, is_e4m3_tiles
 
+TILE = 128  # token rows (beyond the tail), weight rows and K of a step: the E4M3 tiles' side
+TAIL = 32  # rows past TILE a tile may carry (``absorb_tails``), in a second, narrower product
 GLUON_MOE = True  # prefill-sized bf16-path MoE GEMMs through moe_bf16_kernel where it fits
 STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
 
@@ -52,7 +54,7 @@ def fits(a: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tupl
     bf16 activations, E4M3 tiles with E8M0 scales per (1, 128), 128-row tiles."""
     if not (GLUON_MOE and a.is_cuda and not interpreting() and a.dtype == torch.bfloat16):
         return False
-    if not (is_e4m3_tiles(weight) and tuple(block) == (1, 128) and block_m == E4M3_TILE):
+    if not (is_e4m3_tiles(weight) and tuple(block) == (1, 128) and block_m == TILE == E4M3_TILE):
         return False
     N, K = expert_matrix(weight)
     if scale.dtype not in (torch.uint8, torch.float8_e8m0fnu) or tuple(scale.shape) != (weight.shape[0], N, K // 128) \
@@ -61,15 +63,30 @@ def fits(a: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tupl
     return _gluon_hopper(a.device.index if a.device.index is not None else torch.cuda.current_device())
 
 
+def absorb_tails(groups: Groups, tail: int = TAIL) -> Groups:
+    """``triton_moe.route``'s 128-row tiles with each expert's last tile of at most ``tail`` rows idle (expert
+    -1): the full tile before it computes those rows too. (A route tile's row1 is its expert's last row + 1;
+    ``moe_bf16_kernel`` gives a tile with 128 < row1 - row0 <= 128 + TAIL its rows past 128 in a second,
+    32-wide product with the weights it has already converted.) Device tensor ops, no host sync. Why: at
+    8192 tokens an expert gets 128 +- 11 rows, so half the experts had a second tile of a few rows that cost
+    a whole pass over the expert's weights. Only for ``grouped_gemm``: the Triton kernel would skip the rows."""
+    e, r0, r1 = groups.expert, groups.row0, groups.row1
+    carries = (e >= 0) & (r1 - r0 > TILE) & (r1 - r0 <= TILE + tail)  # the tile computes its expert's tail
+    follows = torch.cat([carries.new_zeros(1), carries[:-1]])  # the tail's own tile: idle
+    return Groups(torch.where(follows, -1, e), r0, r1, groups.row_idx, groups.scatter_out)
+
+
 def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups: Groups,
                  out: torch.Tensor | None = None) -> torch.Tensor:
     """bf16 [rows, N]: row r = a_sorted[r] @ dequant(weight[expert of r's tile]).T, for the rows the tiles
-    cover (others untouched). ``a_sorted`` [rows, K] bf16, contiguous; see ``fits``."""
+    cover (others untouched). ``a_sorted`` [rows, K] bf16, contiguous; ``groups``: ``triton_moe.route``'s
+    tiles, or ``absorb_tails``' (a tile with 128 < row1 - row0 <= 160 computes all its rows either way, so
+    without ``absorb_tails`` the following tile repeats its last rows, with the same bits); see ``fits``."""
     import triton
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from deepinfer_adapters.kernels.gluon_moe_jit import TILE, moe_bf16_kernel
+    from deepinfer_adapters.kernels.gluon_moe_jit import moe_bf16_kernel
 
     N, K = expert_matrix(weight)
     rows = a_sorted.shape[0]
@@ -81,10 +98,12 @@ def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tens
     a_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.bfloat16)
     w_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.float8e4nv)
     a_desc = TensorDescriptor(a_sorted, [rows, K], list(a_sorted.stride()), [TILE, 128], a_layout)
+    t_layout = gl.NVMMASharedLayout.get_default_for([TAIL, 128], gl.bfloat16)
+    t_desc = TensorDescriptor(a_sorted, [rows, K], list(a_sorted.stride()), [TAIL, 128], t_layout)
     w2d = weight.view(-1, 128)  # tile after tile, 128 bytes a row
     w_desc = TensorDescriptor(w2d, list(w2d.shape), list(w2d.stride()), [TILE, 128], w_layout)
     ws = scale.view(torch.uint8)
     grid = (triton.cdiv(N, TILE), groups.expert.numel())
-    moe_bf16_kernel[grid](a_desc, w_desc, ws, out, groups.expert, groups.row0, groups.row1, N, K, ws.stride(0),
+    moe_bf16_kernel[grid](a_desc, t_desc, w_desc, ws, out, groups.expert, groups.row0, groups.row1, N, K, ws.stride(0),
                           ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
     return out

@@ -250,14 +250,17 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     if path == "bf16":
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
         # Hopper, 128-row tiles: the Gluon kernel, the same bits (gluon_moe); its activations in sorted order
-        gluon = routing == "sorted" and gluon_moe.fits(xa, w13, w13_scale, block, cfg.block_m)
+        gluon = routing == "sorted" and all(gluon_moe.fits(xa, w, s, block, cfg.block_m)
+                                            for w, s in ((w13, w13_scale), (w2, w2_scale)))
         if gluon:
+            tiles = gluon_moe.absorb_tails(tiles)
+            plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
             h13 = gluon_moe.grouped_gemm(xa.index_select(0, tiles.row_idx), w13, w13_scale, tiles)
         else:
             h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
                            kstep=None if fp4 else fp8.bf16_kstep(x.shape[-1], block))
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
-        if gluon and gluon_moe.fits(ha, w2, w2_scale, block, cfg.block_m):
+        if gluon:  # (the tiles now carry up to 160 rows: both GEMMs on this kernel or neither)
             out = gluon_moe.grouped_gemm(ha, w2, w2_scale, plain_rows)
         else:
             out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
