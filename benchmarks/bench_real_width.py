@@ -290,6 +290,11 @@ AB_SWITCHES = {
     # with --expert-block 0, or at V4 widths: bench_v4_width --ab-off)
     "fp4_block_acc": (lambda: setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", False),
                       lambda: setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", True)),
+    # prefill: the MoE's bf16-path GEMMs on the Triton kernel instead of the Gluon one (kernels/gluon_moe.py)
+    "gluon_moe": (lambda: setattr(gluon_moe, "GLUON_MOE", False), lambda: setattr(gluon_moe, "GLUON_MOE", True)),
+    # prefill: wo_a's grouped GEMM on the Triton kernel instead of cuBLAS (triton_fp8_gemm.GROUPED_CUBLAS)
+    "grouped_cublas": (lambda: setattr(triton_fp8_gemm, "GROUPED_CUBLAS", False),
+                       lambda: setattr(triton_fp8_gemm, "GROUPED_CUBLAS", True)),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
     "topk_torch_order": (lambda: kernels.use_backend("topk_torch_order", "torch"),
                          lambda: kernels.use_backend("topk_torch_order", None)),
@@ -438,23 +443,29 @@ def run(args):
     batch = lambda: ForwardBatch.build([(0, 0, ids)], device=device)
     floor = fp8_f / c["fp8_flops"] + bf16_f / c["bf16_flops"]
     row = {"case": f"prefill S={S}", "S": S, "flops_fp8": fp8_f, "flops_bf16": bf16_f, "floor_ms": floor * 1e3}
-    default_path, default_moe, default_gluon = triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH, gluon_moe.GLUON_MOE
+    default_path, default_moe = triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH
     first_logits = None
-    variants = [(path, moe, gluon) for path in args.large_m_paths  # how fp8_linear runs prefill-sized row counts
+    variants = [(path, moe, off) for path in args.large_m_paths  # how fp8_linear runs prefill-sized row counts
                 for moe in args.moe_paths  # and the MoE experts
-                for gluon in ((True, False) if args.gluon_moe_ab else (gluon_moe.GLUON_MOE, ))]
-    for path, moe, gluon in variants:
-        triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH, gluon_moe.GLUON_MOE = path, moe, gluon
-        name = f"{path}_moe_{moe}" + ("" if gluon else "_no_gluon")
-        t, _ = timed(lambda: model(batch(), state), device, reps=args.prefill_reps)
+                for off in (None, *args.prefill_ab)]  # each also with these switches off (AB_SWITCHES), one at a time
+    for path, moe, off in variants:
+        triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH = path, moe
+        name = f"{path}_moe_{moe}" + (f"_no_{off}" if off else "")
+        if off:
+            AB_SWITCHES[off][0]()
+        try:
+            t, _ = timed(lambda: model(batch(), state), device, reps=args.prefill_reps)
+            logits = model(batch(), state).logits.float()
+        finally:
+            if off:
+                AB_SWITCHES[off][1]()
         row[f"fast_ms_{name}"] = t * 1e3
-        logits = model(batch(), state).logits.float()
         if first_logits is None:
             first_logits = logits
         else:  # each variant's logits against the first's (the same exact products, other sums)
             row[f"logits_rel_{name}"] = float((logits - first_logits).norm() / first_logits.norm())
     del first_logits
-    triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH, gluon_moe.GLUON_MOE = default_path, default_moe, default_gluon
+    triton_fp8_gemm.LARGE_M_PATH, triton_moe.LARGE_PATH = default_path, default_moe
     base_logits = model(batch(), state).logits.float()
     for spec in args.prefill_backends:  # opt-in backends, e.g. "sparse_attn=flashmla,index_scores=triton"
         pins = dict(p.split("=", 1) for p in spec.split(","))
@@ -506,8 +517,8 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--prefill-reps", type=int, default=3)
     ap.add_argument("--no-prefill-ref", dest="prefill_ref", action="store_false")
-    ap.add_argument("--gluon-moe-ab", action="store_true",
-                    help="each prefill variant with and without the Gluon MoE GEMM (kernels/gluon_moe.py)")
+    ap.add_argument("--prefill-ab", nargs="*", default=[], choices=sorted(AB_SWITCHES), metavar="SWITCH",
+                    help=f"the prefill also with each SWITCH off, one at a time: {sorted(AB_SWITCHES)}")
     ap.add_argument("--large-m-paths", nargs="+", default=["triton", "bf16_cublas"])
     ap.add_argument("--moe-paths", nargs="+", default=["fp8", "bf16"])
     ap.add_argument("--batch-invariant", action="store_true",

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -418,10 +418,20 @@ if has s15gluon; then  # session 15 (~5 min): the Gluon MoE GEMM (kernels/gluon_
   timeout 120 python benchmarks/bench_gluon_moe.py > "$OUT/gluon_moe.log" 2>&1; echo "exit $?"
   grep -vE "^INFO" "$OUT/gluon_moe.log" | tail -12; pack
   mkdir -p "$OUT/s15gluon"
-  timeout 240 ${RW/--out $OUT/--out $OUT/s15gluon} --batches 1 --ref-batches 0 --moe-paths bf16 --gluon-moe-ab \
+  timeout 240 ${RW/--out $OUT/--out $OUT/s15gluon} --batches 1 --ref-batches 0 --moe-paths bf16 --prefill-ab gluon_moe \
     > "$OUT/real_width_s15gluon.log" 2>&1
   grep -E "^prefill" "$OUT/real_width_s15gluon.log"; sed -n '/^SUMMARY/,$p' "$OUT/real_width_s15gluon.log" | grep -E "decode B=|prefill"
   pack
+fi
+if has s15final; then  # session 15 (~3 min): wo_a's batched cuBLAS GEMM at prefill: its GPU test, then the 8192-token
+  # prefill with it and without (and without the Gluon MoE GEMM)
+  timeout 100 python -m pytest -q tests/gpu/test_fp8_linear_gpu.py -k grouped -p no:cacheprovider -s \
+    > "$OUT/gpu_tests_s15final.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s15final.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s15final.log" | head -5
+  mkdir -p "$OUT/s15final"
+  timeout 170 ${RW/--out $OUT/--out $OUT/s15final} --batches 1 --ref-batches 0 --moe-paths bf16 \
+    --prefill-ab grouped_cublas gluon_moe > "$OUT/real_width_s15final.log" 2>&1
+  grep -E "^prefill" "$OUT/real_width_s15final.log"; pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"

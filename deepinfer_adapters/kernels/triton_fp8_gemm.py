@@ -470,6 +470,11 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block
 # walking K = 4096 alone ran at ~1.3 TB/s (25 us, H200 profile, session 6); split-K as for an
 # ungrouped GEMM while fewer than TARGET_PROGRAMS tiles run
 GROUPED_SPLIT_K = True
+# From LARGE_M rows on (prefill, LARGE_M_PATH "bf16_cublas", not batch-invariant): the weight dequantized and
+# one batched cuBLAS bf16 GEMM (torch.bmm) instead of this kernel. Why: the 8192-token V4.1 prefill profile
+# (session 15) has wo_a's grouped GEMM at 1.64-1.73 ms a layer on the Triton kernel (~330 TFLOP/s), where
+# the dense linears' cuBLAS GEMMs run ~2x that rate.
+GROUPED_CUBLAS = True
 
 
 def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
@@ -478,6 +483,11 @@ def fp8_grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tenso
     all in one launch: group g is expert g of a grouped GEMM whose rows are x's (t, g) rows."""
     T, G, Din = x.shape
     R = weight.shape[0] // G
+    if GROUPED_CUBLAS and T >= LARGE_M and LARGE_M_PATH == "bf16_cublas" and x.dtype == torch.bfloat16 \
+            and not invariance.enabled():
+        # prefill: as fp8_linear's bf16_cublas path, one batched cuBLAS GEMM over the groups
+        w = dequant_bf16(weight, scale, block).view(G, R, Din)
+        return torch.bmm(x.transpose(0, 1), w.transpose(1, 2)).transpose(0, 1).contiguous()
     kstep = bf16_kstep(Din, block)
     if invariance.enabled():
         cfg = invariant_config(kstep)

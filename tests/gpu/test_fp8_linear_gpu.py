@@ -110,10 +110,14 @@ def test_weight_only_fp8_linear(M):
     _compare_linear(M, 1024, 4096, (32, 32), 0, (7, 8), f"fp8_linear act_block=0 M={M}")
 
 
+@pytest.mark.parametrize("grouped_cublas", [True, False], ids=["cublas_from_large_m", "triton_only"])
 @pytest.mark.parametrize("T,Din", [(1, 4096), (9, 4096), (600, 4096), (1100, 4096), (5, 96)])
-def test_fp8_grouped_linear(T, Din):
+def test_fp8_grouped_linear(T, Din, grouped_cublas, monkeypatch):
     """One launch for all groups: 128-deep products where Din allows (the weight's 32 else);
-    from LARGE_M rows the prefill tile."""
+    from LARGE_M rows the prefill tile, or (``GROUPED_CUBLAS``, the default) one batched cuBLAS GEMM."""
+    from deepinfer_adapters.kernels import triton_fp8_gemm
+
+    monkeypatch.setattr(triton_fp8_gemm, "GROUPED_CUBLAS", grouped_cublas)
     G, R = 8, 1024
     w8, scale = _weight(G * R, Din, (32, 32), seed=9)
     x = _x(T, G * Din, 10).view(T, G, Din)
