@@ -11,13 +11,16 @@ keeps a ring of TMA copies ahead. Each output sums the same exact products (E4M3
 bf16 activations that are E4M3 codes x power-of-two scales) in the same 16-deep order: the same bits,
 checked on the H200 (tests/gpu/test_gluon_moe_gpu.py).
 
-H200, V4.1 widths, one layer's experts at 8192 tokens (``benchmarks/probe_gluon_moe.py`` then, BENCHMARKS.md
-session 15): w13 9.02 -> 6.31 ms (257 -> 367 TFLOP/s), w2 4.83 -> 3.28 ms. Tried on the way: a converter
-partition writing bf16 tiles for an SS-wgmma partition (187 TFLOP/s: slower than the Triton kernel); both
-warpgroups in one partition (335).
+H200, V4.1 widths, one layer's experts at 8192 tokens (``benchmarks/bench_gluon_moe.py``, BENCHMARKS.md
+session 15): w13 9.3 -> 5.1 ms (249 -> 455 TFLOP/s), w2 5.0 -> 2.6 ms, with each expert's last <= 32 rows
+carried by the tile before (``absorb_tails``; 6.1 / 3.3 ms without); the model's 8192-token prefill 181.8
+-> 146.4 ms with wo_a on cuBLAS too, logits bit-identical. Tried on the way: a converter partition writing
+bf16 tiles for an SS-wgmma partition (187 TFLOP/s: slower than the Triton kernel); both warpgroups in one
+partition (335); 64-row token tiles (298).
 
-Takes: bf16 activations already in sorted row order (``gather`` for w13), E4M3 experts in
-``quant.to_e4m3_tiles``' layout with E8M0 scales per (1, 128), 128-row tiles (``triton_moe.route``).
+Takes: bf16 activations already in sorted row order (w13's gathered by ``index_select`` first), E4M3
+experts in ``quant.to_e4m3_tiles``' layout with E8M0 scales per (1, 128), ``triton_moe.route``'s 128-row
+tiles, optionally through ``absorb_tails``.
 """
 
 from __future__ import annotations

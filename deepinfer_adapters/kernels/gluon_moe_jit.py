@@ -1,7 +1,8 @@
 """The MoE's bf16-path grouped GEMM for Hopper in Gluon (Triton's explicit dialect): imported only to launch
 on an sm_90 GPU (``gluon_moe``). Design and measurements: ``gluon_moe``'s module doc.
 
-One program: a 128-row tile of one expert's sorted rows x 128 weight rows, K in 128-deep steps.
+One program: a 128-row tile of one expert's sorted rows (up to 32 more: the expert's last ones,
+``gluon_moe.absorb_tails``) x 128 weight rows, K in 128-deep steps.
 - loader (1 warp): TMA copies of the activation tile (bf16, rows already in sorted order) and the E4M3
   weight tile (one 16 KB tile of ``quant.to_e4m3_tiles`` a step) into a ring of STAGES slots;
 - two warpgroups, each its own partition, each 64 of the weight rows: the E4M3 values times their (1, 128)

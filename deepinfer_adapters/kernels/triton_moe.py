@@ -39,6 +39,10 @@ instead of a [128, BLOCK_N] tile of them; "fp8" multiplies the weight scale once
 (BENCHMARKS.md, session 4): "bf16" 259.1 -> 253.2 ms, "fp8" 303.0 -> 264.0 ms, so "bf16"
 stays the prefill path; benchmarks/bench_moe_blocks.py times one layer by storage and tile.
 
+On Hopper the "bf16" path's two GEMMs at 128-row tiles (prefill) run as one warp-specialized Gluon kernel
+each (``gluon_moe``: the converted weights as wgmma's register operand; an expert's last <= 32 rows on the tile
+before): the same bits as the Triton kernel, 1.8x its speed (BENCHMARKS.md, session 15).
+
 Decode too takes the "bf16" path where activation scales are per 32 (``DECODE_PATH``, V4.1),
 with row tiles by rows per expert; V4's per-128 scales keep the "fp8" path there. Packed E2M1
 experts (weights="fp4", uint8 in quant.to_fp4_tiles' layout) take the "bf16" path in prefill and
