@@ -1,7 +1,10 @@
 """Programmatic dependent launch (kernels/triton_pdl.py) is only safe when a kernel launched with
 it waits for its predecessor before touching memory. This reads the package's source: every
 Triton kernel (a ``triton.jit`` function no other one calls) must open with ``pdl_start()``, and
-every launch (``kernel[grid](...)``) must pass ``**pdl_launch()``, so the two cannot drift apart."""
+every launch (``kernel[grid](...)``) must pass ``**pdl_launch()``, so the two cannot drift apart.
+Gluon kernels (``gluon.jit``: ``pdl_start`` is a Triton function they cannot call) are launched
+without PDL instead -- plain stream order before them, and a PDL successor's wait covers their
+whole grid -- and the scan checks that none of their launches asks for it."""
 
 from __future__ import annotations
 
@@ -13,9 +16,10 @@ import deepinfer_adapters
 PACKAGE = pathlib.Path(deepinfer_adapters.__file__).parent
 
 
-def _jit_functions(tree: ast.AST) -> list[ast.FunctionDef]:
+def _jit_functions(tree: ast.AST, gluon: bool = False) -> list[ast.FunctionDef]:
+    """``triton.jit`` functions, or with ``gluon`` the ``gluon.jit`` ones."""
     return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
-            and any("jit" in ast.unparse(d) for d in n.decorator_list)]
+            and any("jit" in ast.unparse(d) and ("gluon" in ast.unparse(d)) == gluon for d in n.decorator_list)]
 
 
 def _first_statement(fn: ast.FunctionDef) -> ast.stmt:
@@ -34,9 +38,10 @@ def _package_trees() -> dict[str, ast.AST]:
     return {str(p.relative_to(PACKAGE)): ast.parse(p.read_text()) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def kernels_and_launches(trees: dict[str, ast.AST]):
-    """(kernels: name -> opens with pdl_start, launches: 'file:line' -> passes pdl_launch)."""
-    jit = {fn.name: fn for tree in trees.values() for fn in _jit_functions(tree)}
+def kernels_and_launches(trees: dict[str, ast.AST], gluon: bool = False):
+    """(kernels: name -> opens with pdl_start, launches: 'file:line' -> passes pdl_launch); ``gluon``: of the
+    Gluon kernels."""
+    jit = {fn.name: fn for tree in trees.values() for fn in _jit_functions(tree, gluon)}
     helpers = set().union(*(_referenced_names(fn) for fn in jit.values())) & jit.keys()
     kernels = {}
     for name, fn in jit.items():
@@ -49,7 +54,7 @@ def kernels_and_launches(trees: dict[str, ast.AST]):
     for path, tree in trees.items():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) \
-                    and getattr(node.func.value, "id", "") in jit.keys() | _launch_aliases(tree):
+                    and getattr(node.func.value, "id", "") in jit.keys() | (set() if gluon else _launch_aliases(tree)):
                 launches[f"{path}:{node.lineno}"] = any(
                     k.arg is None and isinstance(k.value, ast.Call) and getattr(k.value.func, "id", "") == "pdl_launch"
                     for k in node.keywords)
@@ -76,6 +81,12 @@ def test_every_kernel_waits_for_its_predecessor_and_every_launch_asks_for_pdl():
     assert len(launches) >= 25
     assert [k for k, ok in kernels.items() if not ok] == []
     assert [site for site, ok in launches.items() if not ok] == []
+
+
+def test_gluon_kernels_are_launched_without_pdl():
+    kernels, launches = kernels_and_launches(_package_trees(), gluon=True)
+    assert "moe_bf16_kernel" in kernels and launches  # the scan sees them
+    assert [site for site, ok in launches.items() if ok] == []
 
 
 def test_the_scan_finds_a_kernel_without_the_wait_and_a_launch_without_the_option():

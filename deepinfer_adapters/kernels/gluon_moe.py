@@ -26,6 +26,7 @@ tiles, optionally through ``absorb_tails``.
 from __future__ import annotations
 
 import functools
+import importlib
 
 import torch
 
@@ -46,7 +47,7 @@ def _gluon_hopper(device_index: int) -> bool:
     if not triton_available() or torch.cuda.get_device_capability(device_index) != (9, 0):
         return False
     try:
-        from deepinfer_adapters.kernels import gluon_moe_jit  # noqa: F401
+        importlib.import_module("deepinfer_adapters.kernels.gluon_moe_jit")
     except Exception:  # a Triton without Gluon or its Hopper module
         return False
     return True
