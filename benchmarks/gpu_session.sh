@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16ncu] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -432,6 +432,20 @@ if has s15final; then  # session 15 (~3 min): wo_a's batched cuBLAS GEMM at pref
   timeout 170 ${RW/--out $OUT/--out $OUT/s15final} --batches 1 --ref-batches 0 --moe-paths bf16 \
     --prefill-ab grouped_cublas gluon_moe > "$OUT/real_width_s15final.log" 2>&1
   grep -E "^prefill" "$OUT/real_width_s15final.log"; pack
+fi
+if has s16ncu; then  # prepared in session 15, never run (~3 min): Nsight Compute on the Gluon MoE kernel (V4.1 w13 at
+  # 8192 tokens) and on the decode GEMVs at one row -- where each stalls, tensor / memory pipe use. ncu reads the
+  # counters on Firecracker machines only (KINDS.md); the first line says whether it runs here at all
+  ncu --version 2>&1 | tail -1
+  SECTIONS="--section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy"
+  timeout 200 ncu --clock-control none --kernel-name regex:moe_bf16_kernel --launch-skip 1 --launch-count 1 $SECTIONS \
+    python benchmarks/bench_gluon_moe.py > "$OUT/ncu_gluon_moe.log" 2>&1; echo "ncu gluon exit $?"
+  grep -E "Duration|Throughput|Issue Slots|Stall|Warp Cycles|Registers|Achieved Occupancy|Pipe" "$OUT/ncu_gluon_moe.log" | head -30
+  pack
+  timeout 150 ncu --clock-control none --kernel-name regex:fp8_gemm_rows_kernel --launch-count 6 $SECTIONS \
+    python benchmarks/bench_decode_gemv.py --rows 1 --quick --out "$OUT" > "$OUT/ncu_decode_gemv.log" 2>&1
+  echo "ncu gemv exit $?"; grep -E "Duration|Memory Throughput|DRAM Throughput|Stall Long|Stall Wait" "$OUT/ncu_decode_gemv.log" | head -24
+  pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"
