@@ -63,13 +63,15 @@ def _dtype_name(t: torch.Tensor) -> str:
 
 def cuda_backend_takes_over(op: str, args: tuple, kwargs: dict) -> bool:
     """Whether a fast backend runs ``op`` for these (CPU) arguments on the H200, bf16 decode:
-    every op of benchmarks/bench_real_width.py's OPS, ``linear`` only for the cuBLAS split
-    path's fp32-activation x bf16-weight case (others run the torch reference there too)."""
+    every op of benchmarks/bench_real_width.py's OPS, ``linear`` only for a bf16 weight with an fp32 x,
+    or a bf16 x and an fp32 result (others run the torch reference there too)."""
     if invariance.enabled():
         return False
     if op == "linear":
         x, weight = args[0], args[1]
-        return x.dtype == torch.float32 and weight.dtype == torch.bfloat16
+        out_dtype = args[2] if len(args) > 2 else kwargs.get("out_dtype", torch.float32)
+        fp32_of_x = x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and out_dtype == torch.float32)
+        return fp32_of_x and weight.dtype == torch.bfloat16
     if op == "fp8_roundtrip" and len(args) > 2 and args[2] is not None:  # a dims slice: the reference
         return False
     if op == "moe_route":  # not for a gate temperature other than 1

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16ncu] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -432,6 +432,18 @@ if has s15final; then  # session 15 (~3 min): wo_a's batched cuBLAS GEMM at pref
   timeout 170 ${RW/--out $OUT/--out $OUT/s15final} --batches 1 --ref-batches 0 --moe-paths bf16 \
     --prefill-ab grouped_cublas gluon_moe > "$OUT/real_width_s15final.log" 2>&1
   grep -E "^prefill" "$OUT/real_width_s15final.log"; pack
+fi
+if has s16check; then  # prepared in session 15, never run (~6 min): the MoE gate's bf16 input (no fp32 copy, no hi / lo
+  # split: kernels.linear's bf16 x with an fp32 result) -- its GPU tests and the model's, then V4.1 decode B = 1 / 8 and
+  # the 8192-token prefill (session 15's final figures: B=1 2.45-2.59 ms, prefill 146.4 ms)
+  timeout 330 python -m pytest -q tests/gpu/test_linear_gpu.py tests/gpu/test_model_gpu.py tests/gpu/test_batch_invariance_gpu.py \
+    tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_route_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s16check.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s16check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s16check.log" | head -10
+  grep -hE "REPORT linear bf16" "$OUT/gpu_tests_s16check.log" | head -6; pack
+  mkdir -p "$OUT/s16check"
+  timeout 240 ${RW/--out $OUT/--out $OUT/s16check} --batches 1 8 --ref-batches 0 --moe-paths bf16 \
+    > "$OUT/real_width_s16check.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s16check.log" | grep -E "decode B=|prefill"; pack
 fi
 if has s16ncu; then  # prepared in session 15, never run (~3 min): Nsight Compute on the Gluon MoE kernel (V4.1 w13 at
   # 8192 tokens) and on the decode GEMVs at one row -- where each stalls, tensor / memory pipe use. ncu reads the

@@ -30,10 +30,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch
     rounds once: CPU BLAS picks different kernels and K splits for different row
     counts, so a 1-row and a 40-row product of the same row differ in the last bits.
     Otherwise the GEMM runs in x's dtype (bf16 GEMMs accumulate in fp32 and round
-    to bf16, as the reference's FP8 GEMMs do); every weight value is exact in it.
+    to bf16, as the reference's FP8 GEMMs do); every weight value is exact in it --
+    except that an fp32 result of a bf16 x is the fp32 GEMM of x's values (the MoE gate
+    passes its bf16 input as it is: no fp32 copy first, the same logits).
     """
     if invariance.enabled():
         return torch.nn.functional.linear(x.double(), weight.double()).float().to(out_dtype)
+    if out_dtype == torch.float32 and x.dtype == torch.bfloat16:
+        x = x.float()
     out = torch.nn.functional.linear(x, weight.to(x.dtype))
     if out.dtype == out_dtype and out_dtype != torch.float64:  # through fp32 and back: a no-op, two kernels
         return out

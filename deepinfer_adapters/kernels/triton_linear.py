@@ -105,7 +105,8 @@ def _kernel():
 
 def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch.float32, *,
            config: LinearConfig | None = None) -> torch.Tensor:
-    """See ``reference.linear``: x [.., K] fp32 @ weight [N, K] bf16 ^T, fp32 cast to ``out_dtype``."""
+    """See ``reference.linear``: x [.., K] fp32 (or bf16, for an fp32 result) @ weight [N, K] bf16 ^T, fp32
+    cast to ``out_dtype``."""
     triton, kernel = _kernel()
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
@@ -125,8 +126,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch
     return out.view(*lead, N).to(out_dtype)
 
 
-def supports(x: torch.Tensor, weight: torch.Tensor, **_) -> bool:
-    return (x.is_cuda and weight.is_cuda and x.dtype == torch.float32 and weight.dtype == torch.bfloat16
+def supports(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch.float32, **_) -> bool:
+    # a bf16 x with an fp32 result (the gate): hi = x and lo = 0 in the kernel, the bits of x.float()
+    fp32_of_x = x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and out_dtype == torch.float32)
+    return (x.is_cuda and weight.is_cuda and fp32_of_x and weight.dtype == torch.bfloat16
             and weight.stride(-1) == 1 and (invariance.enabled() or x.numel() <= DECODE_ROWS * x.shape[-1])
             and triton_available())
 

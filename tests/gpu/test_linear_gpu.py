@@ -54,3 +54,27 @@ def test_default_mode_keeps_cublas_above_decode_rows():
     with invariance.batch_invariant(False):
         assert kernels.chosen("linear", x, w) == "cublas_split"
         assert kernels.chosen("linear", x[:16], w) == "triton"
+
+
+@pytest.mark.parametrize("backend,M,N,K,invariant", [("triton", 1, 384, 5120, False), ("triton", 16, 384, 5120, False),
+                                                     ("triton", 300, 384, 5120, True),
+                                                     ("cublas_split", 17, 384, 5120, False),
+                                                     ("cublas_split", 8192, 384, 5120, False)])
+def test_bf16_input_with_fp32_result_is_the_fp32_gemm_of_its_values(backend, M, N, K, invariant):
+    """The MoE gate passes its bf16 input as it is (session 15): each backend takes it (no fp32 copy, no
+    hi / lo split) and gives what it gives for x.float() -- the same bits on the Triton kernel (hi is x, lo
+    0 either way), within fp32 summation order on cuBLAS (one GEMM of n rows instead of 2n)."""
+    x32, w = _inputs(M, N, K, 11 + M, bf16_values=True)
+    x = x32.bfloat16()
+    with invariance.batch_invariant(invariant):
+        assert kernels.chosen("linear", x, w) == backend
+        assert kernels.chosen("linear", x, w, out_dtype=torch.bfloat16) == "torch"  # a bf16 result: bf16's GEMM
+        got, want = kernels.linear(x, w), kernels.linear(x32, w)
+        ref = reference.linear(x32, w)
+    assert got.dtype == torch.float32
+    magnitude = reference.linear(x32.abs(), w.abs())
+    print(f"REPORT linear bf16 input {backend} M={M}: equal to x.float()'s {torch.equal(got, want)}, "
+          f"max |err| / sum|xw| {float(((got - ref).abs() / magnitude.clamp_min(1e-30)).max()):.2e}")
+    if backend == "triton":
+        assert torch.equal(got, want)
+    assert bool(((got - ref).abs() <= 2.0**-18 * magnitude).all())

@@ -41,7 +41,7 @@ class Gate(nn.Module):
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor, image_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """x [T, D] -> (weights [T, k] fp32, expert ids [T, k]): see ``kernels.moe_route``."""
-        logits = kernels.linear(x.float(), self.weight)
+        logits = kernels.linear(x, self.weight)  # fp32 logits of x's values (kernels.linear), no fp32 copy
         bias = ids = None
         if self.hash:
             ids = self.tid2eid[input_ids].long()
