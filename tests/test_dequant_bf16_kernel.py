@@ -22,8 +22,7 @@ for N, K, block in ((96, 256, (32, 32)), (70, 200, (32, 32)), (64, 256, (1, 32))
     exps = torch.randint(-12, 4, (-(-N // block[0]), -(-K // block[1])), generator=g)
     scale = (exps + 127).to(torch.uint8)  # E8M0 bytes
     want = tg.dequant_bf16(w, scale, block)  # CPU: the torch formula
-    s = scale.view(torch.float8_e8m0fnu).float().to(torch.bfloat16)
-    got = tg.dequant_bf16_triton(w, s, block)
+    got = tg.dequant_bf16_triton(w, scale.view(torch.float8_e8m0fnu).float(), block)  # as dequant_bf16 on CUDA
     exact = w.double() * torch.pow(2.0, exps.double()).repeat_interleave(block[0], 0)[:N].repeat_interleave(block[1], 1)[:, :K]
     print(N, K, block[0], block[1], int(torch.equal(got, want)), int(torch.equal(got.double(), exact)))
 """

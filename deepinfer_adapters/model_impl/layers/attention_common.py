@@ -52,6 +52,13 @@ class WindowSlots:
                    attend_index=gathered_index(batch, valid))
 
 
+def join_rows(outs: list[torch.Tensor]) -> torch.Tensor:
+    """Per-sequence outputs of a forward (``ForwardBatch.rows`` order) as one tensor. One sequence (a prefill
+    chunk): its output as it is -- a concatenation copies even one tensor (8192 tokens: ~0.26 ms a layer,
+    H200 profile, session 15)."""
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
 def gathered_index(batch: DecodeBatch, valid: torch.Tensor) -> torch.Tensor:
     """Index rows [B, K] into per-sequence keys [B, K, d] flattened to [B * K, d]; -1 where
     ``valid`` [B, K] is False."""

@@ -19,7 +19,7 @@ import torch
 from deepinfer_adapters import kernels
 from deepinfer_adapters.config import AttnRole, LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
-from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, WindowSlots, gathered_index
+from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, WindowSlots, gathered_index, join_rows
 from deepinfer_adapters.model_impl.layers.compressor_v4 import CompressorV4, quantize_kv_v4, store_completed
 from deepinfer_adapters.model_impl.layers.indexer_v4 import IndexerV4
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -66,7 +66,7 @@ class AttentionV4(AttentionBase):
             rows, slot, start = batch.rows(i), batch.slots[i], batch.start_pos[i]
             outs.append(self.attend_seq(x[rows], q[rows], kv[rows], None if iq is None else iq[rows],
                                         state, slot, start, numerics))
-        return self.output(torch.cat(outs), freqs, numerics)
+        return self.output(join_rows(outs), freqs, numerics)
 
     def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         """``forward`` for one new token per sequence, batched on the device (model.decode):

@@ -18,7 +18,7 @@ import torch
 
 from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
-from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, WindowSlots, gathered_index
+from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, WindowSlots, gathered_index, join_rows
 from deepinfer_adapters.model_impl.layers.compressor_v41 import CompressorV41, group_start
 from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41, unseen_rows
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -54,7 +54,7 @@ class AttentionV41(AttentionBase):
     def forward(self, x: torch.Tensor, batch: ForwardBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         freqs = self.rope.lookup(batch.positions, max(batch.end_pos(i) for i in range(batch.num_seqs)))
         q, qr, kv = self.project_q_kv(x, freqs, numerics)
-        out = torch.empty_like(q)
+        outs = []
         for i in range(batch.num_seqs):
             rows = batch.rows(i)
             keys, idx = self.chunk_window(state, batch, i, kv[rows])
@@ -62,8 +62,8 @@ class AttentionV41(AttentionBase):
                 compressed, sel = self._compressed(x[rows], qr[rows], freqs[rows], batch, i, state, numerics)
                 idx = torch.cat([idx, torch.where(sel >= 0, sel + keys.shape[0], -1)], dim=1)
                 keys = torch.cat([keys, compressed])
-            out[rows] = self.attend(q[rows], keys, idx, numerics)
-        return self.output(out, freqs, numerics)
+            outs.append(self.attend(q[rows], keys, idx, numerics))
+        return self.output(join_rows(outs), freqs, numerics)
 
     def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
         """``forward`` for one new token per sequence, batched on the device (model.decode)."""
