@@ -94,7 +94,8 @@ class IndexerV41(nn.Module):
 
     def _candidate_pool(self, scores: torch.Tensor, visible: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         bs, m = self.pool_block_size, scores.shape[-1]
-        blocks = F.pad(scores, (0, -m % bs), value=-torch.inf).unflatten(-1, (-1, bs)).amax(-1)
+        padded = F.pad(scores, (0, -m % bs), value=-torch.inf) if m % bs else scores  # (a pad copies even 0 columns)
+        blocks = padded.unflatten(-1, (-1, bs)).amax(-1)
         n_blocks = blocks.shape[-1]
         newest = (visible - 1).div(bs, rounding_mode="floor")  # the partly filled block stays in
         blocks = blocks.masked_fill(torch.arange(n_blocks, device=blocks.device) == newest.unsqueeze(-1), torch.inf)
