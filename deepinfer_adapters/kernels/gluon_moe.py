@@ -67,21 +67,20 @@ def fits(a: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tupl
     return _gluon_hopper(a.device.index if a.device.index is not None else torch.cuda.current_device())
 
 
-def absorb_tails(groups: Groups, tail: int = TAIL) -> Groups:
-    """``triton_moe.route``'s 128-row tiles with each expert's last tile of at most ``tail`` rows idle (expert
+def absorb_tails(groups: Groups) -> Groups:
+    """``triton_moe.route``'s 128-row tiles with each expert's last tile of at most ``TAIL`` rows idle (expert
     -1): the full tile before it computes those rows too. (A route tile's row1 is its expert's last row + 1;
     ``moe_bf16_kernel`` gives a tile with 128 < row1 - row0 <= 128 + TAIL its rows past 128 in a second,
     32-wide product with the weights it has already converted.) Device tensor ops, no host sync. Why: at
     8192 tokens an expert gets 128 +- 11 rows, so half the experts had a second tile of a few rows that cost
     a whole pass over the expert's weights. Only for ``grouped_gemm``: the Triton kernel would skip the rows."""
     e, r0, r1 = groups.expert, groups.row0, groups.row1
-    carries = (e >= 0) & (r1 - r0 > TILE) & (r1 - r0 <= TILE + tail)  # the tile computes its expert's tail
+    carries = (e >= 0) & (r1 - r0 > TILE) & (r1 - r0 <= TILE + TAIL)  # the tile computes its expert's tail
     follows = torch.cat([carries.new_zeros(1), carries[:-1]])  # the tail's own tile: idle
     return Groups(torch.where(follows, -1, e), r0, r1, groups.row_idx, groups.scatter_out)
 
 
-def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups: Groups,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
+def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups: Groups) -> torch.Tensor:
     """bf16 [rows, N]: row r = a_sorted[r] @ dequant(weight[expert of r's tile]).T, for the rows the tiles
     cover (others untouched). ``a_sorted`` [rows, K] bf16, contiguous; ``groups``: ``triton_moe.route``'s
     tiles, or ``absorb_tails``' (a tile with 128 < row1 - row0 <= 160 computes all its rows either way, so
@@ -97,8 +96,7 @@ def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tens
     if a_sorted.shape[1] != K:
         raise ValueError(f"gluon_moe.grouped_gemm: activations have {a_sorted.shape[1]} columns, the experts {K}")
     a_sorted = a_sorted if a_sorted.is_contiguous() else a_sorted.contiguous()
-    if out is None:
-        out = torch.empty(rows, N, device=a_sorted.device, dtype=torch.bfloat16)
+    out = torch.empty(rows, N, device=a_sorted.device, dtype=torch.bfloat16)
     a_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.bfloat16)
     w_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.float8e4nv)
     a_desc = TensorDescriptor(a_sorted, [rows, K], list(a_sorted.stride()), [TILE, 128], a_layout)
