@@ -435,11 +435,12 @@ if has s15final; then  # session 15 (~3 min): wo_a's batched cuBLAS GEMM at pref
 fi
 if has s16check; then  # prepared in session 15, never run (~6 min): the MoE gate's bf16 input (no fp32 copy, no hi / lo
   # split: kernels.linear's bf16 x with an fp32 result), one sequence's attention output used as it is (join_rows), the
-  # dense weights' scales in one launch -- their GPU tests and the model's, then V4.1 decode B = 1 / 8 and the
+  # dense weights' scales in one launch, the MoE's prefill routing in three launches (sort_pairs_blocked) -- their
+  # GPU tests and the model's, then V4.1 decode B = 1 / 8 and the
   # 8192-token prefill (session 15's final figures: B=1 2.45-2.59 ms, prefill 146.4 ms)
   timeout 330 python -m pytest -q tests/gpu/test_linear_gpu.py tests/gpu/test_model_gpu.py tests/gpu/test_batch_invariance_gpu.py \
     tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_route_gpu.py tests/gpu/test_fp8_linear_gpu.py \
-    -p no:cacheprovider -s > "$OUT/gpu_tests_s16check.log" 2>&1
+    tests/gpu/test_moe_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s16check.log" 2>&1
   echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s16check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s16check.log" | head -10
   grep -hE "REPORT linear bf16" "$OUT/gpu_tests_s16check.log" | head -6; pack
   mkdir -p "$OUT/s16check"

@@ -17,6 +17,7 @@ def test_joined_tiles_cover_every_row_once(T, E, skew, monkeypatch):
     from deepinfer_adapters.kernels import triton_moe_sort
 
     monkeypatch.setattr(triton_moe_sort, "fits", lambda *a: False)  # route's torch ops (no GPU here)
+    monkeypatch.setattr(triton_moe_sort, "fits_blocked", lambda *a: False)
     g = torch.Generator().manual_seed(T + E)
     scores = torch.rand(T, E, generator=g)
     if skew:

@@ -98,11 +98,14 @@ def route(expert_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch
     """(order, tiles, combine positions). Sorted row r is pair ``order[r]`` (= token * k + slot);
     tile i covers sorted rows [row0, row1) of one expert; ``positions[t]`` lists the sorted
     rows of token t in ascending expert order. One Triton program where the pairs fit it
-    (``triton_moe_sort``), else torch ops."""
+    (``triton_moe_sort``), three beyond (``sort_pairs_blocked``); the torch ops below are the
+    reference the kernels are tested against (and the path for 2^19 experts or more)."""
     from deepinfer_adapters.kernels import triton_moe_sort  # imports triton
 
     if triton_moe_sort.fits(expert_ids, n_experts):
         return triton_moe_sort.sort_pairs(expert_ids, n_experts, block_m)
+    if triton_moe_sort.fits_blocked(expert_ids, n_experts):  # prefill-sized: three launches
+        return triton_moe_sort.sort_pairs_blocked(expert_ids, n_experts, block_m)
     T, k = expert_ids.shape
     flat = expert_ids.flatten()
     order = torch.argsort(flat, stable=True)

@@ -7,8 +7,9 @@ launch where the torch version is ~45 small kernels (an argsort, scans, a search
 gathers, scatters, a second argsort): per MoE layer of a 32-token decode step ~90 us
 against 6.4 us for this kernel (H200 profiles, V4-Flash widths, session 6).
 
-One program holds every pair (up to ``MAX_PAIRS``; larger batches keep the torch
-version, whose sorts scale better):
+One program holds every pair (up to ``MAX_PAIRS``; larger batches, prefill chunks, take
+``sort_pairs_blocked``: per-block counts, one program for the offsets and tiles, per-block
+placement -- three launches instead of the torch version's ~45):
 1. key = expert x P + pair, sorted: the pairs in stable expert order;
 2. key = token x P + sorted row, sorted: each token's rows ascending, which is ascending
    expert order (a token's experts are distinct; with repeated experts, pair order);
@@ -110,6 +111,111 @@ def sort_each_token(expert_ids: torch.Tensor, route_w: torch.Tensor) -> tuple[to
                                      K_PAD=max(2, triton.next_power_of_2(k)), BIG=2**40, num_warps=1,
                                      **pdl_launch())
     return expert, rw
+
+
+@triton.jit
+def block_counts_kernel(IDS, COUNTS, P, n_experts, BLOCK: tl.constexpr, E_PAD: tl.constexpr):
+    """COUNTS[b, e] = pairs of block b (BLOCK pairs) routed to expert e (padding in bin n_experts)."""
+    pdl_start()
+    b = tl.program_id(0)
+    r = b * BLOCK + tl.arange(0, BLOCK)
+    ids = tl.load(IDS + r, mask=r < P, other=n_experts).to(tl.int32)
+    tl.store(COUNTS + b * E_PAD + tl.arange(0, E_PAD), tl.histogram(ids, E_PAD))
+
+
+@triton.jit
+def block_tiles_kernel(COUNTS, ADJ, EXPERT, ROW0, ROW1, NB, n_experts, max_tiles, BM: tl.constexpr,
+                       E_PAD: tl.constexpr, CHUNK: tl.constexpr):
+    """One program: each expert's first sorted row (pairs in stable expert order), ADJ[b, e] = the row of
+    block b's first pair of expert e minus that pair's place in the block's own expert-sorted order, and the
+    row tiles as ``sort_pairs_kernel`` numbers them (idle ones expert -1, no rows)."""
+    pdl_start()
+    e = tl.arange(0, E_PAD)
+    real = e < n_experts
+    total = tl.zeros([E_PAD], tl.int32)
+    for b in range(NB):
+        total += tl.load(COUNTS + b * E_PAD + e)
+    total = tl.where(real, total, 0)
+    start = tl.cumsum(total, 0) - total
+    running = start
+    for b in range(NB):
+        c = tl.where(real, tl.load(COUNTS + b * E_PAD + e), 0)
+        tl.store(ADJ + b * E_PAD + e, running - (tl.cumsum(c, 0) - c))
+        running += c
+    per_expert = (total + BM - 1) // BM
+    first_tile = tl.cumsum(per_expert, 0) - per_expert
+    for j in range(tl.max(per_expert, 0)):
+        m = j < per_expert
+        tl.store(EXPERT + first_tile + j, e, mask=m)
+        tl.store(ROW0 + first_tile + j, start + j * BM, mask=m)
+        tl.store(ROW1 + first_tile + j, start + total, mask=m)
+    for t0 in range(tl.sum(per_expert, 0), max_tiles, CHUNK):
+        t = t0 + tl.arange(0, CHUNK)
+        idle = t < max_tiles
+        tl.store(EXPERT + t, -1, mask=idle)
+        tl.store(ROW0 + t, 0, mask=idle)
+        tl.store(ROW1 + t, 0, mask=idle)
+
+
+@triton.jit
+def block_scatter_kernel(IDS, ADJ, ORDER, ROW_IDX, POS, P, n_experts, K: tl.constexpr, BLOCK: tl.constexpr,
+                         E_PAD: tl.constexpr):
+    """Block b's pairs into their sorted rows: the block's stable expert order (key = expert x BLOCK + pair)
+    plus ADJ; each token's rows in ascending expert order (its pair's rank among the token's K experts, ties
+    in pair order) into POS."""
+    pdl_start()
+    b = tl.program_id(0)
+    s = tl.arange(0, BLOCK)
+    ids = tl.load(IDS + b * BLOCK + s, mask=b * BLOCK + s < P, other=n_experts).to(tl.int32)  # padding last
+    key = tl.sort(ids * BLOCK + s, 0)
+    expert = key // BLOCK
+    pair = b * BLOCK + key % BLOCK
+    valid = pair < P
+    row = tl.load(ADJ + b * E_PAD + expert, mask=valid, other=0) + s
+    tl.store(ORDER + row, pair.to(tl.int64), mask=valid)
+    tok = pair // K
+    tl.store(ROW_IDX + row, tok, mask=valid)
+    slot = pair % K
+    rank = tl.zeros([BLOCK], tl.int32)
+    for j in tl.static_range(K):
+        other = tl.load(IDS + tok * K + j, mask=valid, other=0).to(tl.int32)
+        rank += ((other < expert) | ((other == expert) & (j < slot))).to(tl.int32)
+    tl.store(POS + tok * K + rank, row.to(tl.int64), mask=valid)
+
+
+SORT_BLOCK = 1024  # pairs a program of the blocked sort holds
+
+
+def fits_blocked(expert_ids: torch.Tensor, n_experts: int) -> bool:
+    """Whether ``sort_pairs_blocked`` takes these pairs (beyond ``MAX_PAIRS``; expert ids below 2^20)."""
+    return expert_ids.numel() > 0 and n_experts + 1 <= 2**20 // 2 and expert_ids.numel() < 2**30
+
+
+def sort_pairs_blocked(expert_ids: torch.Tensor, n_experts: int, block_m: int
+                       ) -> tuple[torch.Tensor, fp8.Groups, torch.Tensor]:
+    """``sort_pairs`` for any number of pairs in three launches (per-block expert counts; one program for
+    the rows' offsets and the tiles; per-block placement), where the torch route is ~45 small kernels, each
+    a host launch (an 8192-token prefill: 49152 pairs a MoE layer). The same values as ``sort_pairs`` and
+    the torch route (``tests/test_moe_sort_kernel.py``)."""
+    T, k = expert_ids.shape
+    P = T * k
+    max_tiles = P // block_m + min(n_experts, P)
+    dev = expert_ids.device
+    nb = triton.cdiv(P, SORT_BLOCK)
+    e_pad = triton.next_power_of_2(n_experts + 1)
+    ids = expert_ids.contiguous()
+    counts = torch.empty(nb, e_pad, device=dev, dtype=torch.int32)
+    adj = torch.empty(nb, e_pad, device=dev, dtype=torch.int32)
+    order = torch.empty(P, device=dev, dtype=torch.int64)
+    positions = torch.empty(T, k, device=dev, dtype=torch.int64)
+    row_idx, expert, row0, row1 = (torch.empty(n, device=dev, dtype=torch.int32)
+                                   for n in (P, max_tiles, max_tiles, max_tiles))
+    block_counts_kernel[(nb,)](ids, counts, P, n_experts, BLOCK=SORT_BLOCK, E_PAD=e_pad, num_warps=4, **pdl_launch())
+    block_tiles_kernel[(1,)](counts, adj, expert, row0, row1, nb, n_experts, max_tiles, BM=block_m, E_PAD=e_pad,
+                             CHUNK=256, num_warps=4, **pdl_launch())
+    block_scatter_kernel[(nb,)](ids, adj, order, row_idx, positions, P, n_experts, K=k, BLOCK=SORT_BLOCK,
+                                E_PAD=e_pad, num_warps=8, **pdl_launch())
+    return order, fp8.Groups(expert=expert, row0=row0, row1=row1, row_idx=row_idx), positions
 
 
 def fits(expert_ids: torch.Tensor, n_experts: int) -> bool:

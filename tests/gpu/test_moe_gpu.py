@@ -198,7 +198,26 @@ def test_pair_sort_kernel_equals_torch_route(T, E, bm, monkeypatch):
     assert triton_moe_sort.fits(ids, E)
     order, tiles, positions = triton_moe.route(ids, E, bm)
     monkeypatch.setattr(triton_moe_sort, "MAX_PAIRS", 0)
+    monkeypatch.setattr(triton_moe_sort, "fits_blocked", lambda *a: False)
     o2, t2, p2 = triton_moe.route(ids, E, bm)
+    active = t2.expert >= 0
+    assert torch.equal(order, o2) and torch.equal(positions, p2) and torch.equal(tiles.row_idx, t2.row_idx)
+    assert torch.equal(tiles.expert >= 0, active)
+    for a, b in ((tiles.expert, t2.expert), (tiles.row0, t2.row0), (tiles.row1, t2.row1)):
+        assert torch.equal(a[active], b[active])
+
+
+@pytest.mark.parametrize("T,E,skew", [(700, 384, False), (1400, 384, True), (8192, 384, False), (8192, 256, True)])
+def test_blocked_pair_sort_equals_torch_route(T, E, skew, monkeypatch):
+    """Prefill-sized routing (beyond MAX_PAIRS: ``sort_pairs_blocked``, three launches) against the torch
+    route, compiled on the GPU."""
+    from deepinfer_adapters.kernels import triton_moe, triton_moe_sort
+
+    _, ids = _routing(T, E, 6, seed=T, skew=skew)
+    assert not triton_moe_sort.fits(ids, E) and triton_moe_sort.fits_blocked(ids, E)
+    order, tiles, positions = triton_moe.route(ids, E, 128)
+    monkeypatch.setattr(triton_moe_sort, "fits_blocked", lambda *a: False)
+    o2, t2, p2 = triton_moe.route(ids, E, 128)
     active = t2.expert >= 0
     assert torch.equal(order, o2) and torch.equal(positions, p2) and torch.equal(tiles.row_idx, t2.row_idx)
     assert torch.equal(tiles.expert >= 0, active)
