@@ -99,7 +99,7 @@ def route(expert_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch
     tile i covers sorted rows [row0, row1) of one expert; ``positions[t]`` lists the sorted
     rows of token t in ascending expert order. One Triton program where the pairs fit it
     (``triton_moe_sort``), three beyond (``sort_pairs_blocked``); the torch ops below are the
-    reference the kernels are tested against (and the path for 2^19 experts or more)."""
+    reference the kernels are tested against (and the path beyond ``BLOCKED_MAX_EXPERTS`` experts)."""
     from deepinfer_adapters.kernels import triton_moe_sort  # imports triton
 
     if triton_moe_sort.fits(expert_ids, n_experts):
@@ -253,21 +253,22 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     else:
         order, tiles, positions = route(expert_ids, E, cfg.block_m)
         rw = route_w.float().flatten()[order].contiguous()
+    # Hopper, the bf16 path's 128-row tiles: both GEMMs on the Gluon kernel (the same bits, gluon_moe), whose
+    # tiles carry their expert's last rows (absorb_tails: the Triton kernel would skip them), or neither
+    gluon = path == "bf16" and routing == "sorted" and all(gluon_moe.fits(x, w, s, block, cfg.block_m)
+                                                           for w, s in ((w13, w13_scale), (w2, w2_scale)))
+    if gluon:
+        tiles = gluon_moe.absorb_tails(tiles)
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
     if path == "bf16":
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
-        # Hopper, 128-row tiles: the Gluon kernel, the same bits (gluon_moe); its activations in sorted order
-        gluon = routing == "sorted" and all(gluon_moe.fits(xa, w, s, block, cfg.block_m)
-                                            for w, s in ((w13, w13_scale), (w2, w2_scale)))
-        if gluon:
-            tiles = gluon_moe.absorb_tails(tiles)
-            plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
+        if gluon:  # its activations in sorted order
             h13 = gluon_moe.grouped_gemm(xa.index_select(0, tiles.row_idx), w13, w13_scale, tiles)
         else:
             h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
                            kstep=None if fp4 else fp8.bf16_kstep(x.shape[-1], block))
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
-        if gluon:  # (the tiles now carry up to 160 rows: both GEMMs on this kernel or neither)
+        if gluon:
             out = gluon_moe.grouped_gemm(ha, w2, w2_scale, plain_rows)
         else:
             out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
