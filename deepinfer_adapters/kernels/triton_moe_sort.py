@@ -184,11 +184,13 @@ def block_scatter_kernel(IDS, ADJ, ORDER, ROW_IDX, POS, P, n_experts, K: tl.cons
 
 
 SORT_BLOCK = 1024  # pairs a program of the blocked sort holds
+BLOCKED_MAX_EXPERTS = 4095  # a block's expert counts are one vector of next_pow2(E + 1) bins in registers
 
 
 def fits_blocked(expert_ids: torch.Tensor, n_experts: int) -> bool:
-    """Whether ``sort_pairs_blocked`` takes these pairs (beyond ``MAX_PAIRS``; expert ids below 2^20)."""
-    return expert_ids.numel() > 0 and n_experts + 1 <= 2**20 // 2 and expert_ids.numel() < 2**30
+    """Whether ``sort_pairs_blocked`` takes these pairs (``route`` asks once ``fits`` declines): up to
+    ``BLOCKED_MAX_EXPERTS`` experts, pairs and rows in int32."""
+    return 0 < expert_ids.numel() < 2**30 and n_experts <= BLOCKED_MAX_EXPERTS
 
 
 def sort_pairs_blocked(expert_ids: torch.Tensor, n_experts: int, block_m: int
