@@ -26,9 +26,9 @@ Measured (H200, 2026-11-30, tests/gpu/test_index_scores_gpu.py, the first form: 
 program, a 32-row product): bit-identical to the reference on every tested shape (n 1..300,
 m 1..4096, shared and per-query keys); on the real-width 8192-token prefill
 (benchmarks/bench_real_width.py) it took the whole prefill from 390.9 to 286.1 ms with
-bit-identical logits. The 128-row form (session 14) passes the same tests (within the
-tolerance above; the fraction of exact values was not recorded) and the invariance tests;
-8192 x 2048 in 0.73 ms (benchmarks/bench_index_scores.py, BENCHMARKS.md session 14).
+bit-identical logits. The 128-row form (session 14) is bit-identical to the reference on the
+same shapes too (every value exact, session 15's GPU run) and passes the invariance tests;
+8192 x 2048 in 0.68-0.73 ms (benchmarks/bench_index_scores.py, BENCHMARKS.md sessions 14-15).
 """
 
 from __future__ import annotations
