@@ -10,9 +10,28 @@ from tests.triton_interpreter import run_interpreted
 
 pytest.importorskip("triton")
 
-SCRIPT = r"""
+# both sort scripts' reference: the torch route, and their routing tables against it
+AGAINST_TORCH = r"""
 import torch
 from deepinfer_adapters.kernels import triton_moe, triton_moe_sort
+
+
+def same_as_torch_route(order, tiles, pos, ids, E, bm):
+    '''(order, row indices and active tiles equal to the torch route's, combine positions equal). With a
+    token's experts repeated, torch's argsort of them is not stable: the positions compared as sets there.'''
+    kernels = triton_moe_sort.fits, triton_moe_sort.fits_blocked
+    triton_moe_sort.fits = triton_moe_sort.fits_blocked = lambda *a: False
+    o2, t2, p2 = triton_moe.route(ids, E, bm)
+    triton_moe_sort.fits, triton_moe_sort.fits_blocked = kernels
+    active = t2.expert >= 0
+    same = torch.equal(order, o2) and torch.equal(tiles.row_idx, t2.row_idx) and torch.equal(tiles.expert >= 0, active)
+    for a, b in ((tiles.expert, t2.expert), (tiles.row0, t2.row0), (tiles.row1, t2.row1)):
+        same = same and a.shape == b.shape and torch.equal(a[active], b[active])
+    repeats = bool((ids.sort(1).values.diff(dim=1) == 0).any())
+    return same, torch.equal(pos.sort(1).values, p2.sort(1).values) if repeats else torch.equal(pos, p2)
+"""
+
+SCRIPT = AGAINST_TORCH + r"""
 g = torch.Generator().manual_seed(0)
 cases = []
 for T, k, E, bm in [(1, 6, 384, 16), (8, 6, 384, 16), (32, 6, 256, 16), (5, 2, 4, 2), (100, 8, 64, 64),
@@ -24,15 +43,7 @@ cases.append((torch.tensor([[3, 1]]), 4, 1))
 for ids, E, bm in cases:
     assert triton_moe_sort.fits(ids, E)
     order, tiles, pos = triton_moe_sort.sort_pairs(ids, E, bm)
-    triton_moe_sort.MAX_PAIRS = 0  # the torch version
-    o2, t2, p2 = triton_moe.route(ids, E, bm)
-    triton_moe_sort.MAX_PAIRS = 4096
-    assert torch.equal(order, o2) and torch.equal(pos, p2), (ids.shape, E, bm)
-    assert torch.equal(tiles.row_idx, t2.row_idx)
-    active = t2.expert >= 0
-    assert torch.equal(tiles.expert >= 0, active), (tiles.expert, t2.expert)
-    for a, b in ((tiles.expert, t2.expert), (tiles.row0, t2.row0), (tiles.row1, t2.row1)):
-        assert a.shape == b.shape and torch.equal(a[active], b[active]), (ids.shape, bm, a, b)
+    assert same_as_torch_route(order, tiles, pos, ids, E, bm) == (True, True), (ids.shape, E, bm)
 print("OK", len(cases))
 """
 
@@ -67,9 +78,7 @@ def test_per_token_pair_sort_kernel_matches_torch_under_the_interpreter():
     assert "OK 6" in run_interpreted(PAIR_SCRIPT)
 
 
-BLOCKED = r"""
-import torch
-from deepinfer_adapters.kernels import triton_moe, triton_moe_sort
+BLOCKED = AGAINST_TORCH + r"""
 g = torch.Generator().manual_seed(1)
 cases = [(torch.rand(T, E, generator=g).topk(k, dim=1).indices, E, bm)
          for T, k, E, bm in [(1, 6, 384, 16), (700, 6, 384, 128), (1500, 6, 384, 128), (300, 8, 64, 64),
@@ -78,20 +87,9 @@ skewed = torch.rand(1200, 384, generator=g)
 skewed[:, :3] += 10  # three experts take most pairs: many full tiles of one expert, most experts idle
 cases.append((skewed.topk(6, dim=1).indices, 384, 128))
 cases.append((torch.randint(0, 5, (900, 4), generator=g), 5, 64))  # a token's experts repeat
-torch_only = (lambda *a: False)
 for ids, E, bm in cases:
     order, tiles, pos = triton_moe_sort.sort_pairs_blocked(ids, E, bm)
-    fits, fits_blocked = triton_moe_sort.fits, triton_moe_sort.fits_blocked
-    triton_moe_sort.fits = triton_moe_sort.fits_blocked = torch_only
-    o2, t2, p2 = triton_moe.route(ids, E, bm)
-    triton_moe_sort.fits, triton_moe_sort.fits_blocked = fits, fits_blocked
-    active = t2.expert >= 0
-    same = torch.equal(order, o2) and torch.equal(tiles.row_idx, t2.row_idx) and torch.equal(tiles.expert >= 0, active)
-    for a, b in ((tiles.expert, t2.expert), (tiles.row0, t2.row0), (tiles.row1, t2.row1)):
-        same = same and a.shape == b.shape and torch.equal(a[active], b[active])
-    # repeated experts: torch's argsort of a token's experts is not stable, so compare the rows as sets there
-    repeats = bool((ids.sort(1).values.diff(dim=1) == 0).any())
-    same_pos = torch.equal(pos.sort(1).values, p2.sort(1).values) if repeats else torch.equal(pos, p2)
+    same, same_pos = same_as_torch_route(order, tiles, pos, ids, E, bm)
     print(int(same), int(same_pos), int(bool((pos.diff(dim=1) > 0).all())))
 """
 

@@ -12,6 +12,7 @@ from deepinfer_adapters.kernels import gluon_moe, invariance
 from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 from deepinfer_adapters.kernels import triton_moe
 from deepinfer_adapters.model_impl.quant import to_e4m3_tiles
+from tests.gpu.moe_inputs import routing
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)"),
@@ -26,15 +27,6 @@ def _experts(E, N, K, seed):
     w = (torch.randn(E, N, K, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
     scale = torch.randint(123, 131, (E, N, K // 128), device="cuda", generator=g, dtype=torch.uint8)
     return to_e4m3_tiles(w), scale
-
-
-def _routing(T, E, k, seed, skew=False):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    scores = torch.rand(T, E, device="cuda", generator=g)
-    if skew:  # most tokens on a few experts, many experts idle
-        scores[:, :k] += 10
-        scores[: T // 4] = torch.rand(T // 4, E, device="cuda", generator=g)
-    return torch.rand(T, k, device="cuda", generator=g) * 1.5, scores.topk(k, dim=-1).indices
 
 
 def test_the_real_widths_fit():
@@ -55,7 +47,7 @@ def test_the_real_widths_fit():
 def test_grouped_gemm_gives_the_triton_bits(T, E, N, K, skew):
     """Both of the MoE's GEMMs: gathered token rows (w13) and rows already in sorted order (w2)."""
     w, s = _experts(E, N, K, seed=T)
-    _, ids = _routing(T, E, 6, seed=T, skew=skew)
+    _, ids = routing(T, E, 6, seed=T, skew=skew)
     _, tiles, _ = triton_moe.route(ids, E, 128)
     g = torch.Generator(device="cuda").manual_seed(7 + T)
     x = tg.act_quant(torch.randn(T, K, device="cuda", generator=g).bfloat16(), 32, dequant_to=torch.bfloat16)[0]
@@ -84,7 +76,7 @@ def test_moe_experts_bits_with_and_without_the_kernel(T, skew, invariant, monkey
     E, D, I, k = 32, 512, 256, 6
     w13, s13 = _experts(E, 2 * I, D, seed=1)
     w2, s2 = _experts(E, D, I, seed=2)
-    w, ids = _routing(T, E, k, seed=T, skew=skew)
+    w, ids = routing(T, E, k, seed=T, skew=skew)
     x = torch.randn(T, D, device="cuda", generator=torch.Generator(device="cuda").manual_seed(T)).bfloat16()
     calls = []
     real = gluon_moe.grouped_gemm

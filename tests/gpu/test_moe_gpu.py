@@ -20,6 +20,7 @@ import torch
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import reference_fp8
 from deepinfer_adapters.model_impl.quant import quant_fp4_blocks, to_fp4_tiles, unpack_fp4
+from tests.gpu.moe_inputs import assert_route_equals_torch, routing
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
 
@@ -46,17 +47,6 @@ def _experts(E, D, I, seed, packed=False):
     return w13, s13, w2, s2
 
 
-def _routing(T, E, k, seed, skew=False):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    scores = torch.rand(T, E, device="cuda", generator=g)
-    if skew:  # most tokens share a few experts; many experts get none
-        scores[:, :k] += 10
-        scores[: T // 4] = torch.rand(T // 4, E, device="cuda", generator=g)
-    ids = scores.topk(k, dim=-1).indices
-    w = torch.rand(T, k, device="cuda", generator=g) * 1.5
-    return w, ids
-
-
 @pytest.mark.parametrize("path", ["fp8", "bf16"])
 @pytest.mark.parametrize("T,skew", [(1, False), (8, False), (57, False), (600, False), (600, True)])
 def test_moe_experts_matches_reference(T, skew, path):
@@ -66,7 +56,7 @@ def test_moe_experts_matches_reference(T, skew, path):
     w13, s13, w2, s2 = _experts(E, D, I, seed=T)
     g = torch.Generator(device="cuda").manual_seed(100 + T)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
-    w, ids = _routing(T, E, k, seed=T, skew=skew)
+    w, ids = routing(T, E, k, seed=T, skew=skew)
     ref = reference_fp8.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 32), 32, 10.0)
     out = triton_moe.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 32), 32, 10.0, path=path)
     rel = _rel(out, ref)
@@ -95,7 +85,7 @@ def test_packed_fp4_experts_are_the_converted_ones_bit_for_bit(T, act_block, unp
     assert packed[0].dtype == torch.uint8 and packed[0].shape[-1] == D // 2
     g = torch.Generator(device="cuda").manual_seed(300 + T)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
-    w, ids = _routing(T, E, k, seed=T)
+    w, ids = routing(T, E, k, seed=T)
     args = (x, w, ids)
     assert kernels.chosen("moe_experts", *args, *packed, (1, 32), act_block, 10.0) == "triton"
     out = triton_moe.moe_experts(*args, *packed, (1, 32), act_block, 10.0, path="bf16")
@@ -124,7 +114,7 @@ def test_packed_fp4_experts_on_the_fp8_path_match_reference(T, skew, act_block):
     converted = _experts(E, D, I, seed=T)
     g = torch.Generator(device="cuda").manual_seed(400 + T)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
-    w, ids = _routing(T, E, k, seed=T, skew=skew)
+    w, ids = routing(T, E, k, seed=T, skew=skew)
     args = (x, w, ids)
     out = triton_moe.moe_experts(*args, *packed, (1, 32), act_block, 10.0, path="fp8")
     if T * k < triton_moe.LARGE_PAIRS:  # the default below prefill sizes
@@ -150,7 +140,7 @@ def test_moe_experts_adds_the_shared_output_in_its_combine(T):
     g = torch.Generator(device="cuda").manual_seed(200 + T)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
     shared = torch.randn(T, D, device="cuda", generator=g).bfloat16()
-    w, ids = _routing(T, E, k, seed=T)
+    w, ids = routing(T, E, k, seed=T)
     args = (x, w, ids, w13, s13, w2, s2, (1, 32), 32, 10.0)
     assert kernels.chosen("moe_experts", *args, shared=shared) == "triton"
     routed = triton_moe.moe_experts(*args)
@@ -172,7 +162,7 @@ def test_routing_tiles_cover_every_pair():
     from deepinfer_adapters.kernels import triton_moe
 
     E, k, T = 16, 6, 37
-    _, ids = _routing(T, E, k, seed=3, skew=True)
+    _, ids = routing(T, E, k, seed=3, skew=True)
     order, tiles, positions = triton_moe.route(ids, E, 16)
     flat = ids.flatten()
     covered = torch.zeros(T * k, dtype=torch.int32, device="cuda")
@@ -192,37 +182,22 @@ def test_routing_tiles_cover_every_pair():
 def test_pair_sort_kernel_equals_torch_route(T, E, bm, monkeypatch):
     """The one-program pair sort (triton_moe_sort) gives the torch route's order, active tiles
     and combine positions, compiled on the GPU."""
-    from deepinfer_adapters.kernels import triton_moe, triton_moe_sort
+    from deepinfer_adapters.kernels import triton_moe_sort
 
-    _, ids = _routing(T, E, 6, seed=T, skew=T == 37)
+    _, ids = routing(T, E, 6, seed=T, skew=T == 37)
     assert triton_moe_sort.fits(ids, E)
-    order, tiles, positions = triton_moe.route(ids, E, bm)
-    monkeypatch.setattr(triton_moe_sort, "MAX_PAIRS", 0)
-    monkeypatch.setattr(triton_moe_sort, "fits_blocked", lambda *a: False)
-    o2, t2, p2 = triton_moe.route(ids, E, bm)
-    active = t2.expert >= 0
-    assert torch.equal(order, o2) and torch.equal(positions, p2) and torch.equal(tiles.row_idx, t2.row_idx)
-    assert torch.equal(tiles.expert >= 0, active)
-    for a, b in ((tiles.expert, t2.expert), (tiles.row0, t2.row0), (tiles.row1, t2.row1)):
-        assert torch.equal(a[active], b[active])
+    assert_route_equals_torch(ids, E, bm, monkeypatch)
 
 
 @pytest.mark.parametrize("T,E,skew", [(700, 384, False), (1400, 384, True), (8192, 384, False), (8192, 256, True)])
 def test_blocked_pair_sort_equals_torch_route(T, E, skew, monkeypatch):
     """Prefill-sized routing (beyond MAX_PAIRS: ``sort_pairs_blocked``, three launches) against the torch
     route, compiled on the GPU."""
-    from deepinfer_adapters.kernels import triton_moe, triton_moe_sort
+    from deepinfer_adapters.kernels import triton_moe_sort
 
-    _, ids = _routing(T, E, 6, seed=T, skew=skew)
+    _, ids = routing(T, E, 6, seed=T, skew=skew)
     assert not triton_moe_sort.fits(ids, E) and triton_moe_sort.fits_blocked(ids, E)
-    order, tiles, positions = triton_moe.route(ids, E, 128)
-    monkeypatch.setattr(triton_moe_sort, "fits_blocked", lambda *a: False)
-    o2, t2, p2 = triton_moe.route(ids, E, 128)
-    active = t2.expert >= 0
-    assert torch.equal(order, o2) and torch.equal(positions, p2) and torch.equal(tiles.row_idx, t2.row_idx)
-    assert torch.equal(tiles.expert >= 0, active)
-    for a, b in ((tiles.expert, t2.expert), (tiles.row0, t2.row0), (tiles.row1, t2.row1)):
-        assert torch.equal(a[active], b[active])
+    assert_route_equals_torch(ids, E, 128, monkeypatch)
 
 
 @pytest.mark.parametrize("T", [1, 8, 40])
@@ -234,7 +209,7 @@ def test_pair_routing_equals_sorted_routing_bitwise(T):
     E, D, I, k = 32, 512, 256, 6
     w13, s13, w2, s2 = _experts(E, D, I, seed=50 + T)
     x = torch.randn(T, D, device="cuda", generator=torch.Generator(device="cuda").manual_seed(T)).bfloat16()
-    w, ids = _routing(T, E, k, seed=T + 1)
+    w, ids = routing(T, E, k, seed=T + 1)
     run = lambda routing: triton_moe.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 32), 32, 10.0,  # noqa: E731
                                                  path="fp8", routing=routing)
     pairs, sorted_ = run("pairs"), run("sorted")
@@ -280,7 +255,7 @@ def test_moe_experts_128_blocks_match_reference(T, path, act_block):
     per32, per128 = _experts_128(E, D, I, seed=T)
     g = torch.Generator(device="cuda").manual_seed(200 + T)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
-    w, ids = _routing(T, E, k, seed=T)
+    w, ids = routing(T, E, k, seed=T)
     ref = reference_fp8.moe_experts(x, w, ids, *per128, (1, 128), act_block, 10.0)
     assert torch.equal(ref, reference_fp8.moe_experts(x, w, ids, *per32, (1, 32), act_block, 10.0))
     out = triton_moe.moe_experts(x, w, ids, *per128, (1, 128), act_block, 10.0, path=path)
@@ -305,7 +280,7 @@ def test_e4m3_tiles_are_the_plain_experts_bit_for_bit(T, path, act_block):
     E, D, I, k = 32, 512, 256, 6
     g = torch.Generator(device="cuda").manual_seed(300 + T)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
-    w, ids = _routing(T, E, k, seed=T)
+    w, ids = routing(T, E, k, seed=T)
     for block, (w13, s13, w2, s2) in zip(((1, 32), (1, 128)), _experts_128(E, D, I, seed=T)):
         tiled = (to_e4m3_tiles(w13), s13, to_e4m3_tiles(w2), s2)
         run = lambda weights: triton_moe.moe_experts(x, w, ids, *weights, block, act_block, 10.0,  # noqa: E731
@@ -328,7 +303,7 @@ def test_moe_experts_128_blocks_timing():
     E, D, I, k, T = 64, 2048, 1024, 6, 4096
     per32, per128 = _experts_128(E, D, I, seed=5)
     x = torch.randn(T, D, device="cuda").bfloat16()
-    w, ids = _routing(T, E, k, seed=5)
+    w, ids = routing(T, E, k, seed=5)
     for path in ("fp8", "bf16"):
         for name, (block, weights) in {"1x32": ((1, 32), per32), "1x128": ((1, 128), per128)}.items():
             call = lambda: triton_moe.moe_experts(x, w, ids, *weights, block, 32, 10.0, path=path)
@@ -351,7 +326,7 @@ def test_pair_route_kernel_equals_torch_sort(T, k, E, monkeypatch):
     experts and route weights torch's stable sort and gather give, bit for bit."""
     from deepinfer_adapters.kernels import triton_moe
 
-    w, ids = _routing(T, E, k, seed=40 + T)
+    w, ids = routing(T, E, k, seed=40 + T)
     monkeypatch.setattr(triton_moe, "PAIR_SORT_KERNEL", True)
     tiles, rw = triton_moe.pair_route(ids, w)
     monkeypatch.setattr(triton_moe, "PAIR_SORT_KERNEL", False)
@@ -373,7 +348,7 @@ def test_packed_fp4_block_accumulation_matches_reference(T, act_block, monkeypat
     packed = _experts(E, D, I, seed=T, packed=True)
     g = torch.Generator(device="cuda").manual_seed(500 + T)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
-    w, ids = _routing(T, E, k, seed=T)
+    w, ids = routing(T, E, k, seed=T)
     args = (x, w, ids, *packed, (1, 32), act_block, 10.0)
     monkeypatch.setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", False)
     spans = triton_moe.moe_experts(*args, path="fp8")
@@ -433,7 +408,7 @@ def test_prefill_default_path_by_activation_scales(act_block, want):
     _, per128 = _experts_128(E, D, I, seed=11)
     g = torch.Generator(device="cuda").manual_seed(12)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
-    w, ids = _routing(T, E, k, seed=13)
+    w, ids = routing(T, E, k, seed=13)
     run = lambda path: triton_moe.moe_experts(x, w, ids, *per128, (1, 128), act_block, 10.0, path=path)  # noqa: E731
     assert torch.equal(run(None), run(want))
     with invariance.batch_invariant(True):
