@@ -17,17 +17,15 @@ same input), and wo_a (8 groups, bf16 activations) as one grouped launch.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import sys
 import types
 
 import torch
 
 from benchmarks.bench_fp8_gemm import random_e8m0, random_fp8
-from benchmarks.timing import L2_BYTES, ceilings, rel, time_graph
+from benchmarks.timing import L2_BYTES, ceilings, rel, run_info, time_graph
 from deepinfer_adapters.kernels import reference_fp8
 from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 from deepinfer_adapters.model_impl.quant import expert_matrix, from_e4m3_tiles
@@ -208,9 +206,7 @@ def main():
     ap.add_argument("--moe", type=int, nargs="*", default=[], metavar="T",
                     help="also the routed experts of a layer at these token counts, by path and tile")
     args = ap.parse_args()
-    props = torch.cuda.get_device_properties(0)
-    info = {"device": props.name, "torch": torch.__version__, "command": " ".join(sys.argv),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    info = run_info()
     c = ceilings()
     info["copy_TBs"] = c["copy_bw"] / 1e12
     log(f"INFO {json.dumps(info)}")

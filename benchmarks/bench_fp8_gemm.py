@@ -22,15 +22,13 @@ for prefill), median of 20 replays; "eager" = per call with the Python launches.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import sys
 
 import torch
 
-from benchmarks.timing import L2_BYTES, ceilings, rel, time_eager, time_graph
+from benchmarks.timing import L2_BYTES, ceilings, rel, run_info, time_eager, time_graph
 from deepinfer_adapters.kernels import reference_fp8
 from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 from deepinfer_adapters.kernels import triton_moe as tm
@@ -172,12 +170,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="no config sweeps")
     args = ap.parse_args()
-    import triton
-
-    props = torch.cuda.get_device_properties(0)
-    info = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
-            "triton": triton.__version__, "command": " ".join(sys.argv),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    info = run_info()
     c = ceilings()
     info.update({k: v / 1e12 for k, v in c.items()})
     log(f"INFO {json.dumps(info)}")

@@ -17,15 +17,13 @@ sit in the 60 MB L2. Results also go to DIR/RESULTS_hc_norm_rope.json.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import sys
 
 import torch
 
-from benchmarks.timing import L2_BYTES, ceilings, rel, time_eager, time_graph
+from benchmarks.timing import L2_BYTES, ceilings, rel, run_info, time_eager, time_graph
 from deepinfer_adapters.kernels import reference
 from deepinfer_adapters.kernels import triton_hc as th
 from deepinfer_adapters.kernels import triton_norm_rope as tn
@@ -117,12 +115,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     args = ap.parse_args()
-    props = torch.cuda.get_device_properties(0)
-    import triton
-
-    info = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
-            "triton": triton.__version__, "command": " ".join(sys.argv),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    info = run_info()
     info.update({k: v for k, v in ceilings().items()})
     bw = info["copy_bw"]
     log(f"INFO {info}")

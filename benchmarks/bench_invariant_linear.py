@@ -11,14 +11,12 @@ Timing: CUDA-graph replays (timing.time_graph), median of 20; rows 1 and 8.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import sys
 
 import torch
 
-from benchmarks.timing import ceilings, time_graph
+from benchmarks.timing import ceilings, run_info, time_graph
 from deepinfer_adapters.kernels import cublas_linear, invariance
 from deepinfer_adapters.kernels import triton_linear as tl_
 
@@ -36,9 +34,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
-    info = {"device": torch.cuda.get_device_properties(0).name, "torch": torch.__version__,
-            "command": " ".join(sys.argv),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    info = run_info()
     copy_bw = ceilings()["copy_bw"]
     g = torch.Generator(device="cuda").manual_seed(0)
     rows = []

@@ -21,16 +21,14 @@ eager per-call time (launch included), which is what the model sees today.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import sys
 import time
 
 import torch
 
-from benchmarks.timing import L2_BYTES, ceilings, rel, time_eager, time_graph
+from benchmarks.timing import L2_BYTES, ceilings, rel, run_info, time_eager, time_graph
 from deepinfer_adapters.kernels import reference
 from deepinfer_adapters.kernels import flashmla_sparse
 from deepinfer_adapters.kernels import triton_sparse_attn as tsa
@@ -112,13 +110,7 @@ def main():
     ap.add_argument("--configs", default="all", help="'all' or comma-separated names of CONFIGS")
     args = ap.parse_args()
     configs = CONFIGS if args.configs == "all" else {k: CONFIGS[k] for k in args.configs.split(",")}
-    props = torch.cuda.get_device_properties(0)
-    info = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(sys.argv)}
-    import triton
-
-    info["triton"] = triton.__version__
+    info = run_info()
     c = ceilings()
     bw, rate = c["copy_bw"], c["bf16_flops"]
     info.update(copy_bw_TBs=bw / 1e12, bf16_mm_TFLOPs=rate / 1e12)
