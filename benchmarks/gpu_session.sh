@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -460,6 +460,21 @@ if has s16ncu; then  # prepared in session 15, never run (~3 min): Nsight Comput
   timeout 150 ncu --clock-control none --kernel-name regex:fp8_gemm_rows_kernel --launch-count 6 $SECTIONS \
     python benchmarks/bench_decode_gemv.py --rows 1 --quick --out "$OUT" > "$OUT/ncu_decode_gemv.log" 2>&1
   echo "ncu gemv exit $?"; grep -E "Duration|Memory Throughput|DRAM Throughput|Stall Long|Stall Wait" "$OUT/ncu_decode_gemv.log" | head -24
+  pack
+fi
+if has s16stall; then  # session 16 (~4 min): where the Gluon MoE kernel's warps stall, by SASS line (ncu's full set,
+  # source page as CSV), and the 8192-token prefill's kernels by name after s16check's changes
+  timeout 200 ncu --clock-control none --kernel-name regex:moe_bf16_kernel --launch-skip 1 --launch-count 1 --set full \
+    --import-source no -o "$OUT/gluon_full" python benchmarks/bench_gluon_moe.py > "$OUT/ncu_gluon_full.log" 2>&1
+  echo "ncu full exit $?"
+  ncu -i "$OUT/gluon_full.ncu-rep" --page source --csv --print-source sass > "$OUT/gluon_sass.csv" 2>&1
+  ncu -i "$OUT/gluon_full.ncu-rep" --page raw --csv > "$OUT/gluon_raw.csv" 2>&1
+  ncu -i "$OUT/gluon_full.ncu-rep" --page details --print-details all > "$OUT/gluon_details.txt" 2>&1
+  rm -f "$OUT/gluon_full.ncu-rep"; wc -c "$OUT"/gluon_*; pack
+  mkdir -p "$OUT/prefill_profile"
+  timeout 240 ${RW/--out $OUT/--out $OUT/prefill_profile} --batches 1 --moe-paths bf16 --profile-prefill \
+    > "$OUT/real_width_prefill_profile.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_prefill_profile.log" | grep -E "decode B=1|prefill"
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

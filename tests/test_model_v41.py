@@ -156,9 +156,9 @@ def test_index_topk_has_no_ties_on_random_prompts(model_q, long_prompt_full):
             continue
         original = idx.select
 
-        def spy(scores, visible, scratch, numerics, original=original):
+        def spy(scores, visible, scratch, numerics, masked=False, original=original):
             seen.append((scores.float().clone(), visible.clone()))
-            return original(scores, visible, scratch, numerics)
+            return original(scores, visible, scratch, numerics, masked=masked)
 
         idx.select = spy
     try:

@@ -260,17 +260,24 @@ def exp32(x: torch.Tensor) -> torch.Tensor:
     return torch.exp(wide(x)).float()
 
 
-def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor,
+                 visible: torch.Tensor | None = None) -> torch.Tensor:
     """V4.1 indexer scores ``sum_h w_h relu(q_h . k_t)`` rounded where the reference's tensors are
     in the activation dtype: q [n, H, d]; keys [m, d] (shared) or [n, m, d] (each query its own);
-    weights [n, H] in q's dtype. Returns [n, m] in q's dtype (layers/indexer_v41.py)."""
+    weights [n, H] in q's dtype. Returns [n, m] in q's dtype (layers/indexer_v41.py).
+    ``visible`` [n] (integers): key t of query i is -inf where t >= visible[i] -- the causal mask the
+    indexer applies before its top-k, which lets a backend skip the keys no query of a tile sees."""
     dt = q.dtype
     spec = "nhd,nmd->nhm" if keys.dim() == 3 else "nhd,md->nhm"
     qk = torch.einsum(spec, invariance.narrow(q), invariance.narrow(keys, dt)).to(dt)
     # in q's dtype: the product of two bf16 values is exact in fp32, so the one rounding of
     # torch's bf16 multiply is the reference's fp32 product cast down
     per_head = qk.relu() * weights.to(dt).unsqueeze(-1)
-    return per_head.float().sum(1).to(dt)
+    scores = per_head.float().sum(1).to(dt)
+    if visible is not None:
+        unseen = torch.arange(scores.shape[-1], device=scores.device) >= visible.unsqueeze(-1)
+        scores = scores.masked_fill(unseen, -torch.inf)
+    return scores
 
 
 def topk_lowest_index(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

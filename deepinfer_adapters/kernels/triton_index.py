@@ -54,34 +54,45 @@ def _kernel():
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
 
     @triton.jit
-    def index_scores_kernel(Q, K, W, OUT, N, M, keys_per_program, stride_qn, stride_qh, stride_kn, stride_km,
-                            stride_wn, stride_on, H: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr,
-                            BLOCK_K: tl.constexpr, OWN_KEYS: tl.constexpr):
+    def index_scores_kernel(Q, K, W, VIS, OUT, N, M, q_blocks, keys_per_program, stride_qn, stride_qh, stride_kn,
+                            stride_km, stride_wn, stride_on, H: tl.constexpr, D: tl.constexpr,
+                            BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, OWN_KEYS: tl.constexpr,
+                            HAS_VIS: tl.constexpr):
         """Program (query block, key range): rows r of the [BLOCK_Q H, D] query tile are query r // H,
         head r % H (OWN_KEYS: one query, each with its own keys, in rows 0 .. H, the rest zero -- the
-        same product shape, so a query's scores have the same bits either way)."""
+        same product shape, so a query's scores have the same bits either way). HAS_VIS: keys at or
+        past a query's VIS entry are -inf; the block's products stop at the largest VIS of its queries, the
+        rest of its range is only written; the blocks run last query first (the longest ones start first)."""
         pdl_start()
+        if HAS_VIS:
+            block = q_blocks - 1 - tl.program_id(0)
+        else:
+            block = tl.program_id(0)
         rows = tl.arange(0, BLOCK_Q * H)
         if OWN_KEYS:
-            query = tl.program_id(0) + 0 * rows
+            query = block + 0 * rows
             valid = rows < H
-            out_q = tl.program_id(0) + 0 * tl.arange(0, BLOCK_Q)
+            out_q = block + 0 * tl.arange(0, BLOCK_Q)
             out_valid = tl.arange(0, BLOCK_Q) == 0
         else:
-            query = tl.program_id(0) * BLOCK_Q + rows // H
+            query = block * BLOCK_Q + rows // H
             valid = query < N
-            out_q = tl.program_id(0) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+            out_q = block * BLOCK_Q + tl.arange(0, BLOCK_Q)
             out_valid = out_q < N
         query = query.to(tl.int64)
         d = tl.arange(0, D)
         q = tl.load(Q + query[:, None] * stride_qn + (rows % H)[:, None] * stride_qh + d[None, :],
                     mask=valid[:, None], other=0.0)  # [BLOCK_Q H, D]
         w = tl.load(W + query * stride_wn + rows % H, mask=valid, other=0.0).to(tl.float32)
-        key_rows = K + (tl.program_id(0).to(tl.int64) * stride_kn if OWN_KEYS else 0)
+        key_rows = K + (block.to(tl.int64) * stride_kn if OWN_KEYS else 0)
         out_rows = OUT + out_q.to(tl.int64)[:, None] * stride_on
         k_lo = tl.program_id(1) * keys_per_program
         k_hi = tl.minimum(k_lo + keys_per_program, M)
-        for k0 in range(k_lo, k_hi, BLOCK_K):
+        k_seen = k_hi  # products up to here
+        if HAS_VIS:
+            vis = tl.load(VIS + out_q, mask=out_valid, other=0)
+            k_seen = tl.maximum(k_lo, tl.minimum(k_hi, tl.max(vis, axis=0)))
+        for k0 in range(k_lo, k_seen, BLOCK_K):
             keys = k0 + tl.arange(0, BLOCK_K)
             mask = keys < k_hi
             k = tl.load(key_rows + keys.to(tl.int64)[None, :] * stride_km + d[:, None], mask=mask[None, :],
@@ -89,13 +100,21 @@ def _kernel():
             qk = tl.dot(q, k).to(tl.bfloat16).to(tl.float32)  # [BLOCK_Q H, BLOCK_K]: every head's q.k
             term = (tl.maximum(qk, 0.0) * w[:, None]).to(tl.bfloat16).to(tl.float32)
             score = tl.sum(tl.reshape(term, (BLOCK_Q, H, BLOCK_K)), axis=1)
+            if HAS_VIS:
+                score = tl.where(keys[None, :] < vis[:, None], score, float("-inf"))
             tl.store(out_rows + keys[None, :], score.to(OUT.dtype.element_ty),
                      mask=out_valid[:, None] & mask[None, :])
+        if HAS_VIS:  # the keys none of the block's queries sees
+            unseen = tl.full([BLOCK_Q, BLOCK_K], float("-inf"), tl.float32).to(OUT.dtype.element_ty)
+            for k0 in range(k_lo + tl.cdiv(k_seen - k_lo, BLOCK_K) * BLOCK_K, k_hi, BLOCK_K):
+                keys = k0 + tl.arange(0, BLOCK_K)
+                tl.store(out_rows + keys[None, :], unseen, mask=out_valid[:, None] & (keys < k_hi)[None, :])
 
     return triton, index_scores_kernel
 
 
-def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor,
+                 visible: torch.Tensor | None = None) -> torch.Tensor:
     n, H, D = q.shape
     m = keys.shape[-2]
     out = torch.empty(n, m, device=q.device, dtype=q.dtype)
@@ -111,19 +130,22 @@ def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> 
         # whole key ranges per program where enough programs run (the query tile is loaded once);
         # split otherwise (decode). A score's arithmetic is the same whatever the split.
         per_program = BLOCK_K * min(k_blocks, max(1, q_blocks * k_blocks // TARGET_PROGRAMS))
+        vis = out if visible is None else visible.contiguous()  # (a pointer the kernel does not read)
         kernel[(q_blocks, triton.cdiv(m, per_program))](
-            q, keys, weights, out, n, m, per_program, q.stride(0), q.stride(1), keys.stride(0) if own else 0,
-            keys.stride(-2), weights.stride(0), out.stride(0), H=H, D=D, BLOCK_Q=block_q, BLOCK_K=BLOCK_K,
-            OWN_KEYS=own, num_warps=4, **pdl_launch())
+            q, keys, weights, vis, out, n, m, q_blocks, per_program, q.stride(0), q.stride(1),
+            keys.stride(0) if own else 0, keys.stride(-2), weights.stride(0), out.stride(0), H=H, D=D,
+            BLOCK_Q=block_q, BLOCK_K=BLOCK_K, OWN_KEYS=own, HAS_VIS=visible is not None, num_warps=4,
+            **pdl_launch())
     return out
 
 
-def supports(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor) -> bool:
+def supports(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor, visible: torch.Tensor | None = None) -> bool:
     n, H, D = q.shape
     pow2 = lambda v: v >= 16 and v & (v - 1) == 0  # noqa: E731  (tensor-core tile sizes)
     return (q.is_cuda and q.dtype == torch.bfloat16 and keys.dtype == torch.bfloat16 and keys.dim() in (2, 3)
             and keys.shape[-1] == D and (keys.dim() == 2 or keys.shape[0] == n) and weights.shape == (n, H)
-            and pow2(H) and pow2(D) and triton_available())
+            and pow2(H) and pow2(D) and (visible is None or (visible.shape == (n,) and not visible.is_floating_point()))
+            and triton_available())
 
 
 register("index_scores", "triton", index_scores, supports=supports, priority=10)

@@ -63,3 +63,27 @@ def test_index_scores_own_keys_and_key_splits_give_the_same_bits(H):
     finally:
         triton_index.TARGET_PROGRAMS = old
 
+
+
+@pytest.mark.parametrize("n,m,shared,causal", [(300, 2048, True, False), (37, 1000, False, False),
+                                               (1024, 1024, True, True), (1000, 250, True, True)])
+def test_index_scores_visible_keys_keep_their_bits_rest_minus_inf(n, m, shared, causal):
+    """With each query's visible key count (the indexer's causal mask, prefill): the visible keys' scores
+    are the unmasked call's bits and agree with the reference, every other key is -inf."""
+    g = torch.Generator(device="cuda").manual_seed(n + m)
+    H, D = 32, 128
+    q = torch.randn(n, H, D, device="cuda", generator=g).bfloat16()
+    keys = torch.randn(*(() if shared else (n,)), m, D, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(n, H, device="cuda", generator=g) * H**-0.5 * D**-0.5).bfloat16()
+    if causal:  # query i at position i of a ratio-(n / m) source sees (i + 1) * m // n rows
+        visible = (torch.arange(n, device="cuda") + 1) * m // n
+    else:
+        visible = torch.randint(0, m + 10, (n,), device="cuda", generator=g)
+    unseen = torch.arange(m, device="cuda") >= visible[:, None]
+    out = triton_index.index_scores(q, keys, w, visible)
+    assert torch.equal(out, triton_index.index_scores(q, keys, w).masked_fill(unseen, -torch.inf))
+    ref = reference.index_scores(q, keys, w, visible)
+    assert torch.equal(torch.isinf(ref), unseen) and torch.equal(torch.isinf(out), unseen)
+    seen = ~unseen
+    torch.testing.assert_close(out[seen].float(), ref[seen].float(), rtol=2**-7,
+                               atol=2**-7 * float(ref[seen].float().abs().max()))

@@ -159,9 +159,10 @@ class AttentionV41(AttentionBase):
                 sel = torch.empty(n, 0, dtype=torch.long, device=x.device)
             else:
                 keys = state.read_rows(self.source_key, "index_k", slot, 0, end // r).to(numerics.dtype)
-                scores = self.indexer.scores(x, qr, freqs, keys, numerics)
                 visible = (batch.positions[batch.rows(i)] + 1) // r
-                sel = self.indexer.select(scores, visible, batch.scratch.setdefault(("pool", i), {}), numerics)
+                scores = self.indexer.scores(x, qr, freqs, keys, numerics, visible)
+                sel = self.indexer.select(scores, visible, batch.scratch.setdefault(("pool", i), {}), numerics,
+                                          masked=True)
             selections[i] = sel
         return rows, selections[i]
 
