@@ -89,12 +89,21 @@ def _mix_cfg(block_t, block_k, warps, stages, per_sm):
     return cfg
 
 
-MIX_VARIANTS = {  # hc_mix_logits tilings other than mix_config's, timed for the record (bf16 x)
-    "16x128 w4, 2/SM": _mix_cfg(16, 128, 4, 2, 2),
-    "16x128 w4, 8/SM": _mix_cfg(16, 128, 4, 2, 8),
-    "64x64 w8 s3, 8/SM": _mix_cfg(64, 64, 8, 3, 8),
-    "64x128 w8 s2, 4/SM": _mix_cfg(64, 128, 8, 2, 4),
-    "32x128 w4 s2, 4/SM": _mix_cfg(32, 128, 4, 2, 4),
+MIX_VARIANTS = {  # hc_mix_logits tilings other than mix_config's (None: its own), timed for the record (bf16 x);
+    # "pieces": the weight's bf16 pieces loaded (triton_hc.PRESPLIT_FN), not split in the kernel
+    "16x128 w4, 2/SM": (_mix_cfg(16, 128, 4, 2, 2), False),
+    "16x128 w4, 8/SM": (_mix_cfg(16, 128, 4, 2, 8), False),
+    "64x64 w8 s3, 8/SM": (_mix_cfg(64, 64, 8, 3, 8), False),
+    "64x128 w8 s2, 4/SM": (_mix_cfg(64, 128, 8, 2, 4), False),
+    "32x128 w4 s2, 4/SM": (_mix_cfg(32, 128, 4, 2, 4), False),
+    "default, pieces": (None, True),
+    "64x64 w4 s4, 2/SM": (_mix_cfg(64, 64, 4, 4, 2), False),
+    "64x64 w4 s4, 2/SM, pieces": (_mix_cfg(64, 64, 4, 4, 2), True),
+    "64x128 w4 s3, 2/SM, pieces": (_mix_cfg(64, 128, 4, 3, 2), True),
+    "64x128 w8 s3, 2/SM, pieces": (_mix_cfg(64, 128, 8, 3, 2), True),
+    "128x64 w8 s3, 2/SM, pieces": (_mix_cfg(128, 64, 8, 3, 2), True),
+    "128x128 w8 s2, 1/SM, pieces": (_mix_cfg(128, 128, 8, 2, 1), True),
+    "32x128 w4 s4, 2/SM, pieces": (_mix_cfg(32, 128, 4, 4, 2), True),
 }
 
 
@@ -142,13 +151,13 @@ def main():
                     f"{r['floor_us']:7.2f} {err:8.1e}")
                 if name == "hc_mix_logits" and T >= 32:
                     default = th.mix_config
-                    for vname, variant in MIX_VARIANTS.items():
-                        th.mix_config = variant
+                    for vname, (variant, pieces) in MIX_VARIANTS.items():
+                        th.mix_config, th.PRESPLIT_FN = variant or default, pieces
                         try:
                             t = safe(lambda: time_graph([lambda s=s: tri_fn(*s) for s in sets]))
                             e = safe(lambda: rel(tri_fn(*sets[0]), ref_fn(*sets[0])))
                         finally:
-                            th.mix_config = default
+                            th.mix_config, th.PRESPLIT_FN = default, False
                         r.setdefault("variants", {})[vname] = {"graph_us": t, "rel_err": e}
                         log(f"  variant {vname:20s} graph {t:8.1f} us  rel err {e:.1e}")
                 del sets

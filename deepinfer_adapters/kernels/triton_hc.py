@@ -68,6 +68,7 @@ Triton is imported lazily (importing ``deepinfer_adapters`` needs no GPU stack).
 from __future__ import annotations
 
 import functools
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -82,6 +83,10 @@ MERGE_SINKHORN = True  # hc_mixes: the merge and the Sinkhorn passes in one laun
 # where split_sinkhorn takes 8 tokens a program; measured at decode only (session 10)
 MERGE_SINKHORN_TOKENS = 64
 _FLOAT = (torch.float32, torch.bfloat16, torch.float16)
+# hc_mix_logits with bf16 x beyond this many tokens: the weight's three bf16 pieces are loaded (``fn_pieces``)
+# instead of split in every program's every step (being measured, session 16)
+PRESPLIT_FN = False
+PRESPLIT_MIN_TOKENS = 64
 
 
 def _pow2(n: int) -> int:
@@ -112,10 +117,12 @@ def _kernels():
     @triton.jit
     def mix_logits(X, FN, OUT, PACC, PSS, T, N, K, stride_xt, stride_fn, stride_ot, steps, inv_k, eps,
                    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, N_PAD: tl.constexpr,
-                   SPLIT_BF16: tl.constexpr, FINAL: tl.constexpr, INTERPRET: tl.constexpr):
+                   SPLIT_BF16: tl.constexpr, FINAL: tl.constexpr, INTERPRET: tl.constexpr,
+                   PRESPLIT: tl.constexpr = False):
         """Tokens [pid0 * BLOCK_T, +BLOCK_T) x K blocks [pid1 * steps, +steps). FINAL (one K
         range): writes the logits; else fp32 partial dots to PACC [splits, T, N_PAD] and
-        partial sums of squares to PSS [splits, T]."""
+        partial sums of squares to PSS [splits, T]. PRESPLIT (SPLIT_BF16): FN is [3, N, K] bf16,
+        the pieces hi, mid, lo (``fn_pieces``), loaded as they are."""
         pdl_start()
         split = tl.program_id(1)
         offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -130,15 +137,23 @@ def _kernels():
             k = (split * steps + i) * BLOCK_K + offs_k
             mask_k = k < K
             x = tl.load(x_rows + k[None, :], mask=mask_t[:, None] & mask_k[None, :], other=0.0)
-            w = tl.load(FN + offs_n[None, :] * stride_fn + k[:, None], mask=mask_n[None, :] & mask_k[:, None],
-                        other=0.0).to(tl.float32)  # [BLOCK_K, N_PAD]; fp64 fn rounds to nearest
+            w_ptr = FN + offs_n[None, :] * stride_fn + k[:, None]
+            w_mask = mask_n[None, :] & mask_k[:, None]
             xf = x.to(tl.float32)
             ss += tl.sum(xf * xf, axis=1)
-            if SPLIT_BF16:  # w = hi + mid + lo exactly; bf16 x bf16 products are exact in fp32
+            if PRESPLIT:
+                hi = tl.load(w_ptr, mask=w_mask, other=0.0)
+                mid = tl.load(w_ptr + N * stride_fn, mask=w_mask, other=0.0)
+                lo = tl.load(w_ptr + 2 * N * stride_fn, mask=w_mask, other=0.0)
+            elif SPLIT_BF16:  # w = hi + mid + lo exactly; bf16 x bf16 products are exact in fp32
+                w = tl.load(w_ptr, mask=w_mask, other=0.0).to(tl.float32)  # [BLOCK_K, N_PAD]; fp64 fn rounds
                 hi = w.to(tl.bfloat16)
                 r = w - hi.to(tl.float32)
                 mid = r.to(tl.bfloat16)
                 lo = (r - mid.to(tl.float32)).to(tl.bfloat16)
+            else:
+                w = tl.load(w_ptr, mask=w_mask, other=0.0).to(tl.float32)
+            if SPLIT_BF16:
                 if INTERPRET:  # its bf16 dots are wrong: the same exact products as fp32 dots
                     part = tl.dot(xf, lo.to(tl.float32), input_precision="ieee")
                     part = tl.dot(xf, mid.to(tl.float32), part, input_precision="ieee")
@@ -343,6 +358,25 @@ def _merge(out: torch.Tensor, partials: tuple, K: int, norm_eps: float) -> None:
                   CHUNK=MERGE_CHUNK, num_warps=4, **pdl_launch())
 
 
+_PIECES: dict[int, tuple] = {}  # id(fn) -> (weakref to fn, fn._version, its pieces)
+
+
+def fn_pieces(fn: torch.Tensor) -> torch.Tensor:
+    """[3, N, K] bf16: hi + mid + lo = fn (as fp32) exactly, ``mix_logits``' in-kernel split computed once
+    per weight (cached while the tensor lives and is not written to)."""
+    hit = _PIECES.get(id(fn))
+    if hit is not None and hit[0]() is fn and hit[1] == fn._version:
+        return hit[2]
+    w = fn.float()
+    hi = w.bfloat16()
+    r = w - hi.float()
+    mid = r.bfloat16()
+    pieces = torch.stack([hi, mid, (r - mid.float()).bfloat16()])
+    key = id(fn)
+    _PIECES[key] = (weakref.ref(fn, lambda _, key=key: _PIECES.pop(key, None)), fn._version, pieces)
+    return pieces
+
+
 def _mix_partials(x: torch.Tensor, fn: torch.Tensor, norm_eps: float):
     """hc_mix_logits' product: (logits [T, N] fp32, None) when K is not split, else (the buffer
     the logits go to, (partial dots [splits, T, N_PAD], partial sums of squares [splits, T],
@@ -365,10 +399,12 @@ def _mix_partials(x: torch.Tensor, fn: torch.Tensor, norm_eps: float):
         pacc = torch.empty(cfg.splits, T, n_pad, device=x.device, dtype=torch.float32)
         pss = torch.empty(cfg.splits, T, device=x.device, dtype=torch.float32)
     inv_k = 1.0 / K  # torch's mean multiplies by 1/K
+    presplit = bf16 and PRESPLIT_FN and T > PRESPLIT_MIN_TOKENS
+    w = fn_pieces(fn) if presplit else fn
     k_mix[(triton.cdiv(T, cfg.block_t), cfg.splits)](
-        x2, fn, out, pacc, pss, T, N, K, x2.stride(0), fn.stride(0), out.stride(0), cfg.steps, inv_k, float(norm_eps),
+        x2, w, out, pacc, pss, T, N, K, x2.stride(0), w.stride(-2), out.stride(0), cfg.steps, inv_k, float(norm_eps),
         BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k, N_PAD=n_pad, SPLIT_BF16=bf16, FINAL=final, INTERPRET=interpreting(),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
+        PRESPLIT=presplit, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
     return out, None if final else (pacc, pss, cfg.splits, n_pad)
 
 

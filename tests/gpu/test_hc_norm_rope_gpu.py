@@ -167,6 +167,21 @@ def test_hc_mix_logits_single_k_range(monkeypatch):
     _mix_check(x, fn, "single K range")
 
 
+@pytest.mark.parametrize("T,fn_dtype", [(128, torch.float32), (4096, torch.float32), (300, torch.float64)])
+def test_hc_mix_logits_loaded_pieces_are_the_inline_split(monkeypatch, T, fn_dtype):
+    """PRESPLIT_FN: the weight's bf16 pieces from memory (torch's round to nearest) give the bits of the
+    kernel's own split (Triton's cast rounds to nearest too)."""
+    hc_mod = _hc()
+    g = _gen(T + 1)
+    x = _stream(T, 5120, torch.bfloat16, g)
+    fn = (torch.randn(MIX_DIM, HC * 5120, device="cuda", generator=g) / (HC * 5120) ** 0.5).to(fn_dtype)
+    monkeypatch.setattr(hc_mod, "PRESPLIT_FN", False)
+    inline = hc_mod.hc_mix_logits(x, fn, NORM_EPS)
+    monkeypatch.setattr(hc_mod, "PRESPLIT_FN", True)
+    assert torch.equal(hc_mod.hc_mix_logits(x, fn, NORM_EPS), inline)
+    _mix_check(x, fn, f"pieces T={T} {fn_dtype}")
+
+
 # --------------------------------------------------------------- hc_split_sinkhorn ----
 @pytest.mark.parametrize("T", TOKENS)
 def test_hc_split_sinkhorn(T):
