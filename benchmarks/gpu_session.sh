@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -475,6 +475,23 @@ if has s16stall; then  # session 16 (~4 min): where the Gluon MoE kernel's warps
   timeout 240 ${RW/--out $OUT/--out $OUT/prefill_profile} --batches 1 --moe-paths bf16 --profile-prefill \
     > "$OUT/real_width_prefill_profile.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_prefill_profile.log" | grep -E "decode B=1|prefill"
+  pack
+fi
+if has s16a; then  # session 16 (~7 min): the indexer's causal skip (index_scores with visible counts, the pool's
+  # block maxima by pooling), hc_mix_logits' loaded weight pieces -- GPU tests, mix_logits tilings at 8192
+  # tokens, the 8192-token prefill profiled (kernels by name)
+  timeout 330 python -m pytest -q tests/gpu/test_index_scores_gpu.py tests/gpu/test_hc_norm_rope_gpu.py \
+    tests/gpu/test_model_gpu.py tests/gpu/test_batch_invariance_gpu.py -p no:cacheprovider -s \
+    > "$OUT/gpu_tests_s16a.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s16a.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s16a.log" | head -10
+  grep -hE "REPORT mix_logits pieces" "$OUT/gpu_tests_s16a.log" | head -4; pack
+  timeout 150 python benchmarks/bench_hc_norm_rope.py --tokens 8192 --out "$OUT" > "$OUT/hc_mix_s16a.log" 2>&1
+  grep -E "^hc_mix_logits|variant" "$OUT/hc_mix_s16a.log"; pack
+  mkdir -p "$OUT/prefill_profile"
+  timeout 240 ${RW/--out $OUT/--out $OUT/prefill_profile} --batches 1 --moe-paths bf16 --profile-prefill \
+    > "$OUT/real_width_prefill_profile.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_prefill_profile.log" | grep -E "decode B=1|prefill"
+  grep -E "index_scores|topk_kernel|reduce_kernel|max_pool|mix_logits " "$OUT/real_width_prefill_profile.log" | head -8
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
