@@ -64,6 +64,7 @@ from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.engram_hash import EngramHasher
+from deepinfer_adapters.model_impl.layers import attention_v41
 from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -295,6 +296,11 @@ AB_SWITCHES = {
     # prefill: wo_a's grouped GEMM on the Triton kernel instead of cuBLAS (triton_fp8_gemm.GROUPED_CUBLAS)
     "grouped_cublas": (lambda: setattr(triton_fp8_gemm, "GROUPED_CUBLAS", False),
                        lambda: setattr(triton_fp8_gemm, "GROUPED_CUBLAS", True)),
+    # prefill: hc_mix_logits splits its weight in every program instead of loading cached pieces
+    "mix_pieces": (lambda: setattr(triton_hc, "PRESPLIT_FN", False), lambda: setattr(triton_hc, "PRESPLIT_FN", True)),
+    # prefill: the indexer scores every key and masks after (attention_v41.CAUSAL_INDEX_SCORES)
+    "causal_index": (lambda: setattr(attention_v41, "CAUSAL_INDEX_SCORES", False),
+                     lambda: setattr(attention_v41, "CAUSAL_INDEX_SCORES", True)),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
     "topk_torch_order": (lambda: kernels.use_backend("topk_torch_order", "torch"),
                          lambda: kernels.use_backend("topk_torch_order", None)),

@@ -84,8 +84,9 @@ MERGE_SINKHORN = True  # hc_mixes: the merge and the Sinkhorn passes in one laun
 MERGE_SINKHORN_TOKENS = 64
 _FLOAT = (torch.float32, torch.bfloat16, torch.float16)
 # hc_mix_logits with bf16 x beyond this many tokens: the weight's three bf16 pieces are loaded (``fn_pieces``)
-# instead of split in every program's every step (being measured, session 16)
-PRESPLIT_FN = False
+# instead of split in every program's every step -- the same pieces, the same bits; 8192 tokens 170 -> 137 us
+# (H200, session 16). Decode leaves them: its few programs split a block or two each
+PRESPLIT_FN = True
 PRESPLIT_MIN_TOKENS = 64
 
 
@@ -322,7 +323,7 @@ INVARIANT_MIX_STEPS = 4  # K blocks per program in batch-invariant mode (K=20480
 
 def mix_config(T: int, K: int, bf16: bool, sms: int) -> MixConfig:
     """Token tiles of 16 (the smallest dot) up to 64 tokens, else 64; K is split until there
-    are about two programs per SM. bf16 blocks: 16 x 128 (4 warps) or 64 x 64 (8 warps, 3
+    are about two programs per SM. bf16 blocks: 16 x 128 (4 warps) or 64 x 64 (4 warps, 4
     stages), the shapes that stay in registers (ptxas, sm_90a); fp32: 32-wide (FMA dots).
     Batch-invariant mode: 16-token tiles and a K split fixed by K alone, for every T."""
     if invariance.enabled():
@@ -331,8 +332,11 @@ def mix_config(T: int, K: int, bf16: bool, sms: int) -> MixConfig:
         return MixConfig(16, block_k, INVARIANT_MIX_STEPS, -(-n_k // INVARIANT_MIX_STEPS), 4, 2)
     if T <= 64:
         block_t, block_k, warps, stages = 16, 128 if bf16 else 32, 4, 2
+    elif bf16:  # 4 warps, 4 stages: 170 us at 8192 tokens where 8 warps, 3 stages took 321 (137 / 252 with
+        # the weight's pieces loaded, ``PRESPLIT_FN``; floor 81; H200, session 16)
+        block_t, block_k, warps, stages = 64, 64, 4, 4
     else:
-        block_t, block_k, warps, stages = 64, 64 if bf16 else 32, 8, 3 if bf16 else 2
+        block_t, block_k, warps, stages = 64, 32, 8, 2
     n_k = -(-K // block_k)
     tiles = -(-T // block_t)
     splits = max(1, min(n_k, -(-2 * sms // tiles)))
@@ -361,12 +365,16 @@ def _merge(out: torch.Tensor, partials: tuple, K: int, norm_eps: float) -> None:
 _PIECES: dict[int, tuple] = {}  # id(fn) -> (weakref to fn, fn._version, its pieces)
 
 
-def fn_pieces(fn: torch.Tensor) -> torch.Tensor:
+def fn_pieces(fn: torch.Tensor) -> torch.Tensor | None:
     """[3, N, K] bf16: hi + mid + lo = fn (as fp32) exactly, ``mix_logits``' in-kernel split computed once
-    per weight (cached while the tensor lives and is not written to)."""
+    per weight (cached while the tensor lives and is not written to). None while a CUDA graph is being
+    captured and the weight has no pieces yet: captured ops do not run, so the cache would hold unwritten
+    memory (the kernel then splits in place: the same bits)."""
     hit = _PIECES.get(id(fn))
     if hit is not None and hit[0]() is fn and hit[1] == fn._version:
         return hit[2]
+    if fn.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None
     w = fn.float()
     hi = w.bfloat16()
     r = w - hi.float()
@@ -399,8 +407,9 @@ def _mix_partials(x: torch.Tensor, fn: torch.Tensor, norm_eps: float):
         pacc = torch.empty(cfg.splits, T, n_pad, device=x.device, dtype=torch.float32)
         pss = torch.empty(cfg.splits, T, device=x.device, dtype=torch.float32)
     inv_k = 1.0 / K  # torch's mean multiplies by 1/K
-    presplit = bf16 and PRESPLIT_FN and T > PRESPLIT_MIN_TOKENS
-    w = fn_pieces(fn) if presplit else fn
+    pieces = fn_pieces(fn) if bf16 and PRESPLIT_FN and T > PRESPLIT_MIN_TOKENS else None
+    presplit = pieces is not None
+    w = pieces if presplit else fn
     k_mix[(triton.cdiv(T, cfg.block_t), cfg.splits)](
         x2, w, out, pacc, pss, T, N, K, x2.stride(0), w.stride(-2), out.stride(0), cfg.steps, inv_k, float(norm_eps),
         BLOCK_T=cfg.block_t, BLOCK_K=cfg.block_k, N_PAD=n_pad, SPLIT_BF16=bf16, FINAL=final, INTERPRET=interpreting(),

@@ -182,6 +182,29 @@ def test_hc_mix_logits_loaded_pieces_are_the_inline_split(monkeypatch, T, fn_dty
     _mix_check(x, fn, f"pieces T={T} {fn_dtype}")
 
 
+def test_hc_mix_logits_captured_before_its_pieces_exist():
+    """A CUDA graph captured before the weight's pieces are cached splits in the kernel (captured ops do not
+    run: a cache filled during capture would hold unwritten memory); replays and eager calls agree."""
+    hc_mod = _hc()
+    g = _gen(11)
+    x = _stream(256, 5120, torch.bfloat16, g)
+    fn = torch.randn(MIX_DIM, HC * 5120, device="cuda", generator=g) / (HC * 5120) ** 0.5
+    assert hc_mod.PRESPLIT_FN and x.shape[0] > hc_mod.PRESPLIT_MIN_TOKENS
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            captured = hc_mod.hc_mix_logits(x, fn, NORM_EPS)
+    torch.cuda.current_stream().wait_stream(side)
+    assert id(fn) not in hc_mod._PIECES
+    graph.replay()
+    eager = hc_mod.hc_mix_logits(x, fn, NORM_EPS)  # caches the pieces
+    assert id(fn) in hc_mod._PIECES
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+
+
 # --------------------------------------------------------------- hc_split_sinkhorn ----
 @pytest.mark.parametrize("T", TOKENS)
 def test_hc_split_sinkhorn(T):
