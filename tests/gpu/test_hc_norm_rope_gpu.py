@@ -182,7 +182,7 @@ def test_hc_mix_logits_loaded_pieces_are_the_inline_split(monkeypatch, T, fn_dty
     _mix_check(x, fn, f"pieces T={T} {fn_dtype}")
 
 
-def test_hc_mix_logits_captured_before_its_pieces_exist():
+def test_hc_mix_logits_captured_before_its_pieces_exist(monkeypatch):
     """A CUDA graph captured before the weight's pieces are cached splits in the kernel (captured ops do not
     run: a cache filled during capture would hold unwritten memory); replays and eager calls agree."""
     hc_mod = _hc()
@@ -190,6 +190,9 @@ def test_hc_mix_logits_captured_before_its_pieces_exist():
     x = _stream(256, 5120, torch.bfloat16, g)
     fn = torch.randn(MIX_DIM, HC * 5120, device="cuda", generator=g) / (HC * 5120) ** 0.5
     assert hc_mod.PRESPLIT_FN and x.shape[0] > hc_mod.PRESPLIT_MIN_TOKENS
+    monkeypatch.setattr(hc_mod, "PRESPLIT_FN", False)
+    hc_mod.hc_mix_logits(x.clone(), fn.clone(), NORM_EPS)  # compiles the in-kernel split before the capture
+    monkeypatch.setattr(hc_mod, "PRESPLIT_FN", True)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
