@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -493,6 +493,20 @@ if has s16a; then  # session 16 (~7 min): the indexer's causal skip (index_score
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_prefill_profile.log" | grep -E "decode B=1|prefill"
   grep -E "index_scores|topk_kernel|reduce_kernel|max_pool|mix_logits " "$OUT/real_width_prefill_profile.log" | head -8
   pack
+fi
+if has s16b; then  # session 16 (~6 min): the Gluon MoE kernel persistent (one program an SM), its bits and time;
+  # the prefill with each of this session's changes off in turn (same run)
+  timeout 200 python -m pytest -q tests/gpu/test_gluon_moe_gpu.py tests/gpu/test_hc_norm_rope_gpu.py \
+    -k "gluon or pieces or captured or moe" -p no:cacheprovider -s > "$OUT/gpu_tests_s16b.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s16b.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s16b.log" | head -10
+  grep -c "persistent=True.*equal True" "$OUT/gpu_tests_s16b.log"; pack
+  timeout 120 python benchmarks/bench_gluon_moe.py > "$OUT/gluon_moe_s16b.log" 2>&1
+  grep -E "same bits|us " "$OUT/gluon_moe_s16b.log"; pack
+  mkdir -p "$OUT/s16b"
+  timeout 300 ${RW/--out $OUT/--out $OUT/s16b} --batches 1 --ref-batches 0 --moe-paths bf16 --prefill-reps 3 \
+    --prefill-ab causal_index mix_pieces gluon_persistent > "$OUT/real_width_s16b.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s16b.log" | grep -E "decode B=1|prefill"
+  grep -E "^prefill" "$OUT/real_width_s16b.log" | head -8; pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"

@@ -38,6 +38,9 @@ TILE = 128  # token rows (beyond the tail), weight rows and K of a step: the E4M
 TAIL = 32  # rows past TILE a tile may carry (``absorb_tails``), in a second, narrower product
 GLUON_MOE = True  # prefill-sized bf16-path MoE GEMMs through moe_bf16_kernel where it fits
 STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
+# one program an SM walking the tiles (``moe_bf16_persistent_kernel``: the next tile's first loads overlap the
+# current one's last products and stores) instead of a program a tile; the same bits (being measured, session 16)
+PERSISTENT = False
 
 
 @functools.cache
@@ -89,7 +92,7 @@ def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tens
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from deepinfer_adapters.kernels.gluon_moe_jit import moe_bf16_kernel
+    from deepinfer_adapters.kernels.gluon_moe_jit import moe_bf16_kernel, moe_bf16_persistent_kernel
 
     N, K = expert_matrix(weight)
     rows = a_sorted.shape[0]
@@ -105,7 +108,18 @@ def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tens
     w2d = weight.view(-1, 128)  # tile after tile, 128 bytes a row
     w_desc = TensorDescriptor(w2d, list(w2d.shape), list(w2d.stride()), [TILE, 128], w_layout)
     ws = scale.view(torch.uint8)
-    grid = (triton.cdiv(N, TILE), groups.expert.numel())
-    moe_bf16_kernel[grid](a_desc, t_desc, w_desc, ws, out, groups.expert, groups.row0, groups.row1, N, K, ws.stride(0),
-                          ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
+    n_tiles_n, n_tiles_m = triton.cdiv(N, TILE), groups.expert.numel()
+    tables = (groups.expert, groups.row0, groups.row1)
+    if PERSISTENT:
+        programs = min(n_tiles_n * n_tiles_m, _sm_count(out.device.index))
+        moe_bf16_persistent_kernel[(programs,)](a_desc, t_desc, w_desc, ws, out, *tables, n_tiles_m, N, K,
+                                                ws.stride(0), ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
+    else:
+        moe_bf16_kernel[(n_tiles_n, n_tiles_m)](a_desc, t_desc, w_desc, ws, out, *tables, N, K, ws.stride(0),
+                                                ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
     return out
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count

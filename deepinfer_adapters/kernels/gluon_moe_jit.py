@@ -143,3 +143,122 @@ def moe_bf16_kernel(a_desc, t_desc, w_desc, WS, OUT, TILE_EXPERT, TILE_ROW0, TIL
             (_loader, (a_desc, t_desc, w_desc, a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty,
                        w8_empty, row0, w_row0, has_tail, k_steps, STAGES)),
         ], [4, 1], [232, 24])
+
+
+# ------------------------------------------------------------------------------- persistent form ----
+# One program an SM walks tiles pid, pid + programs, ... (tile t: weight-row tile t % n_tiles_n of token tile
+# t // n_tiles_n, so the SMs share a token tile's activations in L2 as the grid above does). The ring and its
+# phases carry over from tile to tile (``it`` counts every step a program has taken), so the loader fetches
+# the next tile's first steps while the warpgroups finish and store the current one.
+
+@gluon.jit
+def _tile(TILE_EXPERT, TILE_ROW0, TILE_ROW1, t, n_tiles_n, BLOCK_M: gl.constexpr, TAIL: gl.constexpr):
+    pid_m = t // n_tiles_n
+    expert = gl.load(TILE_EXPERT + pid_m)
+    row0 = gl.load(TILE_ROW0 + pid_m)
+    row1 = gl.load(TILE_ROW1 + pid_m)
+    has_tail = (row1 - row0 > BLOCK_M) & (row1 - row0 <= BLOCK_M + TAIL)
+    return expert, t % n_tiles_n, row0, row1, has_tail
+
+
+@gluon.jit
+def _loader_tiles(a_desc, t_desc, w_desc, a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty, w8_empty,
+                  TILE_EXPERT, TILE_ROW0, TILE_ROW1, n_tiles_n, n_tiles, k_steps, STAGES: gl.constexpr):
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    TAIL: gl.constexpr = t_desc.block_type.shape[0]
+    it = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        expert, pid_n, row0, row1, has_tail = _tile(TILE_EXPERT, TILE_ROW0, TILE_ROW1, t, n_tiles_n, BLOCK_M, TAIL)
+        if expert >= 0:
+            w_row0 = ((expert * n_tiles_n + pid_n) * k_steps) * 128
+            for kb in range(k_steps):
+                s = it % STAGES
+                free = ((it // STAGES) & 1) ^ 1
+                mbarrier.wait(w8_empty.index(s), free)
+                mbarrier.expect(w8_ready.index(s), w_desc.block_type.nbytes)
+                _tma_load(w_desc, [w_row0 + kb * 128, 0], w8_ready.index(s), w8_smem.index(s))
+                mbarrier.wait(a_empty.index(s), free)
+                mbarrier.expect(a_ready.index(s), a_desc.block_type.nbytes)
+                _tma_load(a_desc, [row0, kb * 128], a_ready.index(s), a_smem.index(s))
+                mbarrier.expect(t_ready.index(s), t_desc.block_type.nbytes, pred=has_tail)
+                _tma_load(t_desc, [row0 + BLOCK_M, kb * 128], t_ready.index(s), t_smem.index(s), pred=has_tail)
+                # without a tail: an arrival all the same, so the slot's phase keeps pace with ``it``
+                mbarrier.arrive(t_ready.index(s), pred=not has_tail)
+                it += 1
+
+
+@gluon.jit
+def _products_tiles(a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty, w8_empty, WS, stride_wse,
+                    stride_wsn, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, n_tiles_n, n_tiles, N, stride_om, k_steps,
+                    STAGES: gl.constexpr, ROW_OFF: gl.constexpr):
+    BLOCK_M: gl.constexpr = a_smem.type.shape[1]
+    TAIL: gl.constexpr = t_smem.type.shape[1]
+    W_ROWS: gl.constexpr = w8_smem.type.shape[1]
+    HALF: gl.constexpr = W_ROWS // 2
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, BLOCK_M, 16])
+    tail_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, TAIL, 16])
+    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
+    wt_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=tail_layout, k_width=2)
+    rows = ROW_OFF + gl.arange(0, HALF, layout=gl.SliceLayout(1, w_layout))
+    it = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        expert, pid_n, row0, row1, has_tail = _tile(TILE_EXPERT, TILE_ROW0, TILE_ROW1, t, n_tiles_n, BLOCK_M, TAIL)
+        if expert >= 0:
+            scale_row0 = expert.to(gl.int64) * stride_wse + pid_n.to(gl.int64) * W_ROWS * stride_wsn
+            srow = WS + scale_row0 + rows.to(gl.int64) * stride_wsn
+            smask = rows < N - pid_n * W_ROWS
+            acc = gl.zeros((HALF, BLOCK_M), dtype=gl.float32, layout=mma_layout)
+            acc_t = gl.zeros((HALF, TAIL), dtype=gl.float32, layout=tail_layout)
+            e8m0 = gl.load(srow, mask=smask, other=0)
+            for kb in range(k_steps):  # ``_products``' step
+                s = it % STAGES
+                phase = (it // STAGES) & 1
+                sw = (e8m0.to(gl.int32) << 23).to(gl.float32, bitcast=True)
+                e8m0 = gl.load(srow + kb + 1, mask=smask & (kb + 1 < k_steps), other=0)
+                mbarrier.wait(w8_ready.index(s), phase)
+                w = w8_smem.index(s).slice(ROW_OFF, HALF).load(w_layout)
+                mbarrier.arrive(w8_empty.index(s), count=1)
+                wb = (w.to(gl.float32) * gl.expand_dims(sw, 1)).to(gl.bfloat16)
+                mbarrier.wait(a_ready.index(s), phase)
+                acc = warpgroup_mma(wb, a_smem.index(s).permute((1, 0)), acc, is_async=True)
+                if has_tail:
+                    mbarrier.wait(t_ready.index(s), phase)
+                    acc_t = warpgroup_mma(gl.convert_layout(wb, wt_layout), t_smem.index(s).permute((1, 0)), acc_t)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+                mbarrier.arrive(a_empty.index(s), count=1)
+                it += 1
+            _store(acc, OUT, row0, row1, pid_n * W_ROWS + ROW_OFF, N, stride_om)
+            if has_tail:
+                _store(acc_t, OUT, row0 + BLOCK_M, row1, pid_n * W_ROWS + ROW_OFF, N, stride_om)
+
+
+@gluon.jit
+def moe_bf16_persistent_kernel(a_desc, t_desc, w_desc, WS, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, n_tiles_m, N, K,
+                               stride_wse, stride_wsn, stride_om, STAGES: gl.constexpr):
+    """``moe_bf16_kernel``'s tiles, the same bits, on a grid of at most one program an SM (see above)."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    TAIL: gl.constexpr = t_desc.block_type.shape[0]
+    W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    k_steps = K // 128
+    n_tiles_n = gl.cdiv(N, W_ROWS)
+    n_tiles = n_tiles_n * n_tiles_m
+    a_smem = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_M, 128], a_desc.layout)
+    t_smem = gl.allocate_shared_memory(t_desc.dtype, [STAGES, TAIL, 128], t_desc.layout)
+    w8_smem = gl.allocate_shared_memory(w_desc.dtype, [STAGES, W_ROWS, 128], w_desc.layout)
+    a_ready = _barriers(STAGES, 1)
+    t_ready = _barriers(STAGES, 1)
+    w8_ready = _barriers(STAGES, 1)
+    a_empty = _barriers(STAGES, 2)  # one arrival a warpgroup
+    w8_empty = _barriers(STAGES, 2)
+    gl.warp_specialize([
+        (_products_tiles, (a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty, w8_empty, WS, stride_wse,
+                           stride_wsn, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, n_tiles_n, n_tiles, N, stride_om,
+                           k_steps, STAGES, 0)),
+        (_products_tiles, (a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty, w8_empty, WS, stride_wse,
+                           stride_wsn, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, n_tiles_n, n_tiles, N, stride_om,
+                           k_steps, STAGES, W_ROWS // 2)),
+        (_loader_tiles, (a_desc, t_desc, w_desc, a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty,
+                         w8_empty, TILE_EXPERT, TILE_ROW0, TILE_ROW1, n_tiles_n, n_tiles, k_steps, STAGES)),
+    ], [4, 1], [232, 24])
