@@ -25,31 +25,31 @@ def compile_offline() -> None:
 
     from deepinfer_adapters.kernels import gluon_moe
     from deepinfer_adapters.kernels.gluon_moe import TAIL, TILE
-    from deepinfer_adapters.kernels.gluon_moe_jit import moe_bf16_kernel, moe_bf16_persistent_kernel
+    from deepinfer_adapters.kernels.gluon_moe_jit import moe_bf16_kernel
 
     a_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.bfloat16)
     t_layout = gl.NVMMASharedLayout.get_default_for([TAIL, 128], gl.bfloat16)
     w_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.float8e4nv)
     sig = {"a_desc": f"tensordesc<bf16[{TILE},128],{a_layout!r}>", "t_desc": f"tensordesc<bf16[{TAIL},128],{t_layout!r}>",
            "w_desc": f"tensordesc<fp8e4nv[{TILE},128],{w_layout!r}>", "WS": "*u8", "OUT": "*bf16",
-           "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "n_tiles_m": "i32", "N": "i32",
+           "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32",
            "K": "i32", "stride_wse": "i32", "stride_wsn": "i32", "stride_om": "i32", "STAGES": "constexpr"}
     divisible = ("WS", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "K", "stride_wse", "stride_wsn", "stride_om")
-    for kernel in (moe_bf16_kernel, moe_bf16_persistent_kernel):
-        names = list(kernel.arg_names)
-        attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible}
-        src = GluonASTSource(kernel, {n: sig[n] for n in names}, constexprs={(names.index("STAGES"),): gluon_moe.STAGES},
-                             attrs=attrs)
-        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-        path = f"/tmp/{kernel.fn.__name__}.ptx"
-        with open(path, "w") as fh:
-            fh.write(compiled.asm["ptx"])
-        ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
-        notes = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", path.replace(".ptx", ".cubin")],
-                               capture_output=True, text=True).stderr
-        print(f"{kernel.fn.__name__} compiled for sm_90: shared memory {compiled.metadata.shared} bytes, "
-              f"{compiled.asm['ptx'].count('wgmma.mma_async')} wgmma in the PTX")
-        print("\n".join(line for line in notes.splitlines() if "C75" in line or "registers" in line or "spill" in line))
+    kernel = moe_bf16_kernel
+    names = list(kernel.arg_names)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible}
+    src = GluonASTSource(kernel, {n: sig[n] for n in names}, constexprs={(names.index("STAGES"),): gluon_moe.STAGES},
+                         attrs=attrs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    path = f"/tmp/{kernel.fn.__name__}.ptx"
+    with open(path, "w") as fh:
+        fh.write(compiled.asm["ptx"])
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+    notes = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", path.replace(".ptx", ".cubin")],
+                           capture_output=True, text=True).stderr
+    print(f"{kernel.fn.__name__} compiled for sm_90: shared memory {compiled.metadata.shared} bytes, "
+          f"{compiled.asm['ptx'].count('wgmma.mma_async')} wgmma in the PTX")
+    print("\n".join(line for line in notes.splitlines() if "C75" in line or "registers" in line or "spill" in line))
 
 
 def main():
@@ -93,24 +93,15 @@ def main():
         gluon_only = lambda: gluon_moe.grouped_gemm(a_sorted, weight, scale, no_tails)  # noqa: E731
         gluon_joined = lambda: gluon_moe.grouped_gemm(a_sorted, weight, scale, joined)  # noqa: E731
         with_gather = lambda: gluon_moe.grouped_gemm(sorted_a(), weight, scale, joined)  # noqa: E731
-
-        def persistent():  # tails joined, one program an SM (gluon_moe.PERSISTENT)
-            gluon_moe.PERSISTENT = True
-            try:
-                return gluon_joined()
-            finally:
-                gluon_moe.PERSISTENT = False
-
         ref = triton_path()
-        for label, fn in (("128-row tiles", gluon_only), ("tails joined", gluon_joined), ("persistent", persistent)):
+        for label, fn in (("128-row tiles", gluon_only), ("tails joined", gluon_joined)):
             got = fn()
             print(f"gluon {name} {label}: same bits as the Triton bf16 path {torch.equal(got, ref)}, max abs diff "
                   f"{(got.float() - ref.float()).abs().max().item():.3e}", flush=True)
         flops = 2 * rows * N * K
         for label, fn in (("triton bf16", triton_path), ("gluon 128-row tiles", gluon_only),
-                          ("gluon tails joined", gluon_joined), ("gluon persistent", persistent),
-                          ("gluon tails joined + gather", with_gather), ("gluon tails joined", gluon_joined),
-                          ("gluon persistent", persistent), ("triton bf16", triton_path)):
+                          ("gluon tails joined", gluon_joined), ("gluon tails joined + gather", with_gather),
+                          ("triton bf16", triton_path)):
             us = time_eager(fn, reps=10, warm=1)
             print(f"{name} {label}: {us:9.1f} us {flops / us / 1e6:6.0f} TFLOP/s", flush=True)
         active = int((joined.expert >= 0).sum()), int((tiles.expert >= 0).sum())

@@ -296,9 +296,6 @@ AB_SWITCHES = {
     # prefill: wo_a's grouped GEMM on the Triton kernel instead of cuBLAS (triton_fp8_gemm.GROUPED_CUBLAS)
     "grouped_cublas": (lambda: setattr(triton_fp8_gemm, "GROUPED_CUBLAS", False),
                        lambda: setattr(triton_fp8_gemm, "GROUPED_CUBLAS", True)),
-    # prefill: the A/B's other run walks the Gluon MoE kernel's tiles one program an SM (gluon_moe.PERSISTENT)
-    "gluon_persistent": (lambda: setattr(gluon_moe, "PERSISTENT", True),
-                         lambda: setattr(gluon_moe, "PERSISTENT", False)),
     # prefill: hc_mix_logits splits its weight in every program instead of loading cached pieces
     "mix_pieces": (lambda: setattr(triton_hc, "PRESPLIT_FN", False), lambda: setattr(triton_hc, "PRESPLIT_FN", True)),
     # prefill: the indexer scores every key and masks after (attention_v41.CAUSAL_INDEX_SCORES)

@@ -16,7 +16,12 @@ session 15): w13 9.3 -> 5.1 ms (249 -> 455 TFLOP/s), w2 5.0 -> 2.6 ms, with each
 carried by the tile before (``absorb_tails``; 6.1 / 3.3 ms without); the model's 8192-token prefill 181.8
 -> 146.4 ms with wo_a on cuBLAS too, logits bit-identical. Tried on the way: a converter partition writing
 bf16 tiles for an SS-wgmma partition (187 TFLOP/s: slower than the Triton kernel); both warpgroups in one
-partition (335); 64-row token tiles (298).
+partition (335); 64-row token tiles (298); session 16: a persistent grid (one program an SM walking the
+tiles, the ring's phases carried across tiles: same bits, w13 5.40-5.45 vs 5.21-5.35 ms, w2 2.86-3.39 vs
+2.85-3.15, the prefill 137.9 vs 134.9 ms in one run -- removed). Nsight Compute (session 16, w13 at 8192
+tokens): tensor pipe ~61% busy, DRAM ~48%; each warpgroup spends about as long converting its 64 x 128 weight
+tile (32 two-byte shared loads, 32 E4M3 unpacks, 64 f16->f32, 64 multiplies, packs: ~250 instructions a
+thread a step) as waiting for its products, so the other warpgroup's products do not cover the conversion.
 
 Takes: bf16 activations already in sorted row order (w13's gathered by ``index_select`` first), E4M3
 experts in ``quant.to_e4m3_tiles``' layout with E8M0 scales per (1, 128), ``triton_moe.route``'s 128-row
@@ -38,9 +43,6 @@ TILE = 128  # token rows (beyond the tail), weight rows and K of a step: the E4M
 TAIL = 32  # rows past TILE a tile may carry (``absorb_tails``), in a second, narrower product
 GLUON_MOE = True  # prefill-sized bf16-path MoE GEMMs through moe_bf16_kernel where it fits
 STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
-# one program an SM walking the tiles (``moe_bf16_persistent_kernel``: the next tile's first loads overlap the
-# current one's last products and stores) instead of a program a tile; the same bits (being measured, session 16)
-PERSISTENT = False
 
 
 @functools.cache
@@ -92,7 +94,7 @@ def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tens
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from deepinfer_adapters.kernels.gluon_moe_jit import moe_bf16_kernel, moe_bf16_persistent_kernel
+    from deepinfer_adapters.kernels.gluon_moe_jit import moe_bf16_kernel
 
     N, K = expert_matrix(weight)
     rows = a_sorted.shape[0]
@@ -108,18 +110,7 @@ def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tens
     w2d = weight.view(-1, 128)  # tile after tile, 128 bytes a row
     w_desc = TensorDescriptor(w2d, list(w2d.shape), list(w2d.stride()), [TILE, 128], w_layout)
     ws = scale.view(torch.uint8)
-    n_tiles_n, n_tiles_m = triton.cdiv(N, TILE), groups.expert.numel()
-    tables = (groups.expert, groups.row0, groups.row1)
-    if PERSISTENT:
-        programs = min(n_tiles_n * n_tiles_m, _sm_count(out.device.index))
-        moe_bf16_persistent_kernel[(programs,)](a_desc, t_desc, w_desc, ws, out, *tables, n_tiles_m, N, K,
-                                                ws.stride(0), ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
-    else:
-        moe_bf16_kernel[(n_tiles_n, n_tiles_m)](a_desc, t_desc, w_desc, ws, out, *tables, N, K, ws.stride(0),
-                                                ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
+    grid = (triton.cdiv(N, TILE), groups.expert.numel())
+    moe_bf16_kernel[grid](a_desc, t_desc, w_desc, ws, out, groups.expert, groups.row0, groups.row1, N, K, ws.stride(0),
+                          ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
     return out
-
-
-@functools.cache
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count

@@ -44,11 +44,8 @@ def test_the_real_widths_fit():
 @pytest.mark.parametrize("T,E,N,K,skew", [(5, 8, 256, 384, False), (300, 8, 256, 384, False),
                                           (700, 16, 384, 512, True), (2000, 32, 640, 1024, False),
                                           (4096, 192, 256, 512, False)])
-@pytest.mark.parametrize("persistent", [False, True], ids=["tile_grid", "persistent"])
-def test_grouped_gemm_gives_the_triton_bits(T, E, N, K, skew, persistent, monkeypatch):
-    """Both of the MoE's GEMMs: gathered token rows (w13) and rows already in sorted order (w2); a program a
-    tile or one an SM walking them (``PERSISTENT``: tiles with and without tails, idle ones, in one program)."""
-    monkeypatch.setattr(gluon_moe, "PERSISTENT", persistent)
+def test_grouped_gemm_gives_the_triton_bits(T, E, N, K, skew):
+    """Both of the MoE's GEMMs: gathered token rows (w13) and rows already in sorted order (w2)."""
     w, s = _experts(E, N, K, seed=T)
     _, ids = routing(T, E, 6, seed=T, skew=skew)
     _, tiles, _ = triton_moe.route(ids, E, 128)
@@ -61,8 +58,8 @@ def test_grouped_gemm_gives_the_triton_bits(T, E, N, K, skew, persistent, monkey
     tails = int((tiles.expert >= 0).sum() - (joined.expert >= 0).sum())
     for label, groups in (("route tiles", tiles), ("tails joined", joined)):
         got = gluon_moe.grouped_gemm(x.index_select(0, tiles.row_idx), w, s, groups)
-        print(f"REPORT gluon moe T={T} E={E} N={N} K={K} skew={skew} persistent={persistent} {label} "
-              f"({tails} tails): equal {torch.equal(got, want)}")
+        print(f"REPORT gluon moe T={T} E={E} N={N} K={K} skew={skew} {label} ({tails} tails): "
+              f"equal {torch.equal(got, want)}")
         assert torch.equal(got, want)
     h = tg.act_quant(torch.randn(rows, K, device="cuda", generator=g).bfloat16(), 32, dequant_to=torch.bfloat16)[0]
     plain = tg.Groups(tiles.expert, tiles.row0, tiles.row1)
