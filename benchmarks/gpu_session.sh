@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -507,6 +507,19 @@ if has s16b; then  # session 16 (~6 min): the Gluon MoE kernel persistent (one p
     --prefill-ab causal_index mix_pieces gluon_persistent > "$OUT/real_width_s16b.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s16b.log" | grep -E "decode B=1|prefill"
   grep -E "^prefill" "$OUT/real_width_s16b.log" | head -8; pack
+fi
+if has s16final; then  # session 16 (~7 min): the GPU tests of the session's changes and the model's, then decode
+  # B = 1 / 8 and the 8192-token prefill with each of the session's prefill changes off in turn (same run)
+  timeout 300 python -m pytest -q tests/gpu/test_fp8_linear_gpu.py tests/gpu/test_model_gpu.py \
+    tests/gpu/test_batch_invariance_gpu.py tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_index_scores_gpu.py \
+    -p no:cacheprovider -s > "$OUT/gpu_tests_s16final.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s16final.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s16final.log" | head -10
+  pack
+  mkdir -p "$OUT/s16final"
+  timeout 300 ${RW/--out $OUT/--out $OUT/s16final} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill-reps 3 \
+    --prefill-ab causal_index mix_pieces grouped_cublas > "$OUT/real_width_s16final.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s16final.log" | grep -E "decode B=|prefill S"
+  grep -E "^prefill \{" "$OUT/real_width_s16final.log" | head -2; pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"
