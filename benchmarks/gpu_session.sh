@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -520,6 +520,15 @@ if has s16final; then  # session 16 (~7 min): the GPU tests of the session's cha
     --prefill-ab causal_index mix_pieces grouped_cublas > "$OUT/real_width_s16final.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s16final.log" | grep -E "decode B=|prefill S"
   grep -E "^prefill \{" "$OUT/real_width_s16final.log" | head -2; pack
+fi
+if has s16idx; then  # session 16 (~4 min): index_scores' tiles at the causal 8192 x 8192 prefill (bits against the
+  # default's, errors against the reference), then the 8192-token prefill profiled after the session's changes
+  timeout 150 python benchmarks/bench_index_scores.py --sweep > "$OUT/index_sweep_s16.log" 2>&1
+  grep -E "^sweep" "$OUT/index_sweep_s16.log"; pack
+  mkdir -p "$OUT/prefill_profile"
+  timeout 240 ${RW/--out $OUT/--out $OUT/prefill_profile} --batches 1 --moe-paths bf16 --profile-prefill \
+    > "$OUT/real_width_prefill_profile.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_prefill_profile.log" | grep -E "prefill S"; pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"

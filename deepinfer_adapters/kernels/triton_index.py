@@ -43,6 +43,8 @@ from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_availab
 BLOCK_K = 64  # keys per product
 ROWS = 128  # query-head rows per product: 128 // H queries share each key tile (one query with own keys)
 TARGET_PROGRAMS = 264  # key ranges split across programs until about this many run (2 an SM)
+NUM_WARPS = 4
+NUM_STAGES = None  # Triton's default
 
 
 @functools.cache
@@ -134,8 +136,8 @@ def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor,
         kernel[(q_blocks, triton.cdiv(m, per_program))](
             q, keys, weights, vis, out, n, m, q_blocks, per_program, q.stride(0), q.stride(1),
             keys.stride(0) if own else 0, keys.stride(-2), weights.stride(0), out.stride(0), H=H, D=D,
-            BLOCK_Q=block_q, BLOCK_K=BLOCK_K, OWN_KEYS=own, HAS_VIS=visible is not None, num_warps=4,
-            **pdl_launch())
+            BLOCK_Q=block_q, BLOCK_K=BLOCK_K, OWN_KEYS=own, HAS_VIS=visible is not None, num_warps=NUM_WARPS,
+            **({} if NUM_STAGES is None else {"num_stages": NUM_STAGES}), **pdl_launch())
     return out
 
 
