@@ -7,17 +7,20 @@ rounded to bf16 -- where the reference's tensors are bf16.
 Why: the reference materialises q.k for every (query, head, key): at an 8192-token
 prefill of a ratio-1 index layer that is 8192 x 32 x 8192 values, ~4 GB in bf16 and
 twice that as the fp32 copies the next ops make, per layer. Here one program takes
-128 // H queries (with shared keys; one with its own) and a range of keys: per block of
-keys one tensor-core product [128, d] x [d, BLOCK_K] gives every query's every head's dot
+ROWS // H queries (with shared keys; one with its own) and a range of keys: per block of
+keys one tensor-core product [ROWS, d] x [d, BLOCK_K] gives every query's every head's dot
 products (query-heads are the M dimension), then the roundings, ReLU, weights and the sum
 over heads happen in registers, and only the [n, m] scores are written. The query tile
-is loaded once per program and each key tile serves 128 // H queries (session 14: one
-query a program, an 8192-token prefill's index scores took 3.6 ms a layer).
+is loaded once per program and each key tile serves ROWS // H queries (session 14: one
+query a program, an 8192-token prefill's index scores took 3.6 ms a layer). Prefill passes
+each query's visible key count: a query block's products stop at its last visible key and
+the keys past it are written -inf (the indexer's causal mask; session 16: the three index
+layers of the 8192-token prefill 7.25 -> 3.80 ms).
 
 Numerics against the reference: the dots are exact bf16 products summed in fp32 (as
 cuBLAS's bf16 GEMM) in another order, so a q.k can land on the neighbouring bf16 value;
 the head sum is a tree instead of torch's order. Results agree to about one bf16 ulp
-(tests/gpu/test_index_scores_gpu.py). Every product has the same shape (128 rows, shared
+(tests/gpu/test_index_scores_gpu.py). Every product has the same shape (ROWS rows, shared
 keys or own), rows of a product never mix, and no sum crosses keys, so a query's scores
 never depend on the batch, on the other queries of its tile or on the key split: it also
 runs in batch-invariant mode.
@@ -29,6 +32,9 @@ m 1..4096, shared and per-query keys); on the real-width 8192-token prefill
 bit-identical logits. The 128-row form (session 14) is bit-identical to the reference on the
 same shapes too (every value exact, session 15's GPU run) and passes the invariance tests;
 8192 x 2048 in 0.68-0.73 ms (benchmarks/bench_index_scores.py, BENCHMARKS.md sessions 14-15).
+Session 16's tile sweep (``bench_index_scores.py --sweep``, causal 8192 x 8192): every tile gave the
+same bits; 64 rows a product 1.21 ms against 128 rows 1.40 (keys 32 / 64 / 128 a product, 4 or 8 warps,
+3 or 4 stages: 1.32-2.36 ms).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 BLOCK_K = 64  # keys per product
-ROWS = 128  # query-head rows per product: 128 // H queries share each key tile (one query with own keys)
+ROWS = 64  # query-head rows per product: ROWS // H queries share each key tile (one query with own keys)
 TARGET_PROGRAMS = 264  # key ranges split across programs until about this many run (2 an SM)
 NUM_WARPS = 4
 NUM_STAGES = None  # Triton's default
