@@ -1,7 +1,7 @@
 """The V4.1 candidate pool (``IndexerV41._candidate_pool``) against a plain statement of model_spec.md's
 rule: each block of ``candidate_block_size`` rows scores its best row; the block holding the query's newest
-visible row is always kept; the best ``candidate_topk_blocks`` blocks with a visible row are kept -- with
-fewer blocks than that (every block a pick) and with more."""
+visible row is always kept; the best ``candidate_topk_blocks`` blocks with a visible row are kept. With
+fewer blocks than that (every block a pick) there is no pool (None): the rule would drop only unseen rows."""
 
 from __future__ import annotations
 
@@ -41,5 +41,11 @@ def test_candidate_pool_keeps_the_best_blocks_with_visible_rows(pool_blocks, m):
     scores = torch.randn(n, m, generator=g).bfloat16()  # distinct block maxima: no ties to rank
     scores = scores.masked_fill(torch.arange(m) >= visible[:, None], -torch.inf)
     keep = _pool(pool_blocks, bs)._candidate_pool(scores, visible, Numerics())
-    assert keep.shape == (n, m)
-    assert torch.equal(keep, _expected(scores, visible, pool_blocks, bs))
+    expected = _expected(scores, visible, pool_blocks, bs)
+    if pool_blocks * bs >= m:  # None: the pool would drop only unseen rows, -inf already
+        assert keep is None
+        assert torch.equal(scores.masked_fill(~expected, -torch.inf), scores)
+    else:
+        assert keep.shape == (n, m)
+        assert torch.equal(keep, expected)
+        assert not torch.equal(scores.masked_fill(~keep, -torch.inf), scores)  # this pool drops visible rows

@@ -88,5 +88,5 @@ def compact_selections(scratch: dict, clips: list[int]) -> None:
         if "selections" in scratch and i in scratch["selections"]:
             scratch["selections"][i] = scratch["selections"][i][clip:]
         pool = scratch.get(("pool", i))
-        if pool and "candidates" in pool:
+        if pool and pool.get("candidates") is not None:  # (None: the pool is every block)
             pool["candidates"] = pool["candidates"][clip:]

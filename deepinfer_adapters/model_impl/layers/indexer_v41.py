@@ -91,22 +91,25 @@ class IndexerV41(nn.Module):
             scores = scores.masked_fill(unseen, -torch.inf)
         if self.is_candidate_source:
             scratch["candidates"] = self._candidate_pool(scores, visible, numerics)
-        elif self.uses_pool:
+        elif self.uses_pool and scratch["candidates"] is not None:
             scores = scores.masked_fill(~scratch["candidates"], -torch.inf)
         picked, _ = topk_select(scores, min(self.topk, m), numerics.topk_ties, numerics.dtype)
         return picked, picked < visible.unsqueeze(-1)
 
-    def _candidate_pool(self, scores: torch.Tensor, visible: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+    def _candidate_pool(self, scores: torch.Tensor, visible: torch.Tensor,
+                        numerics: Numerics) -> torch.Tensor | None:
+        """[n, m] bool: the rows of each query's picked blocks; None where every block is a pick (m up to
+        ``candidate_topk_blocks`` blocks: 16384 rows in V4.1): then the pool keeps every block with a visible
+        row, and the rows it drops are the unseen ones, already -inf wherever the pool is applied."""
         bs, m = self.pool_block_size, scores.shape[-1]
+        if self.pool_blocks * bs >= m:
+            return None
         # each block's max; the last block may be short (ceil_mode: its window holds the rows there are).
         # A pooling kernel: torch's amax over [n, m / bs, bs] took 0.67 ms at 8192 x 8192 on the H200
         blocks = F.max_pool1d(scores, bs, bs, ceil_mode=True)
         n_blocks = blocks.shape[-1]
         newest = (visible - 1).div(bs, rounding_mode="floor")  # the partly filled block stays in
         blocks = blocks.masked_fill(torch.arange(n_blocks, device=blocks.device) == newest.unsqueeze(-1), torch.inf)
-        if self.pool_blocks >= n_blocks:  # every block is a pick: keep the ones with a visible row
-            keep = blocks > -torch.inf
-        else:
-            top, values = topk_select(blocks, self.pool_blocks, numerics.topk_ties, numerics.dtype)
-            keep = torch.zeros_like(blocks, dtype=torch.bool).scatter_(-1, top, values > -torch.inf)
+        top, values = topk_select(blocks, self.pool_blocks, numerics.topk_ties, numerics.dtype)
+        keep = torch.zeros_like(blocks, dtype=torch.bool).scatter_(-1, top, values > -torch.inf)
         return keep.repeat_interleave(bs, dim=-1)[..., :m]
