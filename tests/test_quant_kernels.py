@@ -1,7 +1,7 @@
 """The Triton FP4 round-trip kernel (kernels/fp8_triton_jit.py, used by kernels/triton_quant.py)
 under Triton's CPU interpreter, bitwise against model_impl/quant.py: both scale formats, bf16 and
-fp32, zeros of both signs, tiny and saturating blocks, E2M1 ties. tests/gpu/test_quant_gpu.py
-runs the compiled kernels on the GPU."""
+fp32, zeros of both signs, tiny and saturating blocks, E2M1 ties; rows contiguous as a whole (one long row)
+and not. tests/gpu/test_quant_gpu.py runs the compiled kernels on the GPU."""
 
 from __future__ import annotations
 
@@ -31,9 +31,19 @@ for dtype, bits in ((torch.float32, torch.int32), (torch.bfloat16, torch.int16))
         r, f = ref(x, block), fast(x, block)
         assert torch.equal(r.view(bits), f.view(bits)), (dtype, block, (r.float() - f.float()).abs().max())
         checked += 1
+# the indexer's query shape (rows of 128 taken as one long row, several programs), and rows that are not
+# contiguous as a whole (taken row by row)
+q = (torch.randn(3, 40, 128, generator=g) * torch.logspace(-3, 3, 128)).bfloat16()
+strided = torch.randn(5, 256, generator=g).bfloat16()[:, :128]
+for x in (q, strided):
+    for ref, fast, block in ((quant.fp4_roundtrip_e8m0, tq.fp4_roundtrip_e8m0, 32),
+                             (quant.fp4_roundtrip_e4m3, tq.fp4_roundtrip_e4m3, 16)):
+        r, f = ref(x, block), fast(x, block)
+        assert f.shape == x.shape and torch.equal(r.view(torch.int16), f.view(torch.int16)), (x.shape, block)
+        checked += 1
 print("OK", checked)
 """
 
 
 def test_fp4_roundtrip_kernel_is_bitwise_the_reference_under_the_interpreter():
-    assert "OK 4" in run_interpreted(SCRIPT)
+    assert "OK 8" in run_interpreted(SCRIPT)
