@@ -1,6 +1,6 @@
 """``apply_rope(..., overwrite=True)``: the Triton kernel under the CPU interpreter rotates x's last dims in place
-(the first dims untouched, never rewritten) with the out-of-place kernel's bits, for both directions and for a
-strided view; where x's last dim is strided (copied to be read) it falls back to out of place, x unchanged. The reference does
+(the first dims untouched, never rewritten) with the out-of-place kernel's bits (also where the two take other
+row tiles), for both directions and for a strided view; where x's last dim is strided (copied to be read) it falls back to out of place, x unchanged. The reference does
 the same in place (the CPU model runs it: every model test covers the callers)."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from deepinfer_adapters.kernels import triton_norm_rope as tr
 g = torch.Generator().manual_seed(2)
 S, H, dim, rd = 5, 3, 48, 16
 freqs = torch.polar(torch.ones(S, rd // 2), torch.rand(S, rd // 2, generator=g) * 6)
+tr.ROPE_TILE = 64  # in place a program takes 64 // 16 = 4 rows, out of place 64 // 64 = 1: other tiles, same bits
 for inverse in (False, True):
     x = torch.randn(S, H, dim, generator=g)
     want = tr.apply_rope(x, freqs, inverse)
