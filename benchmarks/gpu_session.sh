@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -529,6 +529,21 @@ if has s16idx; then  # session 16 (~4 min): index_scores' tiles at the causal 81
   timeout 240 ${RW/--out $OUT/--out $OUT/prefill_profile} --batches 1 --moe-paths bf16 --profile-prefill \
     > "$OUT/real_width_prefill_profile.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_prefill_profile.log" | grep -E "prefill S"; pack
+fi
+if has s17check; then  # prepared in session 16, never run on the GPU (~5 min): no candidate pool where every block is
+  # a pick (prefill up to 16k tokens, decode), the FP4 round trips as one long row (the indexer's queries: 262144
+  # programs of 128 values before), RoPE in place with rows a program by the rotated width -- their GPU tests and
+  # the model's, then decode B = 1 / 8 and the 8192-token prefill (session 16's last: 2.43 / 4.87 / 129.6 ms)
+  timeout 300 python -m pytest -q tests/gpu/test_quant_gpu.py tests/gpu/test_hc_norm_rope_gpu.py tests/gpu/test_model_gpu.py \
+    tests/gpu/test_batch_invariance_gpu.py tests/gpu/test_decode_graphs_gpu.py -p no:cacheprovider -s \
+    > "$OUT/gpu_tests_s17check.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s17check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s17check.log" | head -10
+  pack
+  mkdir -p "$OUT/s17check"
+  timeout 240 ${RW/--out $OUT/--out $OUT/s17check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill-reps 3 \
+    --profile-prefill > "$OUT/real_width_s17check.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s17check.log" | grep -E "decode B=|prefill S"
+  grep -E "fp4_roundtrip|apply_rope|max_pool|repeat_interleave" "$OUT/real_width_s17check.log" | head -6; pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"
