@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -544,6 +544,16 @@ if has s17check; then  # prepared in session 16, never run on the GPU (~5 min): 
     --profile-prefill > "$OUT/real_width_s17check.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s17check.log" | grep -E "decode B=|prefill S"
   grep -E "fp4_roundtrip|apply_rope|max_pool|repeat_interleave" "$OUT/real_width_s17check.log" | head -6; pack
+fi
+if has s17ncu; then  # prepared in session 16 (~2 min): Nsight Compute on the one-row decode GEMV launches of the
+  # quick bench (grid, duration, DRAM, occupancy, stall reasons: which shapes lose to what; session 16 saw only
+  # wq_a + wkv: 7.6 us, DRAM 18% busy, SMs active 69%)
+  SECTIONS="--section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats"
+  timeout 200 ncu --clock-control none --kernel-name regex:"fp8_gemm_rows_kernel|split_sum_kernel|fp8_gemm_kernel" \
+    --launch-count 40 $SECTIONS python benchmarks/bench_decode_gemv.py --rows 1 --quick --out "$OUT" \
+    > "$OUT/ncu_decode_gemv_s17.log" 2>&1; echo "ncu gemv exit $?"
+  grep -E "^  [a-z_0-9]+_kernel|Duration|DRAM Throughput|Achieved Occupancy|Stall Long Scoreboard" \
+    "$OUT/ncu_decode_gemv_s17.log" | head -60; pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"
