@@ -16,23 +16,10 @@ import json
 
 import torch
 
-from benchmarks.timing import run_info
+from benchmarks.timing import run_info, time_eager
 from deepinfer_adapters.kernels import reference, triton_index
 
 H, D = 32, 128
-
-
-def _time(fn) -> float:
-    fn()
-    times = []
-    for _ in range(10):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return sorted(times)[len(times) // 2]
 
 
 SWEEP = [  # (BLOCK_K, ROWS, NUM_WARPS, NUM_STAGES)
@@ -54,7 +41,7 @@ def sweep(g: torch.Generator) -> None:
     for cfg in SWEEP:
         triton_index.BLOCK_K, triton_index.ROWS, triton_index.NUM_WARPS, triton_index.NUM_STAGES = cfg
         try:
-            us = _time(lambda: triton_index.index_scores(q, keys, w, visible))
+            us = time_eager(lambda: triton_index.index_scores(q, keys, w, visible), reps=10, warm=1)
             out = triton_index.index_scores(q, keys, w, visible)
             base = out if base is None else base
             got = out[rows].float()
@@ -85,7 +72,7 @@ def main():
         keys = torch.randn(*((n,) if own else ()), m, D, device="cuda", generator=g).bfloat16()
         w = torch.rand(n, H, device="cuda", generator=g).bfloat16()
         visible = torch.arange(1, n + 1, device="cuda") * m // n if causal else None
-        us = _time(lambda: triton_index.index_scores(q, keys, w, visible))
+        us = time_eager(lambda: triton_index.index_scores(q, keys, w, visible), reps=10, warm=1)
         print(f"index_scores n={n} m={m} own keys={own} causal={causal}: {us:.1f} us, "
               f"{2 * n * m * H * D / us / 1e6:.0f} TFLOP/s (of all products)", flush=True)
 
