@@ -58,7 +58,8 @@ class IndexerV41(nn.Module):
         its own m keys (batched decode). ``visible`` [n]: the rows each query can see; the others
         come back -inf (``select(..., masked=True)``), else nothing is masked yet."""
         dt = numerics.dtype
-        q = kernels.apply_rope(self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim)), freqs)
+        q = self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim))
+        q = kernels.apply_rope(q, freqs, overwrite=True)  # q is this call's own, as in AttentionBase.query_heads
         if numerics.kv_quant:
             q = kernels.fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK)
         w = (self.weights_proj(x, numerics) * self.weight_scale).to(dt)
