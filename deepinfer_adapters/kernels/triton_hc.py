@@ -369,13 +369,14 @@ _PIECES: dict[int, tuple] = {}  # id(fn) -> (weakref to fn, fn._version, its pie
 def fn_pieces(fn: torch.Tensor) -> torch.Tensor | None:
     """[3, N, K] bf16: hi + mid + lo = fn (as fp32) exactly, ``mix_logits``' in-kernel split computed once
     per weight (cached while the tensor lives and is not written to). None while a CUDA graph is being
-    captured and the weight has no pieces yet: captured ops do not run, so the cache would hold unwritten
-    memory (the kernel then splits in place: the same bits)."""
+    captured (the kernel then splits in place: the same bits): a graph would keep reading the pieces it
+    was captured with after the weight is written in place (a weight update), and a capture cannot fill
+    the cache (captured ops do not run)."""
+    if fn.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None
     hit = _PIECES.get(id(fn))
     if hit is not None and hit[0]() is fn and hit[1] == fn._version:
         return hit[2]
-    if fn.is_cuda and torch.cuda.is_current_stream_capturing():
-        return None
     w = fn.float()
     hi = w.bfloat16()
     r = w - hi.float()

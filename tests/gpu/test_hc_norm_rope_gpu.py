@@ -183,8 +183,10 @@ def test_hc_mix_logits_loaded_pieces_are_the_inline_split(monkeypatch, T, fn_dty
 
 
 def test_hc_mix_logits_captured_before_its_pieces_exist(monkeypatch):
-    """A CUDA graph captured before the weight's pieces are cached splits in the kernel (captured ops do not
-    run: a cache filled during capture would hold unwritten memory); replays and eager calls agree."""
+    """A CUDA graph never reads cached pieces, it splits in the kernel (captured ops do not run, so a cache
+    filled during capture would hold unwritten memory; and a graph reading pieces cached before the capture
+    would miss later in-place writes to the weight: test_cuda_graph_capture[128] refills fn after
+    capturing); replays and eager calls agree."""
     hc_mod = _hc()
     g = _gen(11)
     x = _stream(256, 5120, torch.bfloat16, g)
