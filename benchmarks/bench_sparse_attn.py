@@ -45,6 +45,9 @@ CONFIGS = {  # name: Config(block_h, num_warps, num_stages, split_blocks=...) of
     "h16_w4_sp2": tsa.Config(16, 4, 2, split_blocks=2),
     "h16_w4_sp5": tsa.Config(16, 4, 2, split_blocks=5),
     "h64_w8_sp5": tsa.Config(64, 8, 2, split_blocks=5),
+    "h32_w4_sp1": tsa.Config(32, 4, 2, split_blocks=1),
+    "h64_w8_sp1": tsa.Config(64, 8, 2, split_blocks=1),
+    "h16_w2_sp1": tsa.Config(16, 2, 2, split_blocks=1),
 }
 
 

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -554,6 +554,27 @@ if has s17ncu; then  # prepared in session 16 (~2 min): Nsight Compute on the on
     > "$OUT/ncu_decode_gemv_s17.log" 2>&1; echo "ncu gemv exit $?"
   grep -E "^  [a-z_0-9]+_kernel|Duration|DRAM Throughput|Achieved Occupancy|Stall Long Scoreboard" \
     "$OUT/ncu_decode_gemv_s17.log" | head -60; pack
+fi
+if has s17a; then  # session 17 (~8 min): the HC pieces fix (no cached pieces inside a graph) and the split decode
+  # attention's dispatch, their GPU tests; sparse_attn at decode by config next to FlashMLA; Nsight Compute on one
+  # call each of the big decode GEMVs and of a layer's routed experts (why ~50% of the copy rate against ~80%);
+  # V4.1 decode B = 1 / 8 with the split decode attention off and on
+  timeout 120 python -m pytest -q tests/gpu/test_hc_norm_rope_gpu.py tests/gpu/test_sparse_attn_gpu.py \
+    -p no:cacheprovider -s > "$OUT/gpu_tests_s17a.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s17a.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s17a.log" | head -10; pack
+  timeout 150 python benchmarks/bench_sparse_attn.py --out "$OUT" > "$OUT/sparse_attn_s17.log" 2>&1
+  grep -E "^decode S=(1|8) " "$OUT/sparse_attn_s17.log" | sed -E 's/, .bitwise[^}]*//' | cut -c1-110
+  grep -oE '"case": "decode S=[0-9]+"|"flashmla_us": [0-9.]+' "$OUT/sparse_attn_s17.log" | paste - - | head -4; pack
+  SECTIONS="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+    --section LaunchStats --section SchedulerStats"
+  timeout 100 ncu --profile-from-start off --clock-control none $SECTIONS python benchmarks/probe_gemv_ncu.py \
+    > "$OUT/ncu_gemv_probe_s17.log" 2>&1; echo "ncu probe exit $?"
+  grep -E "^  [a-zA-Z_0-9:<> ]+\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issued Warp|No Eligible" \
+    "$OUT/ncu_gemv_probe_s17.log" | cut -c1-120 | head -90; pack
+  mkdir -p "$OUT/s17a"
+  timeout 200 ${RW/--out $OUT/--out $OUT/s17a} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
+    --ab decode_split_attn:1,8 > "$OUT/real_width_s17a.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s17a.log" | grep -E "decode B=|A/B|split"; pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deepinfer_adapters.kernels import register
+from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels.reference import SPARSE_ATTN_BLOCK
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
@@ -305,3 +305,29 @@ def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torc
 
 
 register("sparse_attn", "triton", sparse_attn, supports=supports, priority=10)
+
+# Decode outside batch-invariant mode: up to this many queries a call splits each query's indices over
+# programs (``DECODE_SPLIT_CONFIG``: 16 heads x one block of 64 indices a program, then the merge), above
+# FlashMLA, whose prefill kernel runs one program per query for all 64 heads, so one decode query
+# keeps one SM busy (H200, bench_sparse_attn.py, BENCHMARKS.md "sparse_attn": 13.5 against 20.0 us at one query, 18.3
+# against 20.4 at 8 with two blocks a program). Split-K rounds p against each split's running max
+# (see Numerics), so a query's bits would differ between decode and a recomputing prefill: never in
+# batch-invariant mode. 0: off.
+DECODE_SPLIT_QUERIES = 4
+DECODE_SPLIT_CONFIG = Config(block_h=16, num_warps=4, num_stages=2, split_blocks=1)
+
+
+def supports_decode_split(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor, scale: float,
+                          probs_bf16: bool = True, **_) -> bool:
+    return (0 < q.shape[0] <= DECODE_SPLIT_QUERIES and not invariance.enabled() and uses_bf16_kernel(q, kv)
+            and supports(q, kv, sink, idx, scale, probs_bf16))
+
+
+def sparse_attn_decode_split(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor, scale: float,
+                             probs_bf16: bool = True) -> torch.Tensor:
+    """``sparse_attn`` with ``DECODE_SPLIT_CONFIG`` (a few decode queries, outside batch-invariant mode)."""
+    return sparse_attn(q, kv, sink, idx, scale, probs_bf16, config=DECODE_SPLIT_CONFIG)
+
+
+register("sparse_attn", "triton_decode_split", sparse_attn_decode_split, supports=supports_decode_split,
+         priority=30)  # above FlashMLA (20)

@@ -159,3 +159,26 @@ def test_batch_invariant(config):
     for lo, hi in [(3, 4), (10, 18), (40, 72)]:
         part = _tri().sparse_attn(q[lo:hi], kv, sink, idx[lo:hi], 512**-0.5, config=cfg)
         assert torch.equal(part, full[lo:hi]), f"rows {lo}:{hi} differ alone vs in a batch of 160"
+
+
+def test_decode_split_only_for_few_queries_outside_invariant_mode():
+    """Up to DECODE_SPLIT_QUERIES queries outside batch-invariant mode the dispatcher takes the split
+    decode config (its result within the split-K tolerance of the reference); more queries, or
+    batch-invariant mode, never (a split query's bits differ from a recomputing prefill's)."""
+    from deepinfer_adapters.kernels import invariance
+
+    tri = _tri()
+    n = tri.DECODE_SPLIT_QUERIES
+    assert n > 0
+    q, kv, sink, idx = _inputs(n + 1, 64, 512, 3000, 640, torch.bfloat16, 5, empty_rows=())
+    scale = 512**-0.5
+    few = (q[:n], kv, sink, idx[:n], scale)
+    assert tri.supports_decode_split(*few) and not tri.supports_decode_split(q, kv, sink, idx, scale)
+    split = tri.sparse_attn(*few, config=tri.DECODE_SPLIT_CONFIG)
+    assert kernels.chosen("sparse_attn", *few) == "triton_decode_split"
+    assert kernels.chosen("sparse_attn", q, kv, sink, idx, scale) != "triton_decode_split"
+    assert torch.equal(kernels.sparse_attn(*few), split)
+    ref = reference.sparse_attn(*few)
+    assert _rel(split, ref) <= 6e-3
+    with invariance.batch_invariant(True):
+        assert kernels.chosen("sparse_attn", *few) != "triton_decode_split"
