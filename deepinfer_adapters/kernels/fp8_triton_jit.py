@@ -268,8 +268,8 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         k_hi = tl.minimum(K, k_lo + k_per_split)
         # K has no masks: the wrapper makes K and k_per_split multiples of KSTEP * SUB, so
         # every load is whole 16-byte vectors (a K mask made Triton fall back to byte loads)
-        if PREFETCH and A_SB == 0 and W_FP4 == 0 and SUB == 1 and KSTEP <= W_BK:
-            # the weight scales a step ahead (Triton does not pipeline their one-byte loads)
+        SCALES_AHEAD: tl.constexpr = PREFETCH and A_SB == 0 and W_FP4 == 0 and SUB == 1 and KSTEP <= W_BK
+        if SCALES_AHEAD:  # the weight scales a step ahead (Triton does not pipeline their one-byte loads)
             k_last = k_hi - KSTEP
             sw_next = tl.load(ws_ptr + tl.minimum(k_lo, k_last) // W_BK, mask=mask_n, other=0)
             for k0 in range(k_lo, k_hi, KSTEP):
