@@ -46,7 +46,6 @@ def configs(M: int, quick: bool = False) -> dict[str, dict]:
     if M <= tg.SWAPPED_ROWS:
         c["rows_first"] = {"swapped": False}
         c["bf16_steps"] = {"swapped": True, "bf16_steps": True}
-        c["no_prefetch"] = {"prefetch": False}  # the swapped kernel's scales loaded in their own K iteration
     if quick:
         return c
     if M <= tg.SWAPPED_ROWS:  # the swapped kernel's tiles: weight rows, scale steps, stages, split-K target
@@ -54,7 +53,7 @@ def configs(M: int, quick: bool = False) -> dict[str, dict]:
             c[f"sw_n{n}_s{sub}_p{stages}_t{programs}"] = {
                 "swapped": True, "config": tg.GemmConfig(16, n, sub, 4, stages, programs=programs)}
         # bf16 steps (128 deep): weight rows, steps an iteration, warps, stages, split-K target
-        for n, sub, warps, stages, programs in ((64, 1, 4, 4, 528), (64, 1, 4, 6, 264),
+        for n, sub, warps, stages, programs in ((64, 1, 4, 4, 528), (64, 2, 4, 4, 264), (64, 1, 4, 6, 264),
                                                 (128, 1, 4, 4, 264), (128, 1, 8, 4, 264), (32, 1, 4, 4, 528),
                                                 (64, 1, 4, 3, 1056)):
             c[f"b16_n{n}_s{sub}_w{warps}_p{stages}_t{programs}"] = {
@@ -86,7 +85,6 @@ def run_linear(name, N, K, M, c, g, quick):
     row = {"op": name, "M": M, "N": N, "K": K, "floor_us": floor, "us": {}}
     for cname, kw in configs(M, quick).items():
         kw = {"path": "triton", **kw}
-        tg.PREFETCH_SCALES = kw.pop("prefetch", True)
         try:
             out = tg.fp8_linear(xs[0], *ws[0], BLOCK, 32, **kw)
             t = time_graph([lambda x=x, w=w, kw=kw: tg.fp8_linear(x, *w, BLOCK, 32, **kw) for x, w in zip(xs, ws)])
@@ -95,12 +93,9 @@ def run_linear(name, N, K, M, c, g, quick):
         except Exception as e:  # a config that does not compile or fit: record, go on
             row["us"][cname] = float("nan")
             log(f"{name} M={M} {cname}: {type(e).__name__}: {str(e)[:160]}")
-        finally:
-            tg.PREFETCH_SCALES = True
     best = min((v, k) for k, v in row["us"].items() if v == v)
     row["best"] = best[1]
-    no_prefetch = f" (scales not prefetched {row['us']['no_prefetch']:6.1f})" if "no_prefetch" in row["us"] else ""
-    log(f"{name:11s} M={M:3d} floor {floor:6.1f} us | default {row['us']['default']:6.1f}{no_prefetch} | best {best[1]} "
+    log(f"{name:11s} M={M:3d} floor {floor:6.1f} us | default {row['us']['default']:6.1f} | best {best[1]} "
         f"{best[0]:6.1f} | max rel {max(row['rel'].values()):.1e}")
     return row
 
@@ -147,7 +142,6 @@ MOE_CONFIGS = {  # name: (expert storage, path, config, routing); "fp4": packed 
     # E4M3 experts untiled (the held layout before session 9: quant.to_e4m3_tiles)
     "fp8": ("fp8", "fp8", None, None), "fp8_untiled": ("fp8u", "fp8", None, None),
     "bf16": ("fp8", "bf16", None, None), "bf16_sorted": ("fp8", "bf16", None, "sorted"),
-    "bf16_no_prefetch": ("fp8", "bf16", None, None),  # the weight scales loaded in their own K step
     "bf16_untiled": ("fp8u", "bf16", None, None),
     # packed E2M1 on the bf16 path (sessions 7-8: 16 x 64 tiles, 4 stages and 2 or 4 spans per iteration
     # were no faster than the default, RESULTS_moe_storage_fp4_s8.log)
@@ -187,7 +181,6 @@ def run_moe(T, c, stores, g):
         if routing == "sorted" and T > 1:  # the default there
             continue
         tg.FP4_UNPACK = MOE_FP4_UNPACK.get(name, "ptx")
-        tg.PREFETCH_SCALES = name != "bf16_no_prefetch"
         try:
             out = kernels.moe_experts(*args(0, store), path=path, config=cfg, routing=routing)
             row["us"][name] = time_graph([lambda i=i, store=store, path=path, cfg=cfg, routing=routing:
@@ -199,7 +192,6 @@ def run_moe(T, c, stores, g):
             log(f"moe T={T} {name}: {type(e).__name__}: {str(e)[:160]}")
         finally:
             tg.FP4_UNPACK = "ptx"
-            tg.PREFETCH_SCALES = True
     log(f"moe         T={T:3d} floor {floor['fp8']:6.1f} us, fp4 {floor['fp4']:6.1f} ({touched:.0f} experts) | "
         + " | ".join(f"{k} {v:6.1f}" for k, v in row["us"].items()) + " | rel vs bf16 "
         + " ".join(f"{k} {v:.0e}" for k, v in row.get("rel", {}).items()))

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17b] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -575,20 +575,6 @@ if has s17a; then  # session 17 (~8 min): the HC pieces fix (no cached pieces in
   timeout 200 ${RW/--out $OUT/--out $OUT/s17a} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
     --ab decode_split_attn:1,8 > "$OUT/real_width_s17a.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s17a.log" | grep -E "decode B=|A/B|split"; pack
-fi
-if has s17b; then  # session 17 (~9 min): scales loaded a K iteration ahead in the decode GEMVs (fp8_gemm_rows_kernel)
-  # and the MoE's bf16 path (fp8_gemm_kernel) -- their GPU tests and the model's, the GEMVs and one layer's experts
-  # with and without, V4.1 decode B = 1 / 8 A/B
-  timeout 300 python -m pytest -q tests/gpu/test_fp8_linear_gpu.py tests/gpu/test_moe_gpu.py tests/gpu/test_model_gpu.py \
-    tests/gpu/test_batch_invariance_gpu.py tests/gpu/test_decode_graphs_gpu.py -p no:cacheprovider -s \
-    > "$OUT/gpu_tests_s17b.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s17b.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s17b.log" | head -10; pack
-  timeout 150 python benchmarks/bench_decode_gemv.py --rows 1 8 --quick --moe 1 8 --out "$OUT" > "$OUT/decode_gemv_s17b.log" 2>&1
-  grep -E "^[a-z_+0-9]+ +M=|^wo_a|^moe" "$OUT/decode_gemv_s17b.log" | cut -c1-150; pack
-  mkdir -p "$OUT/s17b"
-  timeout 200 ${RW/--out $OUT/--out $OUT/s17b} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
-    --ab prefetch_scales:1,8 > "$OUT/real_width_s17b.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s17b.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s17b.log"; pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"

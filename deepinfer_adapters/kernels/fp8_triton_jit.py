@@ -224,8 +224,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                     A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
                     GROUPED: tl.constexpr, GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr,
-                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0, W_TILED: tl.constexpr = False,
-                    PREFETCH: tl.constexpr = True):
+                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0, W_TILED: tl.constexpr = False):
     """OUT[r, n] = sum_k A[r, k] W[e, n, k] with block scales. GROUPED: program row
     tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
     GATHER_A: A's row for output row r is ROW_IDX[r]; SCATTER_OUT: so is OUT's. A_SB == 0:
@@ -235,9 +234,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
     W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX): W holds packed
     E2M1 in the span layout, K / 2 bytes a row (``e2m1_halves``; span KSTEP, each half inside
     one scale block); W_TILED (grouped, BLOCK_N 128): W in 128-row tiles, ``quant.to_fp4_tiles``' packed
-    E2M1 or ``quant.to_e4m3_tiles``' E4M3 (KSTEP * SUB dividing 128). PREFETCH: bf16 A with E4M3 W,
-    one scale block a step (the MoE's bf16 path), loads each step's weight scales a step ahead (see
-    ``fp8_gemm_rows_kernel``)."""
+    E2M1 or ``quant.to_e4m3_tiles``' E4M3 (KSTEP * SUB dividing 128)."""
     pdl_start()
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -268,61 +265,48 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
         k_hi = tl.minimum(K, k_lo + k_per_split)
         # K has no masks: the wrapper makes K and k_per_split multiples of KSTEP * SUB, so
         # every load is whole 16-byte vectors (a K mask made Triton fall back to byte loads)
-        SCALES_AHEAD: tl.constexpr = PREFETCH and A_SB == 0 and W_FP4 == 0 and SUB == 1 and KSTEP <= W_BK
-        if SCALES_AHEAD:  # the weight scales a step ahead (Triton does not pipeline their one-byte loads)
-            k_last = k_hi - KSTEP
-            sw_next = tl.load(ws_ptr + tl.minimum(k_lo, k_last) // W_BK, mask=mask_n, other=0)
-            for k0 in range(k_lo, k_hi, KSTEP):
-                sw_raw = sw_next
-                sw_next = tl.load(ws_ptr + tl.minimum(k0 + KSTEP, k_last) // W_BK, mask=mask_n, other=0)
-                ks = k0 + tl.arange(0, KSTEP)
-                a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
-                w = tl.load(e4m3_step_ptr(w_ptr, k0, KSTEP, BLOCK_N, W_TILED), mask=mask_n[None, :], other=0.0)
-                acc = tl.dot(a, (w.to(tl.float32) * weight_scale(sw_raw, W_E8M0)[None, :]).to(tl.bfloat16), acc)
-        else:
-            for k0 in range(k_lo, k_hi, KSTEP * SUB):
-                if A_SB > 0 and W_BK % (KSTEP * SUB) == 0:
-                    # one weight scale over this iteration's K (k0 is a multiple of KSTEP * SUB): each
-                    # product gets its activation scale, the weight scale comes once, after SUB of them
-                    # (a power of two: the same bits as scaling each product)
-                    sw = weight_scale(tl.load(ws_ptr + k0 // W_BK, mask=mask_n, other=0), W_E8M0)
-                    part = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-                    for j in tl.static_range(SUB):
-                        kb = k0 + j * KSTEP
+        for k0 in range(k_lo, k_hi, KSTEP * SUB):
+            if A_SB > 0 and W_BK % (KSTEP * SUB) == 0:
+                # one weight scale over this iteration's K (k0 is a multiple of KSTEP * SUB): each
+                # product gets its activation scale, the weight scale comes once, after SUB of them
+                # (a power of two: the same bits as scaling each product)
+                sw = weight_scale(tl.load(ws_ptr + k0 // W_BK, mask=mask_n, other=0), W_E8M0)
+                part = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+                for j in tl.static_range(SUB):
+                    kb = k0 + j * KSTEP
+                    ks = kb + tl.arange(0, KSTEP)
+                    a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
+                    w = tl.load(e4m3_step_ptr(w_ptr, kb, KSTEP, BLOCK_N, W_TILED), mask=mask_n[None, :], other=0.0)
+                    a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
+                    part += tl.dot(a, w) * sa[:, None]
+                acc += part * sw[None, :]
+            else:
+                for j in tl.static_range(SUB):
+                    kb = k0 + j * KSTEP
+                    if W_FP4:  # two chained half-depth products: the order of one KSTEP-deep product
+                        lo, hi = e2m1_halves(weight_step_ptr(w4_ptr, kb, BLOCK_N, 64, 32, W_TILED), mask_n, KSTEP,
+                                             W_FP4)
+                        acc = half_product(acc, lo, a_ptr, ws_ptr, kb, mask_m, mask_n, KSTEP // 2, W_BK, W_E8M0,
+                                           W_FP4)
+                        acc = half_product(acc, hi, a_ptr, ws_ptr, kb + KSTEP // 2, mask_m, mask_n, KSTEP // 2, W_BK,
+                                           W_E8M0, W_FP4)
+                    else:
                         ks = kb + tl.arange(0, KSTEP)
                         a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
                         w = tl.load(e4m3_step_ptr(w_ptr, kb, KSTEP, BLOCK_N, W_TILED), mask=mask_n[None, :],
                                     other=0.0)
-                        a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
-                        part += tl.dot(a, w) * sa[:, None]
-                    acc += part * sw[None, :]
-                else:
-                    for j in tl.static_range(SUB):
-                        kb = k0 + j * KSTEP
-                        if W_FP4:  # two chained half-depth products: the order of one KSTEP-deep product
-                            lo, hi = e2m1_halves(weight_step_ptr(w4_ptr, kb, BLOCK_N, 64, 32, W_TILED), mask_n,
-                                                 KSTEP, W_FP4)
-                            acc = half_product(acc, lo, a_ptr, ws_ptr, kb, mask_m, mask_n, KSTEP // 2, W_BK,
-                                               W_E8M0, W_FP4)
-                            acc = half_product(acc, hi, a_ptr, ws_ptr, kb + KSTEP // 2, mask_m, mask_n, KSTEP // 2,
-                                               W_BK, W_E8M0, W_FP4)
+                        if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
+                            sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
                         else:
-                            ks = kb + tl.arange(0, KSTEP)
-                            a = tl.load(a_ptr + ks[None, :], mask=mask_m[:, None], other=0.0)
-                            w = tl.load(e4m3_step_ptr(w_ptr, kb, KSTEP, BLOCK_N, W_TILED), mask=mask_n[None, :],
-                                        other=0.0)
-                            if KSTEP > W_BK:  # [KSTEP, BLOCK_N] scales: each row of w its own K block's
-                                sw = tl.load(ws_ptr[None, :] + (ks // W_BK)[:, None], mask=mask_n[None, :], other=0)
-                            else:
-                                sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
-                            sw = weight_scale(sw, W_E8M0)
-                            if A_SB > 0:
-                                a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
-                                acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
-                            elif KSTEP > W_BK:
-                                acc = tl.dot(a, (w.to(tl.float32) * sw).to(tl.bfloat16), acc)
-                            else:
-                                acc = tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
+                            sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
+                        sw = weight_scale(sw, W_E8M0)
+                        if A_SB > 0:
+                            a, sa = scaled_activation(a, as_ptr, kb, mask_m, A_SB, QUANT_A)
+                            acc += tl.dot(a, w) * (sa[:, None] * sw[None, :])
+                        elif KSTEP > W_BK:
+                            acc = tl.dot(a, (w.to(tl.float32) * sw).to(tl.bfloat16), acc)
+                        else:
+                            acc = tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
         out_rows = a_rows if SCATTER_OUT else rows.to(tl.int64)
         out_ptr = OUT + pid_k * stride_os + out_rows[:, None] * stride_om + cols[None, :]
         tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
@@ -339,11 +323,13 @@ def dequant_blocks(x, scales, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def bf16_operands(w, a, sw, as_ptr, kb, mask_t, KSTEP: tl.constexpr, A_SB: tl.constexpr,
-                  W_BK: tl.constexpr, QUANT_A: tl.constexpr):
-    """A K step's weight tile w [BLOCK_N, KSTEP] (E4M3, its fp32 scales sw [BLOCK_N, KSTEP / W_BK]) and
-    activation tile a [BLOCK_T, KSTEP] (E4M3 with stored scales, or QUANT_A: bf16, quantized here per
-    A_SB as act_quant_kernel would) as exact bf16 values: every scale block of the step gets its own scale."""
+def bf16_operands(w, a, ws_ptr, as_ptr, kb, mask_n, mask_t, KSTEP: tl.constexpr, A_SB: tl.constexpr,
+                  W_BK: tl.constexpr, W_E8M0: tl.constexpr, QUANT_A: tl.constexpr):
+    """A K step's weight tile w [BLOCK_N, KSTEP] (E4M3) and activation tile a [BLOCK_T, KSTEP] (E4M3
+    with stored scales, or QUANT_A: bf16, quantized here per A_SB as act_quant_kernel would) as exact
+    bf16 values: every scale block of the step gets its own scale."""
+    w_blocks = (kb // W_BK + tl.arange(0, KSTEP // W_BK))[None, :]
+    sw = weight_scale(tl.load(ws_ptr[:, None] + w_blocks, mask=mask_n[:, None], other=0), W_E8M0)
     BLOCK_T: tl.constexpr = a.shape[0]
     if QUANT_A:
         q, sa = quantize_rows(tl.reshape(a.to(tl.float32), (BLOCK_T * (KSTEP // A_SB), A_SB)))
@@ -354,52 +340,12 @@ def bf16_operands(w, a, sw, as_ptr, kb, mask_t, KSTEP: tl.constexpr, A_SB: tl.co
     return dequant_blocks(w, sw, W_BK), ab
 
 
-@triton.jit
-def sub_step_scales(ws_ptr, as_ptr, kb, k_last, mask_n, mask_t, A_SB: tl.constexpr, W_BK: tl.constexpr,
-                    QUANT_A: tl.constexpr):
-    """An FP8 step's scales at input kb, as loaded (E8M0 bytes not yet converted: a conversion would
-    wait for the load): the weight's [BLOCK_N] and the activation's [BLOCK_T] (QUANT_A: none, the
-    weight's again). kb is clamped to k_last, the program's last step, so a prefetch past the end loads
-    a scale that is there (and never used)."""
-    kb = tl.minimum(kb, k_last)
-    sw = tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0)
-    sa = sw if QUANT_A else tl.load(as_ptr + kb // A_SB, mask=mask_t, other=0.0)
-    return sw, sa
-
-
-@triton.jit
-def rows_step_scales(ws_ptr, as_ptr, k0, k_last, mask_n, mask_t, KSTEP: tl.constexpr, SUB: tl.constexpr,
-                     A_SB: tl.constexpr, W_BK: tl.constexpr, QUANT_A: tl.constexpr, BF16_STEPS: tl.constexpr):
-    """``fp8_gemm_rows_kernel``'s scales of the K iteration at k0 (clamped to k_last, the last), as loaded.
-    BF16_STEPS: the weight's [BLOCK_N, KSTEP / W_BK] (the activation's come with its tile, which Triton
-    pipelines). FP8 steps: one ``sub_step_scales`` pair per sub-step, four (SUB <= 4; unused ones repeat
-    the first), as separate vectors: a [BLOCK_N, SUB] tile would need a layout conversion, with its
-    barriers, for every column taken out of it."""
-    if BF16_STEPS:
-        tl.static_assert(SUB == 1, "bf16 steps take one K step an iteration")
-        blocks = tl.minimum(k0, k_last) // W_BK + tl.arange(0, KSTEP // W_BK)
-        sw = tl.load(ws_ptr[:, None] + blocks[None, :], mask=mask_n[:, None], other=0)
-        return sw, sw, sw, sw, sw, sw, sw, sw  # the weight's tile, then unused
-    else:
-        tl.static_assert(SUB <= 4, "FP8 steps take up to four sub-steps an iteration")
-        w0, a0 = sub_step_scales(ws_ptr, as_ptr, k0, k_last, mask_n, mask_t, A_SB, W_BK, QUANT_A)
-        w1, a1 = w0, a0
-        w2, a2 = w0, a0
-        w3, a3 = w0, a0
-        if SUB > 1:
-            w1, a1 = sub_step_scales(ws_ptr, as_ptr, k0 + KSTEP, k_last, mask_n, mask_t, A_SB, W_BK, QUANT_A)
-        if SUB > 2:
-            w2, a2 = sub_step_scales(ws_ptr, as_ptr, k0 + 2 * KSTEP, k_last, mask_n, mask_t, A_SB, W_BK, QUANT_A)
-            w3, a3 = sub_step_scales(ws_ptr, as_ptr, k0 + 3 * KSTEP, k_last, mask_n, mask_t, A_SB, W_BK, QUANT_A)
-        return w0, a0, w1, a1, w2, a2, w3, a3
-
-
 @triton.jit(do_not_specialize=["M"])
 def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
                          stride_am, stride_asm, stride_wn, stride_wsn, stride_om, stride_os,
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                          A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
-                         QUANT_A: tl.constexpr, BF16_STEPS: tl.constexpr = False, PREFETCH: tl.constexpr = True):
+                         QUANT_A: tl.constexpr, BF16_STEPS: tl.constexpr = False):
     """``fp8_gemm_kernel`` (ungrouped, FP8 activations) for a few rows, with the product swapped:
     program (N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T] = W A^T, so the weight tile is
     the 64-row operand of Hopper's FP8 tensor-core instruction (wgmma needs 64 rows) and the
@@ -424,37 +370,18 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
     acc = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(K, k_lo + k_per_split)
-    STEP: tl.constexpr = KSTEP * SUB
-    k_last = k_hi - KSTEP
-    # PREFETCH: each iteration loads the next one's scales before its own products. Triton pipelines
-    # only the loads that feed a tensor-core operand through cp.async (4 bytes and up): the E8M0 bytes
-    # and the FP8 steps' activation scales were loaded inside their own iteration, which then waited
-    # out a global load's latency every K step (SASS: 20 plain loads in the loop; Nsight Compute:
-    # ~37% of the warps' time on L1TEX scoreboard stalls, session 17)
-    nxt = rows_step_scales(ws_ptr, as_ptr, k_lo, k_last, mask_n, mask_t, KSTEP, SUB, A_SB, W_BK, QUANT_A, BF16_STEPS)
-    for k0 in range(k_lo, k_hi, STEP):
-        if PREFETCH:
-            cur = nxt
-            nxt = rows_step_scales(ws_ptr, as_ptr, k0 + STEP, k_last, mask_n, mask_t, KSTEP, SUB, A_SB, W_BK, QUANT_A,
-                                   BF16_STEPS)
-        else:
-            cur = rows_step_scales(ws_ptr, as_ptr, k0, k_last, mask_n, mask_t, KSTEP, SUB, A_SB, W_BK, QUANT_A,
-                                   BF16_STEPS)
+    for k0 in range(k_lo, k_hi, KSTEP * SUB):
         for j in tl.static_range(SUB):
             kb = k0 + j * KSTEP
             ks = kb + tl.arange(0, KSTEP)
             a = tl.load(a_ptr + ks[None, :], mask=mask_t[:, None], other=0.0)
             w = tl.load(w_ptr + ks[None, :], mask=mask_n[:, None], other=0.0)
             if BF16_STEPS:
-                wb, ab = bf16_operands(w, a, weight_scale(cur[0], W_E8M0), as_ptr, kb, mask_t, KSTEP, A_SB, W_BK,
-                                       QUANT_A)
+                wb, ab = bf16_operands(w, a, ws_ptr, as_ptr, kb, mask_n, mask_t, KSTEP, A_SB, W_BK, W_E8M0, QUANT_A)
                 acc = tl.dot(wb, tl.trans(ab), acc)
             else:
-                sw = weight_scale(cur[2 * j], W_E8M0)
-                if QUANT_A:
-                    a, sa = quantize_rows(a.to(tl.float32))
-                else:
-                    sa = cur[2 * j + 1]
+                sw = weight_scale(tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0), W_E8M0)
+                a, sa = scaled_activation(a, as_ptr, kb, mask_t, A_SB, QUANT_A)
                 acc += tl.dot(w, tl.trans(a)) * (sw[:, None] * sa[None, :])
     out_ptr = OUT + pid_k * stride_os + toks.to(tl.int64)[None, :] * stride_om + cols[:, None]
     tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_n[:, None] & mask_t[None, :])

@@ -120,11 +120,6 @@ SWAPPED_CONFIG = GemmConfig(16, 64, 4, 4, 4)
 # slower: wq_b 21.3 -> 24.4, Engram wkv 72.3 -> 74.8). The same at one row.
 BF16_STEPS = True
 BF16_STEPS_CONFIG = GemmConfig(16, 64, 1, 4, 3, programs=1056)
-# The swapped kernel loads each K iteration's scales one iteration ahead (``fp8_gemm_rows_kernel``'s
-# PREFETCH), and so does the rows-first kernel on the bf16 path (the MoE's, ``fp8_gemm_kernel``): Triton
-# does not pipeline them, so each iteration waited out a global load's latency. False: loaded in their
-# own iteration, as before session 17 (the same bits; an A/B switch)
-PREFETCH_SCALES = True
 
 
 def invariant_config(kstep: int) -> GemmConfig:
@@ -275,8 +270,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         cfg = dataclasses.replace(cfg, block_n=FP4_TILE_ROWS if fp4 else E4M3_TILE)
     if bf16_steps:
         kstep = BF16_KSTEP
-    # bf16 steps: one 128-deep product an iteration (its scales prefetched as one tile)
-    sub = 1 if bf16_steps else max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
+    sub = max(s for s in (cfg.sub, 2, 1) if s <= cfg.sub and K % (kstep * s) == 0)
     step = kstep * sub
     if e4m3_tiles and E4M3_TILE % step:
         raise ValueError(f"fp8 gemm: E4M3 weights in tiles of {E4M3_TILE} inputs take K steps dividing "
@@ -300,7 +294,7 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
             out.stride(-2), out.stride(0) if split > 1 else 0,
             BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, KSTEP=kstep, SUB=sub, A_SB=act_block,
             W_BN=weight_block[0], W_BK=weight_block[1], W_E8M0=e8m0, QUANT_A=quantize_a, BF16_STEPS=bf16_steps,
-            PREFETCH=PREFETCH_SCALES, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
     else:
         _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
                     m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4,
@@ -408,7 +402,7 @@ def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups,
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
         SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a,
         W_FP4=0 if not fp4 else 1 if interpreting() else _FP4_MODES[FP4_UNPACK],
-        W_TILED=tiled, PREFETCH=PREFETCH_SCALES,
+        W_TILED=tiled,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
 
 
