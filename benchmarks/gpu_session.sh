@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -575,6 +575,14 @@ if has s17a; then  # session 17 (~8 min): the HC pieces fix (no cached pieces in
   timeout 200 ${RW/--out $OUT/--out $OUT/s17a} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
     --ab decode_split_attn:1,8 > "$OUT/real_width_s17a.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s17a.log" | grep -E "decode B=|A/B|split"; pack
+fi
+if has s17final; then  # session 17 (~4 min; the GPU tests as their own call first: `tests`): V4.1 decode B = 1 / 8
+  # (the split decode attention A/B at B = 1 in the same run) and the 8192-token prefill
+  mkdir -p "$OUT/s17final"
+  timeout 300 ${RW/--out $OUT/--out $OUT/s17final} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill-reps 3 \
+    --ab decode_split_attn:1 > "$OUT/real_width_s17final.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s17final.log" | grep -E "decode B=|prefill S"; grep -E "^A/B" "$OUT/real_width_s17final.log"
+  pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"

@@ -134,20 +134,26 @@ def cpu_reference(ckpt):
 
 @pytest.fixture(scope="module")
 def gpu_runs(ckpt):
-    """``run(weights, backend)`` -> (logits, Calls), each configuration run once per module;
-    backend None: the automatic choice, else ``sparse_attn`` pinned to it."""
-    cache: dict[tuple[str, str | None], tuple[torch.Tensor, Calls]] = {}
+    """``run(weights, backend, decode_split)`` -> (logits, Calls), each configuration run once per module;
+    backend None: the automatic choice, else ``sparse_attn`` pinned to it. ``decode_split`` False: the
+    split decode config (``triton_sparse_attn.DECODE_SPLIT_QUERIES``, above FlashMLA for one-token
+    steps outside batch-invariant mode) off, so FlashMLA serves every call."""
+    cache: dict[tuple[str, str | None, bool], tuple[torch.Tensor, Calls]] = {}
 
-    def run(weights: str, backend: str | None) -> tuple[torch.Tensor, Calls]:
-        if (weights, backend) not in cache:
+    def run(weights: str, backend: str | None, decode_split: bool = False) -> tuple[torch.Tensor, Calls]:
+        key = (weights, backend, decode_split)
+        if key not in cache:
             kernels.use_backend("sparse_attn", backend)
+            split = triton_sparse_attn.DECODE_SPLIT_QUERIES
+            triton_sparse_attn.DECODE_SPLIT_QUERIES = split if decode_split else 0
             try:
                 with recorded_sparse_attn() as calls:
                     logits = _run(ckpt, Numerics.reference(), "cuda", weights)
             finally:
                 kernels.use_backend("sparse_attn", None)
-            cache[weights, backend] = (logits, calls)
-        return cache[weights, backend]
+                triton_sparse_attn.DECODE_SPLIT_QUERIES = split
+            cache[key] = (logits, calls)
+        return cache[key]
 
     return run
 
@@ -160,6 +166,19 @@ def test_flashmla_serves_every_sparse_attn_call(ckpt, gpu_runs, weights):
     assert calls.backends == {"flashmla": layers * (1 + DECODE)}  # one call per layer and step
     assert {s for s, _ in calls.shapes} == {PROMPT, 1}  # the prefill and the one-token steps
     assert calls.worst_rel <= CALL_REL
+
+
+def test_split_decode_serves_the_one_token_steps(ckpt, cpu_reference, gpu_runs):
+    """With the split decode config on (the default outside batch-invariant mode), the one-token
+    steps go to it and the prefill to FlashMLA; each call within the split-K bound of the reference
+    (tests/gpu/test_sparse_attn_gpu.py), the logits within the noise floor."""
+    cpu, floor = cpu_reference
+    logits, calls = gpu_runs("dense", None, decode_split=True)
+    layers = load_config(ckpt).num_hidden_layers
+    print(f"REPORT model split decode sparse_attn: {calls.summary()}; logits vs cpu rel={rel(logits, cpu):.3e}")
+    assert calls.backends == {"flashmla": layers, "triton_decode_split": layers * DECODE}
+    assert calls.worst_rel <= 6e-3
+    assert rel(logits, cpu) <= 2 * floor
 
 
 @pytest.mark.parametrize("weights", ["dense", "fp8"])
