@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -583,6 +583,15 @@ if has s17final; then  # session 17 (~4 min; the GPU tests as their own call fir
     --ab decode_split_attn:1 > "$OUT/real_width_s17final.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s17final.log" | grep -E "decode B=|prefill S"; grep -E "^A/B" "$OUT/real_width_s17final.log"
   pack
+fi
+if has s17stall; then  # session 17 (~3 min): where the decode GEMVs' and a layer's experts' warps stall, by SASS line
+  # (ncu's full set on probe_gemv_ncu.py's calls, the source page as CSV), for the next GEMV design
+  timeout 240 ncu --profile-from-start off --clock-control none --kernel-name regex:"fp8_gemm" --set full \
+    --import-source no -o "$OUT/gemv_full" python benchmarks/probe_gemv_ncu.py > "$OUT/ncu_gemv_full.log" 2>&1
+  echo "ncu full exit $?"
+  ncu -i "$OUT/gemv_full.ncu-rep" --page source --csv --print-source sass > "$OUT/gemv_sass.csv" 2>&1
+  ncu -i "$OUT/gemv_full.ncu-rep" --page details --print-details all > "$OUT/gemv_details.txt" 2>&1
+  rm -f "$OUT/gemv_full.ncu-rep"; wc -c "$OUT"/gemv_*; pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"
