@@ -46,7 +46,6 @@ def configs(M: int, quick: bool = False) -> dict[str, dict]:
     if M <= tg.SWAPPED_ROWS:
         c["rows_first"] = {"swapped": False}
         c["bf16_steps"] = {"swapped": True, "bf16_steps": True}
-        c["scale_bytes"] = {"scale_words": False}  # bf16 steps reading a byte per scale block (SCALE_WORDS off)
     if quick:
         return c
     if M <= tg.SWAPPED_ROWS:  # the swapped kernel's tiles: weight rows, scale steps, stages, split-K target
@@ -86,7 +85,6 @@ def run_linear(name, N, K, M, c, g, quick):
     row = {"op": name, "M": M, "N": N, "K": K, "floor_us": floor, "us": {}}
     for cname, kw in configs(M, quick).items():
         kw = {"path": "triton", **kw}
-        tg.SCALE_WORDS = kw.pop("scale_words", True)
         try:
             out = tg.fp8_linear(xs[0], *ws[0], BLOCK, 32, **kw)
             t = time_graph([lambda x=x, w=w, kw=kw: tg.fp8_linear(x, *w, BLOCK, 32, **kw) for x, w in zip(xs, ws)])
@@ -95,12 +93,9 @@ def run_linear(name, N, K, M, c, g, quick):
         except Exception as e:  # a config that does not compile or fit: record, go on
             row["us"][cname] = float("nan")
             log(f"{name} M={M} {cname}: {type(e).__name__}: {str(e)[:160]}")
-        finally:
-            tg.SCALE_WORDS = True
     best = min((v, k) for k, v in row["us"].items() if v == v)
     row["best"] = best[1]
-    bytes_ = f" (scale bytes {row['us']['scale_bytes']:6.1f})" if "scale_bytes" in row["us"] else ""
-    log(f"{name:11s} M={M:3d} floor {floor:6.1f} us | default {row['us']['default']:6.1f}{bytes_} | best {best[1]} "
+    log(f"{name:11s} M={M:3d} floor {floor:6.1f} us | default {row['us']['default']:6.1f} | best {best[1]} "
         f"{best[0]:6.1f} | max rel {max(row['rel'].values()):.1e}")
     return row
 

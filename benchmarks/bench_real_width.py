@@ -302,9 +302,6 @@ AB_SWITCHES = {
     "causal_index": (lambda: setattr(attention_v41, "CAUSAL_INDEX_SCORES", False),
                      lambda: setattr(attention_v41, "CAUSAL_INDEX_SCORES", True)),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
-    # decode GEMVs' bf16 steps: a byte per weight scale block instead of a word a row (triton_fp8_gemm.SCALE_WORDS)
-    "scale_words": (lambda: setattr(triton_fp8_gemm, "SCALE_WORDS", False),
-                    lambda: setattr(triton_fp8_gemm, "SCALE_WORDS", True)),
     # decode attention: FlashMLA (one program a query) instead of the split decode config
     # (triton_sparse_attn.DECODE_SPLIT_QUERIES)
     "decode_split_attn": (lambda: setattr(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),

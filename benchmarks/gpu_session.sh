@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s17words] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -592,18 +592,6 @@ if has s17stall; then  # session 17 (~3 min): where the decode GEMVs' and a laye
   ncu -i "$OUT/gemv_full.ncu-rep" --page source --csv --print-source sass > "$OUT/gemv_sass.csv" 2>&1
   ncu -i "$OUT/gemv_full.ncu-rep" --page details --print-details all > "$OUT/gemv_details.txt" 2>&1
   rm -f "$OUT/gemv_full.ncu-rep"; wc -c "$OUT"/gemv_*; pack
-fi
-if has s17words; then  # session 17 (~4 min): the decode GEMVs' bf16 steps reading the weight scales as a word a row
-  # (SCALE_WORDS) -- the FP8 linear GPU tests, the GEMVs with and without, V4.1 decode B = 1 / 8 A/B
-  timeout 100 python -m pytest -q tests/gpu/test_fp8_linear_gpu.py -p no:cacheprovider -x > "$OUT/gpu_tests_s17words.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s17words.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s17words.log" | head -5
-  pack
-  timeout 80 python benchmarks/bench_decode_gemv.py --rows 1 8 --quick --out "$OUT" > "$OUT/decode_gemv_s17words.log" 2>&1
-  grep -E "^[a-z_+0-9]+ +M=" "$OUT/decode_gemv_s17words.log" | cut -c1-120; pack
-  mkdir -p "$OUT/s17words"
-  timeout 80 ${RW/--out $OUT/--out $OUT/s17words} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
-    --ab scale_words:1,8 > "$OUT/real_width_s17words.log" 2>&1
-  grep -E "^A/B" "$OUT/real_width_s17words.log"; pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"

@@ -16,7 +16,6 @@ specializes them -- without that Triton neither vectorizes nor pipelines the loa
   fp4_rows_blk32  BLOCK_ACC with V4.1's activation scales per 32 (each product scaled by both)
   rows_bf16       fp8_gemm_rows_kernel with bf16 steps (V4.1 dense GEMVs, scale blocks of 32)
   rows_fp8        fp8_gemm_rows_kernel with FP8 steps
-  rows_bf16_words rows_bf16 with SCALE_WORDS (the E8M0 scales as a word a row and step)
 Session 12 (BENCHMARKS.md): fp4_rows 4.7 instructions a value, rows_bf16 6.4, rows_fp8 4.2; 8-row tiles
 make Triton fall back to mma.sync with fp8 -> f16 conversions (no gain). Session 13: fp4_rows_blk 3.0 (3.4
 before the scale words), fp4_rows_blk32 4.0 (fp4_rows at V4.1's scales per 32: 4.6).
@@ -42,7 +41,7 @@ _FP4_PTRS = {"A": "*fp8e4nv", "A_SCALE": "*fp32", "W": "*u8", "W_SCALE": "*u8", 
 _FP4_CONST = dict(BLOCK_N=128, BLOCK_T=16, A_SB=128, W_BK=32, GATHER_A=True, SCATTER_OUT=False, PTX=True, TILED=True,
                   BLOCK_ACC=False)
 _ROWS_PTRS = {"A": "*fp8e4nv", "A_SCALE": "*fp32", "W": "*fp8e4nv", "W_SCALE": "*u8", "OUT": "*fp32"}
-_ROWS_CONST = dict(BLOCK_N=64, BLOCK_T=16, A_SB=32, W_BN=32, W_BK=32, W_E8M0=True, QUANT_A=False, SCALE_WORDS=False)
+_ROWS_CONST = dict(BLOCK_N=64, BLOCK_T=16, A_SB=32, W_BN=32, W_BK=32, W_E8M0=True, QUANT_A=False)
 # name: (kernel, pointer types, constexprs, options, weight values a K-loop iteration covers)
 KERNELS = {
     "fp4_rows": (jit.fp4_gemm_rows_kernel, _FP4_PTRS, _FP4_CONST, {"num_warps": 4, "num_stages": 3}, 128 * 64),
@@ -54,10 +53,6 @@ KERNELS = {
                   {"num_warps": 4, "num_stages": 3}, 64 * 128),
     "rows_fp8": (jit.fp8_gemm_rows_kernel, _ROWS_PTRS, dict(_ROWS_CONST, KSTEP=32, SUB=4, BF16_STEPS=False),
                  {"num_warps": 4, "num_stages": 4}, 64 * 128),
-    # SCALE_WORDS (session 17): the E8M0 scales as a word a row and step
-    "rows_bf16_words": (jit.fp8_gemm_rows_kernel, dict(_ROWS_PTRS, W_SCALE="*i32"),
-                        dict(_ROWS_CONST, KSTEP=128, SUB=1, BF16_STEPS=True, SCALE_WORDS=True),
-                        {"num_warps": 4, "num_stages": 3}, 64 * 128),
     # the MoE's bf16-path prefill tile (128 x 128, 8 warps; each weight value to fp32, times its scale, to bf16)
     "bf16_prefill": (jit.fp8_gemm_kernel, dict(_FP4_PTRS, A="*bf16", W="*fp8e4nv", A_SCALE="*bf16", ROW_IDX="*i32"),
                      dict(BLOCK_M=128, BLOCK_N=128, KSTEP=128, SUB=1, A_SB=0, W_BN=1, W_BK=128, W_E8M0=True,

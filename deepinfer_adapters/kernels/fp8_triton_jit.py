@@ -323,11 +323,13 @@ def dequant_blocks(x, scales, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def bf16_operands(w, a, sw, as_ptr, kb, mask_t, KSTEP: tl.constexpr, A_SB: tl.constexpr, W_BK: tl.constexpr,
-                  QUANT_A: tl.constexpr):
-    """A K step's weight tile w [BLOCK_N, KSTEP] (E4M3, its fp32 scales sw [BLOCK_N, KSTEP / W_BK]) and
-    activation tile a [BLOCK_T, KSTEP] (E4M3 with stored scales, or QUANT_A: bf16, quantized here per
-    A_SB as act_quant_kernel would) as exact bf16 values: every scale block of the step gets its own scale."""
+def bf16_operands(w, a, ws_ptr, as_ptr, kb, mask_n, mask_t, KSTEP: tl.constexpr, A_SB: tl.constexpr,
+                  W_BK: tl.constexpr, W_E8M0: tl.constexpr, QUANT_A: tl.constexpr):
+    """A K step's weight tile w [BLOCK_N, KSTEP] (E4M3) and activation tile a [BLOCK_T, KSTEP] (E4M3
+    with stored scales, or QUANT_A: bf16, quantized here per A_SB as act_quant_kernel would) as exact
+    bf16 values: every scale block of the step gets its own scale."""
+    w_blocks = (kb // W_BK + tl.arange(0, KSTEP // W_BK))[None, :]
+    sw = weight_scale(tl.load(ws_ptr[:, None] + w_blocks, mask=mask_n[:, None], other=0), W_E8M0)
     BLOCK_T: tl.constexpr = a.shape[0]
     if QUANT_A:
         q, sa = quantize_rows(tl.reshape(a.to(tl.float32), (BLOCK_T * (KSTEP // A_SB), A_SB)))
@@ -338,21 +340,12 @@ def bf16_operands(w, a, sw, as_ptr, kb, mask_t, KSTEP: tl.constexpr, A_SB: tl.co
     return dequant_blocks(w, sw, W_BK), ab
 
 
-@triton.jit
-def word_scale(words, j):
-    """Byte j (an int, or a tensor broadcasting against words) of each scale word as the fp32 bits of
-    its E8M0 scale: the byte moved to the exponent field (byte 0 reads as 0 and 255 as inf, as
-    ``weight_scale``)."""
-    return ((words >> (8 * j)) & 0xFF).to(tl.int32) << 23
-
-
 @triton.jit(do_not_specialize=["M"])
 def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
                          stride_am, stride_asm, stride_wn, stride_wsn, stride_om, stride_os,
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                          A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
-                         QUANT_A: tl.constexpr, BF16_STEPS: tl.constexpr = False,
-                         SCALE_WORDS: tl.constexpr = False):
+                         QUANT_A: tl.constexpr, BF16_STEPS: tl.constexpr = False):
     """``fp8_gemm_kernel`` (ungrouped, FP8 activations) for a few rows, with the product swapped:
     program (N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T] = W A^T, so the weight tile is
     the 64-row operand of Hopper's FP8 tensor-core instruction (wgmma needs 64 rows) and the
@@ -362,10 +355,7 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
     (KSTEP <= W_BK), as the rows-first kernel's per-step branch does.
     BF16_STEPS (KSTEP a multiple of A_SB and W_BK): both operands are dequantized in registers
     (E4M3 x a power of two: exact in bf16) and meet in one bf16 product KSTEP deep, so a step
-    spans several scale blocks and the accumulator is never rescaled (``bf16_operands``).
-    SCALE_WORDS (bf16 steps of 128 inputs, E8M0 scales per 32; W_SCALE as int32 words, strides in words):
-    each row's four scale bytes of a step come as one word, which Triton pipelines; the same products and
-    sums, so the same bits."""
+    spans several scale blocks and the accumulator is never rescaled (``bf16_operands``)."""
     pdl_start()
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -376,40 +366,23 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
     a_ptr = A + toks.to(tl.int64)[:, None] * stride_am
     as_ptr = A_SCALE + toks.to(tl.int64) * stride_asm
     w_ptr = W + cols.to(tl.int64)[:, None] * stride_wn
+    ws_ptr = W_SCALE + (cols // W_BN).to(tl.int64) * stride_wsn
     acc = tl.zeros([BLOCK_N, BLOCK_T], tl.float32)
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(K, k_lo + k_per_split)
-    if SCALE_WORDS and BF16_STEPS:
-        # why words: Nsight Compute (session 17) put 30% of these GEMVs' stall samples on the scales'
-        # one-byte loads and the shared-memory hop of their layout conversion, which waits for the load:
-        # Triton pipelines no load under 4 bytes. A word a row (4 bytes) feeding the weight tile's
-        # dequantization is pipelined like the activation scales (cp.async)
-        ws_ptr = W_SCALE + (tl.minimum(cols, N - 1) // W_BN).to(tl.int64) * stride_wsn
-        for k0 in range(k_lo, k_hi, 128):
-            ks = k0 + tl.arange(0, KSTEP)
+    for k0 in range(k_lo, k_hi, KSTEP * SUB):
+        for j in tl.static_range(SUB):
+            kb = k0 + j * KSTEP
+            ks = kb + tl.arange(0, KSTEP)
             a = tl.load(a_ptr + ks[None, :], mask=mask_t[:, None], other=0.0)
             w = tl.load(w_ptr + ks[None, :], mask=mask_n[:, None], other=0.0)
-            words = tl.load(ws_ptr + k0 // 128)
-            sw = word_scale(words[:, None], tl.arange(0, 4)[None, :]).to(tl.float32, bitcast=True)
-            wb, ab = bf16_operands(w, a, sw, as_ptr, k0, mask_t, KSTEP, A_SB, W_BK, QUANT_A)
-            acc = tl.dot(wb, tl.trans(ab), acc)
-    else:
-        ws_ptr = W_SCALE + (cols // W_BN).to(tl.int64) * stride_wsn
-        for k0 in range(k_lo, k_hi, KSTEP * SUB):
-            for j in tl.static_range(SUB):
-                kb = k0 + j * KSTEP
-                ks = kb + tl.arange(0, KSTEP)
-                a = tl.load(a_ptr + ks[None, :], mask=mask_t[:, None], other=0.0)
-                w = tl.load(w_ptr + ks[None, :], mask=mask_n[:, None], other=0.0)
-                if BF16_STEPS:
-                    w_blocks = (kb // W_BK + tl.arange(0, KSTEP // W_BK))[None, :]
-                    sw = weight_scale(tl.load(ws_ptr[:, None] + w_blocks, mask=mask_n[:, None], other=0), W_E8M0)
-                    wb, ab = bf16_operands(w, a, sw, as_ptr, kb, mask_t, KSTEP, A_SB, W_BK, QUANT_A)
-                    acc = tl.dot(wb, tl.trans(ab), acc)
-                else:
-                    sw = weight_scale(tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0), W_E8M0)
-                    a, sa = scaled_activation(a, as_ptr, kb, mask_t, A_SB, QUANT_A)
-                    acc += tl.dot(w, tl.trans(a)) * (sw[:, None] * sa[None, :])
+            if BF16_STEPS:
+                wb, ab = bf16_operands(w, a, ws_ptr, as_ptr, kb, mask_n, mask_t, KSTEP, A_SB, W_BK, W_E8M0, QUANT_A)
+                acc = tl.dot(wb, tl.trans(ab), acc)
+            else:
+                sw = weight_scale(tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0), W_E8M0)
+                a, sa = scaled_activation(a, as_ptr, kb, mask_t, A_SB, QUANT_A)
+                acc += tl.dot(w, tl.trans(a)) * (sw[:, None] * sa[None, :])
     out_ptr = OUT + pid_k * stride_os + toks.to(tl.int64)[None, :] * stride_om + cols[:, None]
     tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_n[:, None] & mask_t[None, :])
 

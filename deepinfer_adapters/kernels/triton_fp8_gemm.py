@@ -120,11 +120,6 @@ SWAPPED_CONFIG = GemmConfig(16, 64, 4, 4, 4)
 # slower: wq_b 21.3 -> 24.4, Engram wkv 72.3 -> 74.8). The same at one row.
 BF16_STEPS = True
 BF16_STEPS_CONFIG = GemmConfig(16, 64, 1, 4, 3, programs=1056)
-# The swapped kernel's bf16 steps read E8M0 weight scales per 32 inputs as one int32 word a row and step
-# (``fp8_gemm_rows_kernel``'s SCALE_WORDS; the same bits): Triton pipelines the word's 4-byte load (cp.async),
-# not a scale byte's, whose load and layout conversion stalled every step. False: a byte per scale block
-# (an A/B switch)
-SCALE_WORDS = True
 
 
 def invariant_config(kstep: int) -> GemmConfig:
@@ -293,17 +288,13 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         return out if split == 1 else sum_splits(out, out_dtype)
     row_idx = groups.row_idx if grouped and groups.row_idx is not None else None
     if swapped:
-        words = (SCALE_WORDS and bf16_steps and e8m0 and weight_block[1] == 32 and step == 128
-                 and k_per_split % 128 == 0 and _scale_words_fit(ws))
-        if words:
-            ws = ws.view(torch.int32)  # a scale row's four bytes of a 128-input step as one word
         rows_kernel[(n_tiles, split)](
             a, a if a_scale is None else a_scale, weight, ws, out, M, N, K, k_per_split,
             a.stride(0), 0 if a_scale is None else a_scale.stride(0), weight.stride(0), ws.stride(0),
             out.stride(-2), out.stride(0) if split > 1 else 0,
             BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, KSTEP=kstep, SUB=sub, A_SB=act_block,
             W_BN=weight_block[0], W_BK=weight_block[1], W_E8M0=e8m0, QUANT_A=quantize_a, BF16_STEPS=bf16_steps,
-            SCALE_WORDS=words, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
     else:
         _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
                     m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4,
