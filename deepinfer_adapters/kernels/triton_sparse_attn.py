@@ -308,11 +308,11 @@ register("sparse_attn", "triton", sparse_attn, supports=supports, priority=10)
 
 # Decode outside batch-invariant mode: up to this many queries a call splits each query's indices over
 # programs (``DECODE_SPLIT_CONFIG``: 16 heads x one block of 64 indices a program, then the merge), above
-# FlashMLA, whose prefill kernel runs one program per query for all 64 heads, so one decode query
-# keeps one SM busy (H200, bench_sparse_attn.py, BENCHMARKS.md "sparse_attn": 13.5 against 20.0 us at one query, 18.3
-# against 20.4 at 8 with two blocks a program). Split-K rounds p against each split's running max
-# (see Numerics), so a query's bits would differ between decode and a recomputing prefill: never in
-# batch-invariant mode. 0: off.
+# FlashMLA, whose prefill kernel runs one program per query for all 64 heads, so one decode query keeps
+# one SM busy (H200, bench_sparse_attn.py, session 17: 13.4 against 20.1 us at one query; at 8 queries
+# 18.4 for the best split against 20.3; V4.1 B=1 2.45 -> 2.39 ms). Split-K rounds p against each split's
+# running max (see Numerics), so a query's bits would differ between decode and a recomputing prefill:
+# never in batch-invariant mode. 0: off.
 DECODE_SPLIT_QUERIES = 4
 DECODE_SPLIT_CONFIG = Config(block_h=16, num_warps=4, num_stages=2, split_blocks=1)
 
