@@ -58,7 +58,7 @@ import torch
 
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import gluon_moe, triton_fp8_gemm, triton_hc, triton_moe, triton_sparse_attn, triton_support
+from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe, triton_sparse_attn, triton_support
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -302,6 +302,9 @@ AB_SWITCHES = {
     "causal_index": (lambda: setattr(attention_v41, "CAUSAL_INDEX_SCORES", False),
                      lambda: setattr(attention_v41, "CAUSAL_INDEX_SCORES", True)),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
+    # the A/B's other run turns the Gluon decode GEMV on (off by default: gluon_gemv.GLUON_GEMV, prepared in
+    # session 17)
+    "gluon_gemv": (lambda: setattr(gluon_gemv, "GLUON_GEMV", True), lambda: setattr(gluon_gemv, "GLUON_GEMV", False)),
     # decode attention: FlashMLA (one program a query) instead of the split decode config
     # (triton_sparse_attn.DECODE_SPLIT_QUERIES)
     "decode_split_attn": (lambda: setattr(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -592,6 +592,20 @@ if has s17stall; then  # session 17 (~3 min): where the decode GEMVs' and a laye
   ncu -i "$OUT/gemv_full.ncu-rep" --page source --csv --print-source sass > "$OUT/gemv_sass.csv" 2>&1
   ncu -i "$OUT/gemv_full.ncu-rep" --page details --print-details all > "$OUT/gemv_details.txt" 2>&1
   rm -f "$OUT/gemv_full.ncu-rep"; wc -c "$OUT"/gemv_*; pack
+fi
+if has s18check; then  # prepared in session 17, never run (~6 min): the Gluon decode GEMV (kernels/gluon_gemv.py,
+  # off by default) -- its GPU tests (reference; the Triton FP8 steps' bits with the same split; dispatch), the
+  # dense GEMVs against the Triton ones with ring depths and split targets, V4.1 decode B = 1 / 8 with it on
+  timeout 150 python -m pytest -q tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s18check.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s18check.log")"; grep -E "FAILED|Error|REPORT" "$OUT/gpu_tests_s18check.log" | head -20
+  pack
+  timeout 150 python benchmarks/bench_gluon_gemv.py --out "$OUT" > "$OUT/gluon_gemv_s18.log" 2>&1
+  grep -E "M= ?[0-9]+ floor|SUMMARY|^M=|Error" "$OUT/gluon_gemv_s18.log" | cut -c1-200 | head -30; pack
+  mkdir -p "$OUT/s18check"
+  timeout 120 ${RW/--out $OUT/--out $OUT/s18check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
+    --ab gluon_gemv:1,8 > "$OUT/real_width_s18check.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18check.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18check.log"
+  pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"

@@ -1,0 +1,113 @@
+"""The decode GEMV on FP8 products in Gluon (``kernels/gluon_gemv.py``) against the Triton decode GEMV
+(``triton_fp8_gemm.fp8_linear``, as dispatched), same inputs: time and bits, V4.1's dense linears at 1 and 8
+rows, with the ring depth and the K-split target swept.
+
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_gluon_gemv.py
+``--compile-only`` compiles the kernel for sm_90 with no GPU (Triton 3.6, the GPU machine's, in a scratch
+venv) and prints its shared memory, registers and wgmma count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+
+import torch
+
+ROWS = (1, 8)
+
+
+def compile_offline(stages: int) -> None:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from deepinfer_adapters.kernels import gluon_gemv
+    from deepinfer_adapters.kernels.gluon_gemv_jit import fp8_gemv_kernel
+
+    R, T = gluon_gemv.ROWS, gluon_gemv.TOKENS
+    w_layout = gl.NVMMASharedLayout.get_default_for([R, 128], gl.float8e4nv)
+    a_layout = gl.NVMMASharedLayout.get_default_for([T, 128], gl.float8e4nv)
+    sig = {"w_desc": f"tensordesc<fp8e4nv[{R},128],{w_layout!r}>",
+           "a_desc": f"tensordesc<fp8e4nv[{T},128],{a_layout!r}>", "WS": "*i32", "AS": "*fp32", "OUT": "*fp32", "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32",
+           "stride_wsn": "i32", "stride_asm": "i32", "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr",
+           "W_BN": "constexpr"}
+    names = list(fp8_gemv_kernel.arg_names)
+    divisible = ("WS", "AS", "OUT", "K", "k_per_split", "stride_asm", "stride_om", "stride_os")
+    src = GluonASTSource(fp8_gemv_kernel, {n: sig[n] for n in names},
+                         constexprs={(names.index("STAGES"),): stages, (names.index("W_BN"),): 32},
+                         attrs={(names.index(n),): [["tt.divisibility", 16]] for n in divisible})
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    path = "/tmp/fp8_gemv_kernel.ptx"
+    with open(path, "w") as fh:
+        fh.write(compiled.asm["ptx"])
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+    notes = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", path.replace(".ptx", ".cubin")],
+                           capture_output=True, text=True).stderr
+    print(f"fp8_gemv_kernel (STAGES={stages}) compiled for sm_90: shared memory {compiled.metadata.shared} bytes, "
+          f"{compiled.asm['ptx'].count('wgmma.mma_async')} wgmma in the PTX")
+    print("\n".join(line for line in notes.splitlines() if "C75" in line or "registers" in line or "spill" in line))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--compile-only", action="store_true", help="compile for sm_90 offline, no GPU")
+    ap.add_argument("--stages", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--programs", type=int, nargs="+", default=[132, 264, 528])
+    args = ap.parse_args()
+    if args.compile_only:
+        for stages in args.stages:
+            compile_offline(stages)
+        return
+
+    from benchmarks.bench_decode_gemv import BLOCK, LINEARS, PER_LAYER, random_weight
+    from benchmarks.timing import L2_BYTES, ceilings, rel, run_info, time_graph
+    from deepinfer_adapters.kernels import gluon_gemv, reference_fp8
+    from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+
+    info = run_info()
+    bw = ceilings()["copy_bw"]
+    print(f"INFO {info} copy {bw / 1e12:.2f} TB/s", flush=True)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    totals: dict[tuple[int, str], float] = {}
+    for M in ROWS:
+        for name in (*PER_LAYER, "engram_wkv"):
+            N, K = LINEARS[name]
+            sets = max(1, min(32, math.ceil(4 * L2_BYTES / (N * K))))
+            ws = [random_weight(N, K, g) for _ in range(sets)]
+            xs = [torch.randn(M, K, device="cuda", generator=g).bfloat16() for _ in range(sets)]
+            ref = reference_fp8.fp8_linear(xs[0], *ws[0], BLOCK, 32)
+            floor = (N * K * (1 + 1 / 1024) + M * K * 2 + M * N * 2) / bw * 1e6
+            row = {"triton": time_graph([lambda x=x, w=w: tg.fp8_linear(x, *w, BLOCK, 32)
+                                         for x, w in zip(xs, ws)])}
+            rels = {}
+            for stages in args.stages:
+                for programs in args.programs:
+                    gluon_gemv.STAGES, gluon_gemv.PROGRAMS = stages, programs
+                    key = f"gluon_s{stages}_p{programs}"
+                    try:
+                        out = gluon_gemv.fp8_linear(xs[0], *ws[0], BLOCK, 32)
+                        rels[key] = rel(out, ref)
+                        row[key] = time_graph([lambda x=x, w=w: gluon_gemv.fp8_linear(x, *w, BLOCK, 32)
+                                               for x, w in zip(xs, ws)])
+                    except Exception as e:  # a variant that does not compile or run: say so, go on
+                        row[key] = float("nan")
+                        print(f"{name} M={M} {key}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            for key, us in row.items():
+                if name in PER_LAYER:
+                    totals[M, key] = totals.get((M, key), 0.0) + us
+            best = min((v, k) for k, v in row.items() if v == v)
+            print(f"{name:11s} M={M:2d} floor {floor:6.1f} us | triton {row['triton']:6.1f} | "
+                  + " ".join(f"{k[6:]} {v:6.1f}" for k, v in row.items() if k != "triton")
+                  + f" | best {best[1]} | rel vs ref {max(rels.values(), default=float('nan')):.1e}", flush=True)
+    print("\nSUMMARY a CSA layer's dense GEMVs (us, CUDA-graph replays): " + ", ".join(PER_LAYER))
+    for M in ROWS:
+        print(f"M={M}: " + ", ".join(f"{k} {v:.1f}" for (m, k), v in sorted(totals.items()) if m == M))
+
+
+if __name__ == "__main__":
+    main()

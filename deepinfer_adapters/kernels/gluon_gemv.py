@@ -1,0 +1,97 @@
+"""Decode-sized FP8 linears (up to 16 rows) on Hopper as a warp-specialized Gluon kernel on FP8 products
+(``gluon_gemv_jit``), registered as the "gluon" backend of ``fp8_linear``. **Prepared in session 17, not yet
+run on a GPU: off (``GLUON_GEMV``) until tests/gpu/test_gluon_gemv_gpu.py and benchmarks/bench_gluon_gemv.py
+have run on the H200.**
+
+Why: the Triton decode GEMV (``fp8_gemm_rows_kernel``) reaches 20-52% of DRAM bandwidth at one row
+(Nsight Compute, session 17): its K loop costs 4.3 SASS instructions a weight value with FP8 steps and 6.3
+with bf16 steps (address arithmetic, cp.async issue, barriers, scale handling), while holding the copy rate
+leaves ~8 at perfect issue and the kernel issues at ~0.45 of it, with 4 programs of 4 warps an SM to hide
+the latency. Moving its scale loads did not help (two forms measured and removed in session 17). Here a
+loader warp keeps a ring of STAGES TMA copies (64 weight rows x 128 inputs, and the activation tile) in
+flight, and one warpgroup takes four FP8 wgmma products a step straight from shared memory, each promoted
+with its weight block's and activation row's scales (V4.1 scales both per 32 inputs; at decode the
+promotion costs ~1 instruction a weight value and TMA no address arithmetic).
+
+Numerics: each 32-deep FP8 product is promoted in K order with (weight scale x activation scale), as the
+Triton kernel's FP8 steps do (``fp8_gemm_rows_kernel(BF16_STEPS=False)``), so with the same K split the two
+should give the same bits; the GPU test checks that, and the reference within the FP8 GEMMs' tolerance.
+Not used in batch-invariant mode (its tiles and split follow the weight's shape only, but invariance is
+tested for the Triton tiles).
+
+Takes: bf16 activations [M <= 16, K] (quantized per 32 by ``act_quant`` first, one launch), E4M3 weights
+[N, K] with E8M0 scales per [32, 32] (V4.1's dense linears), K a multiple of 128.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from deepinfer_adapters.kernels import invariance, register
+from deepinfer_adapters.kernels.gluon_moe import _gluon_hopper
+from deepinfer_adapters.kernels.triton_fp8_gemm import act_quant, split_k, sum_splits
+from deepinfer_adapters.kernels.triton_support import interpreting
+
+GLUON_GEMV = False  # prepared, not yet run on a GPU (see the module doc)
+ROWS = 64  # weight rows a program (the FP8 wgmma's M)
+TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
+STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
+PROGRAMS = 264  # K is split while fewer weight row tiles than this run (two an SM)
+
+
+def fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], act_block: int,
+         **_) -> bool:
+    if not (GLUON_GEMV and x.is_cuda and not interpreting() and not invariance.enabled()):
+        return False
+    K = x.shape[-1]
+    rows = x.numel() // max(1, K)
+    if not (x.dtype == torch.bfloat16 and 0 < rows <= TOKENS and act_block == 32 and tuple(block) == (32, 32)):
+        return False
+    if not (weight.dtype == torch.float8_e4m3fn and weight.dim() == 2 and weight.shape[1] == K and K % 128 == 0
+            and weight.stride(1) == 1 and weight.stride(0) % 16 == 0 and weight.data_ptr() % 16 == 0):
+        return False
+    scale_rows = -(-weight.shape[0] // 32)
+    if scale.dtype not in (torch.uint8, torch.float8_e8m0fnu) or tuple(scale.shape) != (scale_rows, K // 32) \
+            or scale.stride(-1) != 1 or scale.stride(0) % 4 or scale.data_ptr() % 4:
+        return False
+    return _gluon_hopper(x.device.index if x.device.index is not None else torch.cuda.current_device())
+
+
+def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
+               act_block: int, **_) -> torch.Tensor:
+    """See ``reference_fp8.fp8_linear`` (bf16 [.., K] -> [.., N] bf16); ``fits`` says where it applies."""
+    lead, K = x.shape[:-1], x.shape[-1]
+    q, s = act_quant(x.reshape(-1, K), act_block)
+    return gemv(q, s, weight, scale, x.dtype).view(*lead, weight.shape[0])
+
+
+def gemv(q: torch.Tensor, q_scale: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
+         out_dtype: torch.dtype) -> torch.Tensor:
+    """out [M, N] = (q x its per-32 scales) (weight x its [32, 32] E8M0 scales)^T: q [M <= 16, K] E4M3,
+    q_scale [M, K / 32] fp32; K split (by N and K alone) while fewer than PROGRAMS row tiles run, the
+    partials added in split order (``sum_splits``)."""
+    import triton
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from deepinfer_adapters.kernels.gluon_gemv_jit import fp8_gemv_kernel
+
+    M, K = q.shape
+    N = weight.shape[0]
+    n_tiles = triton.cdiv(N, ROWS)
+    split, k_per_split = split_k(n_tiles, K, 128, PROGRAMS)
+    out = torch.empty((split, M, N) if split > 1 else (M, N), device=q.device,
+                      dtype=torch.float32 if split > 1 else out_dtype)
+    w_layout = gl.NVMMASharedLayout.get_default_for([ROWS, 128], gl.float8e4nv)
+    a_layout = gl.NVMMASharedLayout.get_default_for([TOKENS, 128], gl.float8e4nv)
+    w_desc = TensorDescriptor(weight, [N, K], list(weight.stride()), [ROWS, 128], w_layout)
+    q = q if q.is_contiguous() else q.contiguous()
+    a_desc = TensorDescriptor(q, [M, K], list(q.stride()), [TOKENS, 128], a_layout)
+    words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
+    fp8_gemv_kernel[(n_tiles, split)](
+        w_desc, a_desc, words, q_scale, out, N, M, K, k_per_split, words.stride(0), q_scale.stride(0),
+        out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES, W_BN=32, num_warps=4)
+    return out if split == 1 else sum_splits(out, out_dtype)
+
+
+register("fp8_linear", "gluon", fp8_linear, supports=fits, priority=20)  # above the Triton kernels (10)

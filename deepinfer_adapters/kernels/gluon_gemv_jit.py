@@ -1,0 +1,127 @@
+"""The decode GEMV on FP8 products for Hopper in Gluon: imported only to launch on an sm_90 GPU
+(``gluon_gemv``). Design and status: ``gluon_gemv``'s module doc.
+
+One program: 64 weight rows x a K range of 128-input steps, against up to 16 activation rows.
+- loader (1 warp): TMA copies of the step's E4M3 weight tile [64, 128] and E4M3 activation tile [16, 128]
+  (rows past N or M come as zeros) into a ring of STAGES slots;
+- one warpgroup: four FP8 wgmma products 32 deep a step, straight from shared memory (weights as the
+  64-row operand, activations as the narrow one), each promoted into the fp32 accumulator with its
+  weight block's E8M0 scale times its activation row's scale -- the scales are per 32 inputs, as the
+  model's. The weight scales of a step come as one int32 word a row (its four 32-input blocks).
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+# Triton 3.6 (the GPU machine's) calls the TMA load async_copy_global_to_shared; later releases async_load.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
+
+@gluon.jit
+def _barriers(STAGES: gl.constexpr):
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=1)
+    return bars
+
+
+@gluon.jit
+def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, row0, k0, k_steps, STAGES: gl.constexpr):
+    for i in range(k_steps):
+        s = i % STAGES
+        free = ((i // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
+        mbarrier.wait(empty.index(s), free)
+        mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + a_desc.block_type.nbytes)
+        _tma_load(w_desc, [row0, k0 + i * 128], ready.index(s), w_smem.index(s))
+        _tma_load(a_desc, [0, k0 + i * 128], ready.index(s), a_smem.index(s))
+
+
+@gluon.jit
+def _block_scale(words, j: gl.constexpr):
+    """Byte j of each weight row's scale word as its E8M0 scale in fp32 (the byte in the exponent field)."""
+    return (((words >> (8 * j)) & 0xFF) << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, row0, k0, k_steps, N, M, pid_k, stride_wsn,
+                   stride_asm, stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr):
+    W_ROWS: gl.constexpr = w_smem.type.shape[1]
+    T: gl.constexpr = a_smem.type.shape[1]
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, T, 32])
+    rows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, mma_layout))
+    toks = gl.arange(0, T, layout=gl.SliceLayout(0, mma_layout))
+    # rows past N read the last row's scales and tokens past M the last token's: their products are zeros
+    wrow = WS + (gl.minimum(rows, N - 1) // W_BN).to(gl.int64) * stride_wsn + k0 // 128  # int32 words
+    arow = AS + gl.minimum(toks, M - 1).to(gl.int64) * stride_asm + k0 // 32
+    zero = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
+    acc = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
+    words = gl.load(wrow)
+    sa0 = gl.load(arow)
+    sa1 = gl.load(arow + 1)
+    sa2 = gl.load(arow + 2)
+    sa3 = gl.load(arow + 3)
+    for i in range(k_steps):
+        s = i % STAGES
+        phase = (i // STAGES) & 1
+        w_now, a0, a1, a2, a3 = words, sa0, sa1, sa2, sa3
+        nxt = gl.minimum(i + 1, k_steps - 1)  # the next step's scales, loaded ahead (the last step's again)
+        words = gl.load(wrow + nxt)
+        sa0 = gl.load(arow + 4 * nxt)
+        sa1 = gl.load(arow + 4 * nxt + 1)
+        sa2 = gl.load(arow + 4 * nxt + 2)
+        sa3 = gl.load(arow + 4 * nxt + 3)
+        mbarrier.wait(ready.index(s), phase)
+        w_tile = w_smem.index(s)
+        a_tile = a_smem.index(s)
+        p0 = warpgroup_mma(w_tile.slice(0, 32, dim=1), a_tile.slice(0, 32, dim=1).permute((1, 0)), zero,
+                           use_acc=False, is_async=True)
+        p1 = warpgroup_mma(w_tile.slice(32, 32, dim=1), a_tile.slice(32, 32, dim=1).permute((1, 0)), zero,
+                           use_acc=False, is_async=True)
+        p2 = warpgroup_mma(w_tile.slice(64, 32, dim=1), a_tile.slice(64, 32, dim=1).permute((1, 0)), zero,
+                           use_acc=False, is_async=True)
+        p3 = warpgroup_mma(w_tile.slice(96, 32, dim=1), a_tile.slice(96, 32, dim=1).permute((1, 0)), zero,
+                           use_acc=False, is_async=True)
+        p0, p1, p2, p3 = warpgroup_mma_wait(num_outstanding=0, deps=(p0, p1, p2, p3))
+        mbarrier.arrive(empty.index(s), count=1)
+        # each 32-deep product times its weight block's and activation row's scales (powers of two), added
+        # in K order: the swapped Triton kernel's FP8 steps (fp8_gemm_rows_kernel) do the same
+        acc += p0 * (gl.expand_dims(_block_scale(w_now, 0), 1) * gl.expand_dims(a0, 0))
+        acc += p1 * (gl.expand_dims(_block_scale(w_now, 1), 1) * gl.expand_dims(a1, 0))
+        acc += p2 * (gl.expand_dims(_block_scale(w_now, 2), 1) * gl.expand_dims(a2, 0))
+        acc += p3 * (gl.expand_dims(_block_scale(w_now, 3), 1) * gl.expand_dims(a3, 0))
+    out_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1])
+    res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
+    orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, out_layout))
+    otoks = gl.arange(0, T, layout=gl.SliceLayout(0, out_layout))
+    mask = gl.expand_dims(orows < N, 1) & gl.expand_dims(otoks < M, 0)
+    ptrs = OUT + pid_k.to(gl.int64) * stride_os + gl.expand_dims(otoks.to(gl.int64) * stride_om, 0) \
+        + gl.expand_dims(orows, 1)
+    gl.store(ptrs, res, mask=mask)
+
+
+@gluon.jit
+def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, N, M, K, k_per_split, stride_wsn, stride_asm, stride_om,
+                    stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr):
+    """Program (row tile, K split): OUT[pid_k][token, row] = sum over its K range of A[token] W[row] with both
+    operands' per-32 block scales. WS: the weight's E8M0 scales as int32 words (four 32-input blocks a word,
+    ``stride_wsn`` in words); AS: the activations' fp32 scales per 32 inputs."""
+    W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    T: gl.constexpr = a_desc.block_type.shape[0]
+    pid_n = gl.program_id(0)
+    pid_k = gl.program_id(1)
+    row0 = pid_n * W_ROWS
+    k0 = pid_k * k_per_split
+    k_steps = gl.minimum(k_per_split, K - k0) // 128  # the last split may be shorter
+    w_smem = gl.allocate_shared_memory(w_desc.dtype, [STAGES, W_ROWS, 128], w_desc.layout)
+    a_smem = gl.allocate_shared_memory(a_desc.dtype, [STAGES, T, 128], a_desc.layout)
+    ready = _barriers(STAGES)
+    empty = _barriers(STAGES)
+    gl.warp_specialize([
+        (_gemv_products, (w_smem, a_smem, ready, empty, WS, AS, OUT, row0, k0, k_steps, N, M, pid_k, stride_wsn,
+                          stride_asm, stride_om, stride_os, STAGES, W_BN)),
+        (_gemv_loader, (w_desc, a_desc, w_smem, a_smem, ready, empty, row0, k0, k_steps, STAGES)),
+    ], [1], [24])

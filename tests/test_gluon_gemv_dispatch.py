@@ -1,0 +1,30 @@
+"""The Gluon decode GEMV's backend (``kernels/gluon_gemv.py``, prepared, off by default) is registered for
+``fp8_linear`` and declines what it cannot take, so CPU calls (and CUDA calls while it is off) keep their
+backends; its GPU checks are tests/gpu/test_gluon_gemv_gpu.py."""
+
+from __future__ import annotations
+
+import torch
+
+from deepinfer_adapters import kernels
+from deepinfer_adapters.kernels import gluon_gemv
+
+
+def _inputs(M=2, N=64, K=256):
+    x = torch.randn(M, K).bfloat16()
+    w = torch.randn(N, K).to(torch.float8_e4m3fn)
+    s = torch.full((N // 32, K // 32), 127, dtype=torch.uint8)
+    return x, w, s
+
+
+def test_registered_and_off_by_default():
+    assert "gluon" in kernels.backends("fp8_linear")
+    assert gluon_gemv.GLUON_GEMV is False
+    assert not gluon_gemv.fits(*_inputs(), (32, 32), 32)
+
+
+def test_declines_cpu_tensors_even_when_on(monkeypatch):
+    monkeypatch.setattr(gluon_gemv, "GLUON_GEMV", True)
+    x, w, s = _inputs()
+    assert not gluon_gemv.fits(x, w, s, (32, 32), 32)
+    assert kernels.chosen("fp8_linear", x, w, s, (32, 32), 32) == "torch"
