@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import subprocess
 
 import torch
 
@@ -20,11 +19,9 @@ ROWS = (1, 8)
 
 
 def compile_offline(stages: int) -> None:
-    import triton
-    from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon._runtime import GluonASTSource
 
+    from benchmarks.gluon_offline import compile_sm90
     from deepinfer_adapters.kernels import gluon_gemv
     from deepinfer_adapters.kernels.gluon_gemv_jit import fp8_gemv_kernel
 
@@ -32,24 +29,11 @@ def compile_offline(stages: int) -> None:
     w_layout = gl.NVMMASharedLayout.get_default_for([R, 128], gl.float8e4nv)
     a_layout = gl.NVMMASharedLayout.get_default_for([T, 128], gl.float8e4nv)
     sig = {"w_desc": f"tensordesc<fp8e4nv[{R},128],{w_layout!r}>",
-           "a_desc": f"tensordesc<fp8e4nv[{T},128],{a_layout!r}>", "WS": "*i32", "AS": "*fp32", "OUT": "*fp32", "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32",
-           "stride_wsn": "i32", "stride_asm": "i32", "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr",
-           "W_BN": "constexpr"}
-    names = list(fp8_gemv_kernel.arg_names)
+           "a_desc": f"tensordesc<fp8e4nv[{T},128],{a_layout!r}>", "WS": "*i32", "AS": "*fp32", "OUT": "*fp32",
+           "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "stride_wsn": "i32", "stride_asm": "i32",
+           "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr", "W_BN": "constexpr"}
     divisible = ("WS", "AS", "OUT", "K", "k_per_split", "stride_asm", "stride_om", "stride_os")
-    src = GluonASTSource(fp8_gemv_kernel, {n: sig[n] for n in names},
-                         constexprs={(names.index("STAGES"),): stages, (names.index("W_BN"),): 32},
-                         attrs={(names.index(n),): [["tt.divisibility", 16]] for n in divisible})
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-    path = "/tmp/fp8_gemv_kernel.ptx"
-    with open(path, "w") as fh:
-        fh.write(compiled.asm["ptx"])
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
-    notes = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", path.replace(".ptx", ".cubin")],
-                           capture_output=True, text=True).stderr
-    print(f"fp8_gemv_kernel (STAGES={stages}) compiled for sm_90: shared memory {compiled.metadata.shared} bytes, "
-          f"{compiled.asm['ptx'].count('wgmma.mma_async')} wgmma in the PTX")
-    print("\n".join(line for line in notes.splitlines() if "C75" in line or "registers" in line or "spill" in line))
+    compile_sm90(fp8_gemv_kernel, sig, {"STAGES": stages, "W_BN": 32}, divisible, f"fp8_gemv_kernel (STAGES={stages})")
 
 
 def main():

@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 
 import torch
 
 
 def compile_offline() -> None:
-    import triton
-    from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon._runtime import GluonASTSource
 
+    from benchmarks.gluon_offline import compile_sm90
     from deepinfer_adapters.kernels import gluon_moe
     from deepinfer_adapters.kernels.gluon_moe import TAIL, TILE
     from deepinfer_adapters.kernels.gluon_moe_jit import moe_bf16_kernel
@@ -35,21 +31,7 @@ def compile_offline() -> None:
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32",
            "K": "i32", "stride_wse": "i32", "stride_wsn": "i32", "stride_om": "i32", "STAGES": "constexpr"}
     divisible = ("WS", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "K", "stride_wse", "stride_wsn", "stride_om")
-    kernel = moe_bf16_kernel
-    names = list(kernel.arg_names)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible}
-    src = GluonASTSource(kernel, {n: sig[n] for n in names}, constexprs={(names.index("STAGES"),): gluon_moe.STAGES},
-                         attrs=attrs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-    path = f"/tmp/{kernel.fn.__name__}.ptx"
-    with open(path, "w") as fh:
-        fh.write(compiled.asm["ptx"])
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
-    notes = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", path.replace(".ptx", ".cubin")],
-                           capture_output=True, text=True).stderr
-    print(f"{kernel.fn.__name__} compiled for sm_90: shared memory {compiled.metadata.shared} bytes, "
-          f"{compiled.asm['ptx'].count('wgmma.mma_async')} wgmma in the PTX")
-    print("\n".join(line for line in notes.splitlines() if "C75" in line or "registers" in line or "spill" in line))
+    compile_sm90(moe_bf16_kernel, sig, {"STAGES": gluon_moe.STAGES}, divisible, "moe_bf16_kernel")
 
 
 def main():
