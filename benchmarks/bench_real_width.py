@@ -305,6 +305,9 @@ AB_SWITCHES = {
     # the A/B's other run turns the Gluon decode GEMV on (off by default: gluon_gemv.GLUON_GEMV, prepared in
     # session 17)
     "gluon_gemv": (lambda: setattr(gluon_gemv, "GLUON_GEMV", True), lambda: setattr(gluon_gemv, "GLUON_GEMV", False)),
+    # the A/B's other run has the HC merge add 256 K splits a load instead of 64 (triton_hc.MERGE_CHUNK): a decode
+    # step's 160 splits in one round of loads, not three dependent ones (other bits, the same for every T)
+    "merge_chunk": (lambda: setattr(triton_hc, "MERGE_CHUNK", 256), lambda: setattr(triton_hc, "MERGE_CHUNK", 64)),
     # decode attention: FlashMLA (one program a query) instead of the split decode config
     # (triton_sparse_attn.DECODE_SPLIT_QUERIES)
     "decode_split_attn": (lambda: setattr(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),

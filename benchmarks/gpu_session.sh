@@ -595,7 +595,8 @@ if has s17stall; then  # session 17 (~3 min): where the decode GEMVs' and a laye
 fi
 if has s18check; then  # prepared in session 17, never run (~6 min): the Gluon decode GEMV (kernels/gluon_gemv.py,
   # off by default) -- its GPU tests (reference; the Triton FP8 steps' bits with the same split; dispatch), the
-  # dense GEMVs against the Triton ones with ring depths and split targets, V4.1 decode B = 1 / 8 with it on
+  # dense GEMVs against the Triton ones with ring depths and split targets, V4.1 decode B = 1 / 8 with it on (and
+  # with the HC merge taking 256 splits a load: notes "Next" 1c)
   timeout 150 python -m pytest -q tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s18check.log" 2>&1
   echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s18check.log")"; grep -E "FAILED|Error|REPORT" "$OUT/gpu_tests_s18check.log" | head -20
   pack
@@ -603,7 +604,7 @@ if has s18check; then  # prepared in session 17, never run (~6 min): the Gluon d
   grep -E "M= ?[0-9]+ floor|SUMMARY|^M=|Error" "$OUT/gluon_gemv_s18.log" | cut -c1-200 | head -30; pack
   mkdir -p "$OUT/s18check"
   timeout 120 ${RW/--out $OUT/--out $OUT/s18check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
-    --ab gluon_gemv:1,8 > "$OUT/real_width_s18check.log" 2>&1
+    --ab gluon_gemv:1,8 merge_chunk:1,8 > "$OUT/real_width_s18check.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18check.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18check.log"
   pack
 fi
