@@ -46,6 +46,41 @@ def _block_scale(words, j: gl.constexpr):
 
 
 @gluon.jit
+def _step_scales(wrow, arow, i, k_steps):
+    """Step i's scales (clamped to the last step: a load ahead past the end reads scales that are there):
+    the weight rows' words and the activation rows' four per-32 scales."""
+    i = gl.minimum(i, k_steps - 1)
+    return (gl.load(wrow + i), gl.load(arow + 4 * i), gl.load(arow + 4 * i + 1), gl.load(arow + 4 * i + 2),
+            gl.load(arow + 4 * i + 3))
+
+
+@gluon.jit
+def _step(acc, zero, w_smem, a_smem, ready, empty, i, words, a0, a1, a2, a3, STAGES: gl.constexpr):
+    """acc plus step i: four FP8 products 32 deep from the ring, each times its scales, in K order."""
+    s = i % STAGES
+    mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+    w_tile = w_smem.index(s)
+    a_tile = a_smem.index(s)
+    p0 = warpgroup_mma(w_tile.slice(0, 32, dim=1), a_tile.slice(0, 32, dim=1).permute((1, 0)), zero,
+                       use_acc=False, is_async=True)
+    p1 = warpgroup_mma(w_tile.slice(32, 32, dim=1), a_tile.slice(32, 32, dim=1).permute((1, 0)), zero,
+                       use_acc=False, is_async=True)
+    p2 = warpgroup_mma(w_tile.slice(64, 32, dim=1), a_tile.slice(64, 32, dim=1).permute((1, 0)), zero,
+                       use_acc=False, is_async=True)
+    p3 = warpgroup_mma(w_tile.slice(96, 32, dim=1), a_tile.slice(96, 32, dim=1).permute((1, 0)), zero,
+                       use_acc=False, is_async=True)
+    p0, p1, p2, p3 = warpgroup_mma_wait(num_outstanding=0, deps=(p0, p1, p2, p3))
+    mbarrier.arrive(empty.index(s), count=1)
+    # each 32-deep product times its weight block's and activation row's scales (powers of two), added in K
+    # order: the swapped Triton kernel's FP8 steps (fp8_gemm_rows_kernel) do the same
+    acc += p0 * (gl.expand_dims(_block_scale(words, 0), 1) * gl.expand_dims(a0, 0))
+    acc += p1 * (gl.expand_dims(_block_scale(words, 1), 1) * gl.expand_dims(a1, 0))
+    acc += p2 * (gl.expand_dims(_block_scale(words, 2), 1) * gl.expand_dims(a2, 0))
+    acc += p3 * (gl.expand_dims(_block_scale(words, 3), 1) * gl.expand_dims(a3, 0))
+    return acc
+
+
+@gluon.jit
 def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, row0, k0, k_steps, N, M, pid_k, stride_wsn,
                    stride_asm, stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr):
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
@@ -59,40 +94,16 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, row0, k0, k_steps,
     arow = AS + gl.minimum(toks, M - 1).to(gl.int64) * stride_asm + k0 // 32
     zero = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
     acc = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
-    words = gl.load(wrow)
-    sa0 = gl.load(arow)
-    sa1 = gl.load(arow + 1)
-    sa2 = gl.load(arow + 2)
-    sa3 = gl.load(arow + 3)
-    for i in range(k_steps):
-        s = i % STAGES
-        phase = (i // STAGES) & 1
-        w_now, a0, a1, a2, a3 = words, sa0, sa1, sa2, sa3
-        nxt = gl.minimum(i + 1, k_steps - 1)  # the next step's scales, loaded ahead (the last step's again)
-        words = gl.load(wrow + nxt)
-        sa0 = gl.load(arow + 4 * nxt)
-        sa1 = gl.load(arow + 4 * nxt + 1)
-        sa2 = gl.load(arow + 4 * nxt + 2)
-        sa3 = gl.load(arow + 4 * nxt + 3)
-        mbarrier.wait(ready.index(s), phase)
-        w_tile = w_smem.index(s)
-        a_tile = a_smem.index(s)
-        p0 = warpgroup_mma(w_tile.slice(0, 32, dim=1), a_tile.slice(0, 32, dim=1).permute((1, 0)), zero,
-                           use_acc=False, is_async=True)
-        p1 = warpgroup_mma(w_tile.slice(32, 32, dim=1), a_tile.slice(32, 32, dim=1).permute((1, 0)), zero,
-                           use_acc=False, is_async=True)
-        p2 = warpgroup_mma(w_tile.slice(64, 32, dim=1), a_tile.slice(64, 32, dim=1).permute((1, 0)), zero,
-                           use_acc=False, is_async=True)
-        p3 = warpgroup_mma(w_tile.slice(96, 32, dim=1), a_tile.slice(96, 32, dim=1).permute((1, 0)), zero,
-                           use_acc=False, is_async=True)
-        p0, p1, p2, p3 = warpgroup_mma_wait(num_outstanding=0, deps=(p0, p1, p2, p3))
-        mbarrier.arrive(empty.index(s), count=1)
-        # each 32-deep product times its weight block's and activation row's scales (powers of two), added
-        # in K order: the swapped Triton kernel's FP8 steps (fp8_gemm_rows_kernel) do the same
-        acc += p0 * (gl.expand_dims(_block_scale(w_now, 0), 1) * gl.expand_dims(a0, 0))
-        acc += p1 * (gl.expand_dims(_block_scale(w_now, 1), 1) * gl.expand_dims(a1, 0))
-        acc += p2 * (gl.expand_dims(_block_scale(w_now, 2), 1) * gl.expand_dims(a2, 0))
-        acc += p3 * (gl.expand_dims(_block_scale(w_now, 3), 1) * gl.expand_dims(a3, 0))
+    # Two steps an iteration, each step's scales loaded a whole step's work before their use and into
+    # registers not live then: with one step an iteration and the next step's scales carried, ptxas copied
+    # the carried registers at the iteration's end, and each copy waited for its load (offline SASS)
+    wa, a0, a1, a2, a3 = _step_scales(wrow, arow, 0, k_steps)
+    for i in range(0, k_steps, 2):
+        wb, b0, b1, b2, b3 = _step_scales(wrow, arow, i + 1, k_steps)
+        acc = _step(acc, zero, w_smem, a_smem, ready, empty, i, wa, a0, a1, a2, a3, STAGES)
+        wa, a0, a1, a2, a3 = _step_scales(wrow, arow, i + 2, k_steps)
+        if i + 1 < k_steps:
+            acc = _step(acc, zero, w_smem, a_smem, ready, empty, i + 1, wb, b0, b1, b2, b3, STAGES)
     out_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1])
     res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
     orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, out_layout))
