@@ -58,7 +58,8 @@ import torch
 
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe, triton_sparse_attn, triton_support
+from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
+from deepinfer_adapters.kernels import triton_sparse_attn, triton_support
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -301,18 +302,19 @@ AB_SWITCHES = {
     # prefill: the indexer scores every key and masks after (attention_v41.CAUSAL_INDEX_SCORES)
     "causal_index": (lambda: setattr(attention_v41, "CAUSAL_INDEX_SCORES", False),
                      lambda: setattr(attention_v41, "CAUSAL_INDEX_SCORES", True)),
-    # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
     # the A/B's other run turns the Gluon decode GEMV on (off by default: gluon_gemv.GLUON_GEMV, prepared in
     # session 17)
     "gluon_gemv": (lambda: setattr(gluon_gemv, "GLUON_GEMV", True), lambda: setattr(gluon_gemv, "GLUON_GEMV", False)),
     # the A/B's other run has the HC merge add 256 K splits a load instead of 64 (triton_hc.MERGE_CHUNK): a decode
     # step's 160 splits in one round of loads, not three dependent ones (other bits, the same for every T)
-    "merge_chunk": (lambda: setattr(triton_hc, "MERGE_CHUNK", 256), lambda: setattr(triton_hc, "MERGE_CHUNK", 64)),
+    "merge_chunk": (lambda: setattr(triton_hc, "MERGE_CHUNK", 256),
+                    lambda v=triton_hc.MERGE_CHUNK: setattr(triton_hc, "MERGE_CHUNK", v)),
     # decode attention: FlashMLA (one program a query) instead of the split decode config
     # (triton_sparse_attn.DECODE_SPLIT_QUERIES)
     "decode_split_attn": (lambda: setattr(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),
                           lambda v=triton_sparse_attn.DECODE_SPLIT_QUERIES: setattr(
                               triton_sparse_attn, "DECODE_SPLIT_QUERIES", v)),
+    # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
     "topk_torch_order": (lambda: kernels.use_backend("topk_torch_order", "torch"),
                          lambda: kernels.use_backend("topk_torch_order", None)),
 }
