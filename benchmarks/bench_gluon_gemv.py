@@ -1,6 +1,6 @@
 """The decode GEMV on FP8 products in Gluon (``kernels/gluon_gemv.py``) against the Triton decode GEMV
 (``triton_fp8_gemm.fp8_linear``, as dispatched), same inputs: time and bits, V4.1's dense linears at 1 and 8
-rows, with the ring depth and the K-split target swept.
+rows, with the ring depth and the K-split target (work items) swept.
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_gluon_gemv.py
 ``--compile-only`` compiles the kernel for sm_90 with no GPU (Triton 3.6, the GPU machine's, in a scratch
@@ -30,7 +30,7 @@ def compile_offline(stages: int) -> None:
     a_layout = gl.NVMMASharedLayout.get_default_for([T, 128], gl.float8e4nv)
     sig = {"w_desc": f"tensordesc<fp8e4nv[{R},128],{w_layout!r}>",
            "a_desc": f"tensordesc<fp8e4nv[{T},128],{a_layout!r}>", "WS": "*i32", "AS": "*fp32", "OUT": "*fp32",
-           "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "stride_wsn": "i32", "stride_asm": "i32",
+           "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32", "n_items": "i32", "stride_wsn": "i32", "stride_asm": "i32",
            "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr", "W_BN": "constexpr"}
     divisible = ("WS", "AS", "OUT", "K", "k_per_split", "stride_asm", "stride_om", "stride_os")
     compile_sm90(fp8_gemv_kernel, sig, {"STAGES": stages, "W_BN": 32}, divisible, f"fp8_gemv_kernel (STAGES={stages})")
@@ -41,7 +41,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--compile-only", action="store_true", help="compile for sm_90 offline, no GPU")
     ap.add_argument("--stages", type=int, nargs="+", default=[4, 8])
-    ap.add_argument("--programs", type=int, nargs="+", default=[132, 264, 528])
+    ap.add_argument("--items", type=int, nargs="+", default=[264, 528, 1056],
+                    help="K-split targets: work items shared out over one persistent program an SM")
     args = ap.parse_args()
     if args.compile_only:
         for stages in args.stages:
@@ -70,9 +71,9 @@ def main():
                                          for x, w in zip(xs, ws)])}
             rels = {}
             for stages in args.stages:
-                for programs in args.programs:
-                    gluon_gemv.STAGES, gluon_gemv.PROGRAMS = stages, programs
-                    key = f"gluon_s{stages}_p{programs}"
+                for items in args.items:
+                    gluon_gemv.STAGES, gluon_gemv.ITEMS = stages, items
+                    key = f"gluon_s{stages}_i{items}"
                     try:
                         out = gluon_gemv.fp8_linear(xs[0], *ws[0], BLOCK, 32)
                         rels[key] = rel(out, ref)

@@ -305,10 +305,17 @@ AB_SWITCHES = {
     # the A/B's other run turns the Gluon decode GEMV on (off by default: gluon_gemv.GLUON_GEMV, prepared in
     # session 17)
     "gluon_gemv": (lambda: setattr(gluon_gemv, "GLUON_GEMV", True), lambda: setattr(gluon_gemv, "GLUON_GEMV", False)),
+    # the A/B's other run sends only weights of 32 MB and more to the Gluon decode GEMV (gluon_gemv.MIN_WEIGHT_BYTES)
+    "gluon_gemv_big": (lambda: (setattr(gluon_gemv, "GLUON_GEMV", True), setattr(gluon_gemv, "MIN_WEIGHT_BYTES", 32 << 20)),
+                       lambda: (setattr(gluon_gemv, "GLUON_GEMV", False), setattr(gluon_gemv, "MIN_WEIGHT_BYTES", 0))),
     # the A/B's other run has the HC merge add 256 K splits a load instead of 64 (triton_hc.MERGE_CHUNK): a decode
     # step's 160 splits in one round of loads, not three dependent ones (other bits, the same for every T)
     "merge_chunk": (lambda: setattr(triton_hc, "MERGE_CHUNK", 256),
                     lambda v=triton_hc.MERGE_CHUNK: setattr(triton_hc, "MERGE_CHUNK", v)),
+    # split swapped GEMVs add their partials in a second launch (sum_splits) instead of their last program
+    # (triton_fp8_gemm.ADD_SPLITS_IN_GEMM)
+    "split_add": (lambda: setattr(triton_fp8_gemm, "ADD_SPLITS_IN_GEMM", False),
+                  lambda: setattr(triton_fp8_gemm, "ADD_SPLITS_IN_GEMM", True)),
     # decode attention: FlashMLA (one program a query) instead of the split decode config
     # (triton_sparse_attn.DECODE_SPLIT_QUERIES)
     "decode_split_attn": (lambda: setattr(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18b] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -606,6 +606,31 @@ if has s18check; then  # prepared in session 17, never run (~6 min): the Gluon d
   timeout 120 ${RW/--out $OUT/--out $OUT/s18check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
     --ab gluon_gemv:1,8 merge_chunk:1,8 > "$OUT/real_width_s18check.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18check.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18check.log"
+  pack
+fi
+if has s18a; then  # the persistent Gluon decode GEMV (~4 min): its GPU tests, the dense GEMVs against the Triton ones
+  # (ring depth x K-split target), V4.1 decode B = 1 / 8 with it on for every weight or only for 64 MB and more
+  timeout 150 python -m pytest -q tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s18a.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s18a.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s18a.log" | head -20
+  pack
+  timeout 150 python benchmarks/bench_gluon_gemv.py --out "$OUT" > "$OUT/gluon_gemv_s18a.log" 2>&1
+  grep -E "M= ?[0-9]+ floor|SUMMARY|^M=|Error" "$OUT/gluon_gemv_s18a.log" | cut -c1-220 | head -30; pack
+  mkdir -p "$OUT/s18a"
+  timeout 150 ${RW/--out $OUT/--out $OUT/s18a} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
+    --ab gluon_gemv:1,8 gluon_gemv_big:1,8 > "$OUT/real_width_s18a.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18a.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18a.log"
+  pack
+fi
+if has s18b; then  # split GEMVs adding their own partials (~4 min): the GPU tests of the FP8 linears (with the new
+  # one), the Gluon GEMV's, V4.1 decode B = 1 / 8 with the second launch back, Gluon for >= 32 MB
+  timeout 200 python -m pytest -q tests/gpu/test_fp8_linear_gpu.py tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -s \
+    > "$OUT/gpu_tests_s18b.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s18b.log")"; grep -E "FAILED|Error|REPORT split" "$OUT/gpu_tests_s18b.log" | head -20
+  pack
+  mkdir -p "$OUT/s18b"
+  timeout 150 ${RW/--out $OUT/--out $OUT/s18b} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
+    --ab split_add:1,8 gluon_gemv_big:1,8 > "$OUT/real_width_s18b.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18b.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18b.log"
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

@@ -40,8 +40,9 @@ _FP4_PTRS = {"A": "*fp8e4nv", "A_SCALE": "*fp32", "W": "*u8", "W_SCALE": "*u8", 
              "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32"}
 _FP4_CONST = dict(BLOCK_N=128, BLOCK_T=16, A_SB=128, W_BK=32, GATHER_A=True, SCATTER_OUT=False, PTX=True, TILED=True,
                   BLOCK_ACC=False)
-_ROWS_PTRS = {"A": "*fp8e4nv", "A_SCALE": "*fp32", "W": "*fp8e4nv", "W_SCALE": "*u8", "OUT": "*fp32"}
-_ROWS_CONST = dict(BLOCK_N=64, BLOCK_T=16, A_SB=32, W_BN=32, W_BK=32, W_E8M0=True, QUANT_A=False)
+_ROWS_PTRS = {"A": "*fp8e4nv", "A_SCALE": "*fp32", "W": "*fp8e4nv", "W_SCALE": "*u8", "OUT": "*fp32", "FINAL": "*bf16",
+              "COUNTERS": "*i32"}
+_ROWS_CONST = dict(BLOCK_N=64, BLOCK_T=16, A_SB=32, W_BN=32, W_BK=32, W_E8M0=True, QUANT_A=False, ADD_SPLITS=True)
 # name: (kernel, pointer types, constexprs, options, weight values a K-loop iteration covers)
 KERNELS = {
     "fp4_rows": (jit.fp4_gemm_rows_kernel, _FP4_PTRS, _FP4_CONST, {"num_warps": 4, "num_stages": 3}, 128 * 64),

@@ -340,12 +340,28 @@ def bf16_operands(w, a, ws_ptr, as_ptr, kb, mask_n, mask_t, KSTEP: tl.constexpr,
     return dequant_blocks(w, sw, W_BK), ab
 
 
+@triton.jit
+def add_splits_when_last(OUT, FINAL, COUNTER, offs, mask, n_splits, stride_os):
+    """After a program stored its split's partial at OUT + offs: count it in at COUNTER (its tile's); the
+    program that arrives last adds the tile's partials in split order, as ``split_sum_kernel`` does (so its
+    bits), writes them to FINAL + offs in FINAL's dtype and puts the counter back to zero
+    (``split_counters``). The partials are read past L1 (another SM wrote them)."""
+    tl.debug_barrier()  # every thread's stores before the count: the atomic is one thread's
+    arrived = tl.atomic_add(COUNTER, 1, sem="acq_rel", scope="gpu")
+    if arrived == n_splits - 1:
+        total = tl.load(OUT + offs, mask=mask, other=0.0, cache_modifier=".cg")
+        for s in range(1, n_splits):
+            total += tl.load(OUT + s * stride_os + offs, mask=mask, other=0.0, cache_modifier=".cg")
+        tl.store(FINAL + offs, total.to(FINAL.dtype.element_ty), mask=mask)
+        tl.atomic_xchg(COUNTER, 0, sem="relaxed", scope="gpu")
+
+
 @triton.jit(do_not_specialize=["M"])
-def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
+def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, FINAL, COUNTERS, M, N, K, k_per_split, n_splits,
                          stride_am, stride_asm, stride_wn, stride_wsn, stride_om, stride_os,
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                          A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
-                         QUANT_A: tl.constexpr, BF16_STEPS: tl.constexpr = False):
+                         QUANT_A: tl.constexpr, BF16_STEPS: tl.constexpr = False, ADD_SPLITS: tl.constexpr = False):
     """``fp8_gemm_kernel`` (ungrouped, FP8 activations) for a few rows, with the product swapped:
     program (N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T] = W A^T, so the weight tile is
     the 64-row operand of Hopper's FP8 tensor-core instruction (wgmma needs 64 rows) and the
@@ -355,7 +371,9 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
     (KSTEP <= W_BK), as the rows-first kernel's per-step branch does.
     BF16_STEPS (KSTEP a multiple of A_SB and W_BK): both operands are dequantized in registers
     (E4M3 x a power of two: exact in bf16) and meet in one bf16 product KSTEP deep, so a step
-    spans several scale blocks and the accumulator is never rescaled (``bf16_operands``)."""
+    spans several scale blocks and the accumulator is never rescaled (``bf16_operands``).
+    ADD_SPLITS: OUT holds the n_splits partials and the last program of an N tile adds them into FINAL
+    (``add_splits_when_last``, COUNTERS one a tile)."""
     pdl_start()
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -383,8 +401,11 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
                 sw = weight_scale(tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0), W_E8M0)
                 a, sa = scaled_activation(a, as_ptr, kb, mask_t, A_SB, QUANT_A)
                 acc += tl.dot(w, tl.trans(a)) * (sw[:, None] * sa[None, :])
-    out_ptr = OUT + pid_k * stride_os + toks.to(tl.int64)[None, :] * stride_om + cols[:, None]
-    tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_n[:, None] & mask_t[None, :])
+    offs = toks.to(tl.int64)[None, :] * stride_om + cols[:, None]
+    mask = mask_n[:, None] & mask_t[None, :]
+    tl.store(OUT + pid_k * stride_os + offs, acc.to(OUT.dtype.element_ty), mask=mask)
+    if ADD_SPLITS:
+        add_splits_when_last(OUT, FINAL, COUNTERS + pid_n, offs, mask, n_splits, stride_os)
 
 
 @triton.jit

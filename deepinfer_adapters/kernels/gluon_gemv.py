@@ -9,7 +9,7 @@ with bf16 steps (address arithmetic, cp.async issue, barriers, scale handling), 
 leaves ~8 at perfect issue and the kernel issues at ~0.45 of it, with 4 programs of 4 warps an SM to hide
 the latency. Moving its scale loads did not help (two forms measured and removed in session 17). Here a
 loader warp keeps a ring of STAGES TMA copies (64 weight rows x 128 inputs, and the activation tile) in
-flight, and one warpgroup takes four FP8 wgmma products a step straight from shared memory, each promoted
+flight across a persistent program's work items, and one warpgroup takes four FP8 wgmma products a step straight from shared memory, each promoted
 with its weight block's and activation row's scales (V4.1 scales both per 32 inputs; at decode the
 promotion costs ~1 instruction a weight value and TMA no address arithmetic).
 
@@ -25,6 +25,8 @@ Takes: bf16 activations [M <= 16, K] (quantized per 32 by ``act_quant`` first, o
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from deepinfer_adapters.kernels import invariance, register
@@ -36,7 +38,9 @@ GLUON_GEMV = False  # prepared, not yet run on a GPU (see the module doc)
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
-PROGRAMS = 264  # K is split while fewer weight row tiles than this run (two an SM)
+ITEMS = 264  # K is split while fewer weight row tiles than this: ~2 work items a program
+PROGRAMS_PER_SM = 1  # the kernel takes ~255 registers a thread for its 256 (ptxas): one program fits an SM
+MIN_WEIGHT_BYTES = 0  # smaller weights stay on the Triton GEMV (under measurement: session 18)
 
 
 def fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], act_block: int,
@@ -46,6 +50,8 @@ def fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tupl
     K = x.shape[-1]
     rows = x.numel() // max(1, K)
     if not (x.dtype == torch.bfloat16 and 0 < rows <= TOKENS and act_block == 32 and tuple(block) == (32, 32)):
+        return False
+    if weight.numel() < MIN_WEIGHT_BYTES:
         return False
     if not (weight.dtype == torch.float8_e4m3fn and weight.dim() == 2 and weight.shape[1] == K and K % 128 == 0
             and weight.stride(1) == 1 and weight.stride(0) % 16 == 0 and weight.data_ptr() % 16 == 0):
@@ -65,11 +71,17 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block
     return gemv(q, s, weight, scale, x.dtype).view(*lead, weight.shape[0])
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def gemv(q: torch.Tensor, q_scale: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
          out_dtype: torch.dtype) -> torch.Tensor:
     """out [M, N] = (q x its per-32 scales) (weight x its [32, 32] E8M0 scales)^T: q [M <= 16, K] E4M3,
-    q_scale [M, K / 32] fp32; K split (by N and K alone) while fewer than PROGRAMS row tiles run, the
-    partials added in split order (``sum_splits``)."""
+    q_scale [M, K / 32] fp32; K split (by N and K alone) while there are fewer than ITEMS row tiles, the
+    partials added in split order (``sum_splits``). One persistent program an SM takes the (tile, split)
+    items in turn."""
     import triton
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -79,7 +91,8 @@ def gemv(q: torch.Tensor, q_scale: torch.Tensor, weight: torch.Tensor, scale: to
     M, K = q.shape
     N = weight.shape[0]
     n_tiles = triton.cdiv(N, ROWS)
-    split, k_per_split = split_k(n_tiles, K, 128, PROGRAMS)
+    split, k_per_split = split_k(n_tiles, K, 128, ITEMS)
+    n_items = n_tiles * split
     out = torch.empty((split, M, N) if split > 1 else (M, N), device=q.device,
                       dtype=torch.float32 if split > 1 else out_dtype)
     w_layout = gl.NVMMASharedLayout.get_default_for([ROWS, 128], gl.float8e4nv)
@@ -88,9 +101,10 @@ def gemv(q: torch.Tensor, q_scale: torch.Tensor, weight: torch.Tensor, scale: to
     q = q if q.is_contiguous() else q.contiguous()
     a_desc = TensorDescriptor(q, [M, K], list(q.stride()), [TOKENS, 128], a_layout)
     words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
-    fp8_gemv_kernel[(n_tiles, split)](
-        w_desc, a_desc, words, q_scale, out, N, M, K, k_per_split, words.stride(0), q_scale.stride(0),
-        out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES, W_BN=32, num_warps=4)
+    programs = min(n_items, _sm_count(q.device) * PROGRAMS_PER_SM)
+    fp8_gemv_kernel[(programs,)](
+        w_desc, a_desc, words, q_scale, out, N, M, K, k_per_split, split, n_items, words.stride(0),
+        q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES, W_BN=32, num_warps=4)
     return out if split == 1 else sum_splits(out, out_dtype)
 
 

@@ -1,7 +1,10 @@
 """The decode GEMV on FP8 products for Hopper in Gluon: imported only to launch on an sm_90 GPU
 (``gluon_gemv``). Design and status: ``gluon_gemv``'s module doc.
 
-One program: 64 weight rows x a K range of 128-input steps, against up to 16 activation rows.
+Persistent: a program (one an SM) takes work items in turn, an item 64 weight rows x a K range of 128-input
+steps, against up to 16 activation rows; the ring runs on across items, so its copies never drain between
+them (the first form, one program an item, refilled the ring at each and lost to the Triton GEMV on every
+weight under ~64 MB, session 18).
 - loader (1 warp): TMA copies of the step's E4M3 weight tile [64, 128] and E4M3 activation tile [16, 128]
   (rows past N or M come as zeros) into a ring of STAGES slots;
 - one warpgroup: four FP8 wgmma products 32 deep a step, straight from shared memory (weights as the
@@ -29,14 +32,29 @@ def _barriers(STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, row0, k0, k_steps, STAGES: gl.constexpr):
-    for i in range(k_steps):
-        s = i % STAGES
-        free = ((i // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
-        mbarrier.wait(empty.index(s), free)
-        mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + a_desc.block_type.nbytes)
-        _tma_load(w_desc, [row0, k0 + i * 128], ready.index(s), w_smem.index(s))
-        _tma_load(a_desc, [0, k0 + i * 128], ready.index(s), a_smem.index(s))
+def _item(item, n_splits, k_per_split, K, W_ROWS: gl.constexpr):
+    """Work item -> (first weight row, K split, its first input, its 128-input steps): items run tile-major,
+    a tile's K splits next to each other; the last split may be shorter."""
+    split = item % n_splits
+    k0 = split * k_per_split
+    return (item // n_splits) * W_ROWS, split, k0, gl.minimum(k_per_split, K - k0) // 128
+
+
+@gluon.jit
+def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, n_items, n_splits, k_per_split, K,
+                 STAGES: gl.constexpr):
+    W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    g = 0  # steps copied so far by this program: the ring's position runs on across items
+    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+        row0, _, k0, k_steps = _item(item, n_splits, k_per_split, K, W_ROWS)
+        for i in range(k_steps):
+            s = g % STAGES
+            free = ((g // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
+            mbarrier.wait(empty.index(s), free)
+            mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + a_desc.block_type.nbytes)
+            _tma_load(w_desc, [row0, k0 + i * 128], ready.index(s), w_smem.index(s))
+            _tma_load(a_desc, [0, k0 + i * 128], ready.index(s), a_smem.index(s))
+            g += 1
 
 
 @gluon.jit
@@ -55,10 +73,11 @@ def _step_scales(wrow, arow, i, k_steps):
 
 
 @gluon.jit
-def _step(acc, zero, w_smem, a_smem, ready, empty, i, words, a0, a1, a2, a3, STAGES: gl.constexpr):
-    """acc plus step i: four FP8 products 32 deep from the ring, each times its scales, in K order."""
-    s = i % STAGES
-    mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+def _step(acc, zero, w_smem, a_smem, ready, empty, g, words, a0, a1, a2, a3, STAGES: gl.constexpr):
+    """acc plus the program's step g: four FP8 products 32 deep from the ring, each times its scales, in K
+    order."""
+    s = g % STAGES
+    mbarrier.wait(ready.index(s), (g // STAGES) & 1)
     w_tile = w_smem.index(s)
     a_tile = a_smem.index(s)
     p0 = warpgroup_mma(w_tile.slice(0, 32, dim=1), a_tile.slice(0, 32, dim=1).permute((1, 0)), zero,
@@ -81,58 +100,60 @@ def _step(acc, zero, w_smem, a_smem, ready, empty, i, words, a0, a1, a2, a3, STA
 
 
 @gluon.jit
-def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, row0, k0, k_steps, N, M, pid_k, stride_wsn,
-                   stride_asm, stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr):
+def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, n_items, n_splits, k_per_split, K, N, M,
+                   stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr):
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
     T: gl.constexpr = a_smem.type.shape[1]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, T, 32])
-    rows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, mma_layout))
-    toks = gl.arange(0, T, layout=gl.SliceLayout(0, mma_layout))
-    # rows past N read the last row's scales and tokens past M the last token's: their products are zeros
-    wrow = WS + (gl.minimum(rows, N - 1) // W_BN).to(gl.int64) * stride_wsn + k0 // 128  # int32 words
-    arow = AS + gl.minimum(toks, M - 1).to(gl.int64) * stride_asm + k0 // 32
-    zero = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
-    acc = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
-    # Two steps an iteration, each step's scales loaded a whole step's work before their use and into
-    # registers not live then: with one step an iteration and the next step's scales carried, ptxas copied
-    # the carried registers at the iteration's end, and each copy waited for its load (offline SASS)
-    wa, a0, a1, a2, a3 = _step_scales(wrow, arow, 0, k_steps)
-    for i in range(0, k_steps, 2):
-        wb, b0, b1, b2, b3 = _step_scales(wrow, arow, i + 1, k_steps)
-        acc = _step(acc, zero, w_smem, a_smem, ready, empty, i, wa, a0, a1, a2, a3, STAGES)
-        wa, a0, a1, a2, a3 = _step_scales(wrow, arow, i + 2, k_steps)
-        if i + 1 < k_steps:
-            acc = _step(acc, zero, w_smem, a_smem, ready, empty, i + 1, wb, b0, b1, b2, b3, STAGES)
     out_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1])
-    res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
-    orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, out_layout))
-    otoks = gl.arange(0, T, layout=gl.SliceLayout(0, out_layout))
-    mask = gl.expand_dims(orows < N, 1) & gl.expand_dims(otoks < M, 0)
-    ptrs = OUT + pid_k.to(gl.int64) * stride_os + gl.expand_dims(otoks.to(gl.int64) * stride_om, 0) \
-        + gl.expand_dims(orows, 1)
-    gl.store(ptrs, res, mask=mask)
+    tile_rows = gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, mma_layout))
+    toks = gl.arange(0, T, layout=gl.SliceLayout(0, mma_layout))
+    # tokens past M read the last token's scales: their products are zeros
+    arow0 = AS + gl.minimum(toks, M - 1).to(gl.int64) * stride_asm
+    zero = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
+    g = 0  # the ring's position, as the loader's
+    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+        row0, split, k0, k_steps = _item(item, n_splits, k_per_split, K, W_ROWS)
+        # rows past N read the last row's scales: their products are zeros
+        wrow = WS + (gl.minimum(row0 + tile_rows, N - 1) // W_BN).to(gl.int64) * stride_wsn + k0 // 128
+        arow = arow0 + k0 // 32
+        acc = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
+        # Two steps an iteration, each step's scales loaded a whole step's work before their use and into
+        # registers not live then: with one step an iteration and the next step's scales carried, ptxas
+        # copied the carried registers at the iteration's end, and each copy waited for its load (offline SASS)
+        wa, a0, a1, a2, a3 = _step_scales(wrow, arow, 0, k_steps)
+        for i in range(0, k_steps, 2):
+            wb, b0, b1, b2, b3 = _step_scales(wrow, arow, i + 1, k_steps)
+            acc = _step(acc, zero, w_smem, a_smem, ready, empty, g + i, wa, a0, a1, a2, a3, STAGES)
+            wa, a0, a1, a2, a3 = _step_scales(wrow, arow, i + 2, k_steps)
+            if i + 1 < k_steps:
+                acc = _step(acc, zero, w_smem, a_smem, ready, empty, g + i + 1, wb, b0, b1, b2, b3, STAGES)
+        g += k_steps
+        res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
+        orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, out_layout))
+        otoks = gl.arange(0, T, layout=gl.SliceLayout(0, out_layout))
+        mask = gl.expand_dims(orows < N, 1) & gl.expand_dims(otoks < M, 0)
+        ptrs = OUT + split.to(gl.int64) * stride_os + gl.expand_dims(otoks.to(gl.int64) * stride_om, 0) \
+            + gl.expand_dims(orows, 1)
+        gl.store(ptrs, res, mask=mask)
 
 
 @gluon.jit
-def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, N, M, K, k_per_split, stride_wsn, stride_asm, stride_om,
-                    stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr):
-    """Program (row tile, K split): OUT[pid_k][token, row] = sum over its K range of A[token] W[row] with both
-    operands' per-32 block scales. WS: the weight's E8M0 scales as int32 words (four 32-input blocks a word,
+def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, N, M, K, k_per_split, n_splits, n_items, stride_wsn, stride_asm,
+                    stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr):
+    """Persistent: program p takes work items p, p + programs, ... (an item: a 64-row tile x one K split) and
+    writes OUT[split][token, row] = sum over the split's K range of A[token] W[row] with both operands'
+    per-32 block scales. WS: the weight's E8M0 scales as int32 words (four 32-input blocks a word,
     ``stride_wsn`` in words); AS: the activations' fp32 scales per 32 inputs."""
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
-    pid_n = gl.program_id(0)
-    pid_k = gl.program_id(1)
-    row0 = pid_n * W_ROWS
-    k0 = pid_k * k_per_split
-    k_steps = gl.minimum(k_per_split, K - k0) // 128  # the last split may be shorter
     w_smem = gl.allocate_shared_memory(w_desc.dtype, [STAGES, W_ROWS, 128], w_desc.layout)
     a_smem = gl.allocate_shared_memory(a_desc.dtype, [STAGES, T, 128], a_desc.layout)
     ready = _barriers(STAGES)
     empty = _barriers(STAGES)
     gl.warp_specialize([
-        (_gemv_products, (w_smem, a_smem, ready, empty, WS, AS, OUT, row0, k0, k_steps, N, M, pid_k, stride_wsn,
-                          stride_asm, stride_om, stride_os, STAGES, W_BN)),
-        (_gemv_loader, (w_desc, a_desc, w_smem, a_smem, ready, empty, row0, k0, k_steps, STAGES)),
+        (_gemv_products, (w_smem, a_smem, ready, empty, WS, AS, OUT, n_items, n_splits, k_per_split, K, N, M,
+                          stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN)),
+        (_gemv_loader, (w_desc, a_desc, w_smem, a_smem, ready, empty, n_items, n_splits, k_per_split, K, STAGES)),
     ], [1], [24])

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deepinfer_adapters.kernels import invariance, register
+from deepinfer_adapters.kernels import invariance, register, split_counters
 from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
 from deepinfer_adapters.model_impl.batch import cached_constant
 from deepinfer_adapters.model_impl.quant import (E4M3_TILE, FP4_TILE_ROWS, expert_matrix, fp4_span, fp4_tiled,
@@ -120,6 +120,9 @@ SWAPPED_CONFIG = GemmConfig(16, 64, 4, 4, 4)
 # slower: wq_b 21.3 -> 24.4, Engram wkv 72.3 -> 74.8). The same at one row.
 BF16_STEPS = True
 BF16_STEPS_CONFIG = GemmConfig(16, 64, 1, 4, 3, programs=1056)
+# A split swapped GEMM's last program of each N tile adds the partials (``split_counters``): one launch, not
+# two; the same bits as ``sum_splits``.
+ADD_SPLITS_IN_GEMM = True
 
 
 def invariant_config(kstep: int) -> GemmConfig:
@@ -288,13 +291,18 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
         return out if split == 1 else sum_splits(out, out_dtype)
     row_idx = groups.row_idx if grouped and groups.row_idx is not None else None
     if swapped:
+        counters = split_counters.take(a.device, n_tiles) if split > 1 and ADD_SPLITS_IN_GEMM else None
+        final = torch.empty((M, N), device=a.device, dtype=out_dtype) if counters is not None else out
         rows_kernel[(n_tiles, split)](
-            a, a if a_scale is None else a_scale, weight, ws, out, M, N, K, k_per_split,
+            a, a if a_scale is None else a_scale, weight, ws, out, final, out if counters is None else counters,
+            M, N, K, k_per_split, split,
             a.stride(0), 0 if a_scale is None else a_scale.stride(0), weight.stride(0), ws.stride(0),
             out.stride(-2), out.stride(0) if split > 1 else 0,
             BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, KSTEP=kstep, SUB=sub, A_SB=act_block,
             W_BN=weight_block[0], W_BK=weight_block[1], W_E8M0=e8m0, QUANT_A=quantize_a, BF16_STEPS=bf16_steps,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
+            ADD_SPLITS=counters is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
+        if counters is not None:
+            return final
     else:
         _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
                     m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4,

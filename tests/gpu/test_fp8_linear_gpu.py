@@ -194,3 +194,43 @@ def test_dequant_bf16_kernel_gives_the_torch_bits(N, K, block, scale_kind):
     got = tg.dequant_bf16(w, scale, block)  # on CUDA: the Triton pass
     want = tg.dequant_bf16(w.cpu(), scale.cpu(), block)
     assert got.is_cuda and torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("M", [1, 5, 16])
+@pytest.mark.parametrize("N,K,bf16_steps", [(1792, 5120, True), (5120, 8192, True), (4096, 1280, False),
+                                            (1824, 5120, False)])
+def test_split_partials_added_by_the_gemm_itself(M, N, K, bf16_steps, monkeypatch):
+    """A split swapped GEMV's last program of each N tile adds the partials (``ADD_SPLITS_IN_GEMM``,
+    ``split_counters``): the bits of the second launch (``sum_splits``) it replaces -- eagerly 20 times in a
+    row, from a CUDA graph replayed 20 times (the same counters each replay: each call must leave them at
+    zero), and with two GEMMs at once on two streams (different counters)."""
+    tg = _tri()
+    from deepinfer_adapters.kernels import split_counters
+
+    w8, scale = _weight(N, K, (32, 32), N + K)
+    x = _x(M, K, M + 1)
+    q, s = tg.act_quant(x, 32)
+
+    def gemv():
+        return tg.gemm(q, s, 32, w8, scale, (32, 32), torch.bfloat16, swapped=True, bf16_steps=bf16_steps)
+
+    monkeypatch.setattr(tg, "ADD_SPLITS_IN_GEMM", False)
+    want = gemv()
+    monkeypatch.setattr(tg, "ADD_SPLITS_IN_GEMM", True)
+    assert all(torch.equal(gemv(), want) for _ in range(20))
+    side = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = gemv()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            out_side = gemv()
+        torch.cuda.current_stream().wait_stream(side)
+    for _ in range(20):
+        out.zero_()
+        out_side.zero_()
+        graph.replay()
+        assert torch.equal(out, want) and torch.equal(out_side, want)
+    torch.cuda.synchronize()
+    assert all(bool((b == 0).all()) for b in split_counters._buffers.values())
+    print(f"REPORT split add M={M} N={N} K={K}: bits of sum_splits in 20 eager calls and 20 replays")

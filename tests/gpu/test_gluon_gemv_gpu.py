@@ -58,7 +58,7 @@ def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(M, N, K):
     got = gg.gemv(q, s, w8, scale, torch.bfloat16)
     ref = reference_fp8.fp8_linear(x, w8, scale, BLOCK, 32)
     rel = _rel(got, ref)
-    same_split = tg.GemmConfig(16, gg.ROWS, 4, 4, 4, programs=gg.PROGRAMS)
+    same_split = tg.GemmConfig(16, gg.ROWS, 4, 4, 4, programs=gg.ITEMS)
     triton = tg.gemm(q, s, 32, w8, scale, BLOCK, torch.bfloat16, config=same_split, swapped=True, bf16_steps=False)
     print(f"REPORT gluon gemv M={M} N={N} K={K}: rel={rel:.2e}, bits of the Triton FP8 steps: "
           f"{torch.equal(got, triton)} (rel {_rel(got, triton):.1e})")
@@ -66,6 +66,23 @@ def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(M, N, K):
     assert rel <= 2e-3
     torch.testing.assert_close(got.float(), ref.float(), rtol=2.0**-7, atol=2.0**-10 * float(ref.float().abs().max()))
     assert torch.equal(got, triton)
+
+
+@pytest.mark.parametrize("programs", [1, 3, 7])
+def test_few_programs_take_many_items_each(monkeypatch, programs):
+    """A persistent program's ring runs on across its items (phases included): with 1, 3 or 7 programs each
+    takes tens of items of 1 to 3 steps (the last K split of 5120 in 384s is one step), so the ring wraps
+    mid-item. The bits must not depend on how the items are shared out."""
+    gg = _gg()
+    from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+
+    x, w8, scale = _inputs(3, 1792, 5120, 11)
+    q, s = tg.act_quant(x, 32)
+    full = gg.gemv(q, s, w8, scale, torch.bfloat16)
+    monkeypatch.setattr(gg, "_sm_count", lambda device: programs)
+    few = gg.gemv(q, s, w8, scale, torch.bfloat16)
+    assert torch.equal(few, full)
+    assert _rel(few, reference_fp8.fp8_linear(x, w8, scale, BLOCK, 32)) <= 2e-3
 
 
 def test_dispatch_takes_it_where_it_fits_when_on(monkeypatch):
