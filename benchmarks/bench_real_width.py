@@ -59,7 +59,7 @@ import torch
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
-from deepinfer_adapters.kernels import triton_sparse_attn, triton_support
+from deepinfer_adapters.kernels import split_counters, triton_sparse_attn, triton_support
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -312,10 +312,12 @@ AB_SWITCHES = {
     # step's 160 splits in one round of loads, not three dependent ones (other bits, the same for every T)
     "merge_chunk": (lambda: setattr(triton_hc, "MERGE_CHUNK", 256),
                     lambda v=triton_hc.MERGE_CHUNK: setattr(triton_hc, "MERGE_CHUNK", v)),
-    # split swapped GEMVs add their partials in a second launch (sum_splits) instead of their last program
-    # (triton_fp8_gemm.ADD_SPLITS_IN_GEMM)
-    "split_add": (lambda: setattr(triton_fp8_gemm, "ADD_SPLITS_IN_GEMM", False),
-                  lambda: setattr(triton_fp8_gemm, "ADD_SPLITS_IN_GEMM", True)),
+    # a sublayer's pre-norm issued after its mixes' side stream forks, not before (overlap.NORM_BEFORE_MIXES)
+    "norm_first": (lambda: setattr(overlap, "NORM_BEFORE_MIXES", False),
+                   lambda: setattr(overlap, "NORM_BEFORE_MIXES", True)),
+    # split GEMMs add their partials in a second launch (sum_splits) instead of their last program
+    # (split_counters.ENABLED)
+    "split_add": (lambda: setattr(split_counters, "ENABLED", False), lambda: setattr(split_counters, "ENABLED", True)),
     # decode attention: FlashMLA (one program a query) instead of the split decode config
     # (triton_sparse_attn.DECODE_SPLIT_QUERIES)
     "decode_split_attn": (lambda: setattr(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),

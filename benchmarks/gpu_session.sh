@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18b] [s18time] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18b] [s18time] [s18c] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -639,6 +639,20 @@ if has s18time; then  # where a V4.1 decode replay's time goes now, B = 1 / 8 (~
     --timeline 1 8 > "$OUT/real_width_s18time.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18time.log" | grep -E "decode B="
   for b in 1 8; do head -1 "$OUT/s18time/timeline_graph_b$b.txt"; sed -n '/# by kernel/,/^$/p' "$OUT/s18time/timeline_graph_b$b.txt" | head -28 | cut -c1-110; done
+  pack
+fi
+if has s18c; then  # every split GEMM adds its own partials; pre-norms before the mixes fork (~6 min): the GPU tests of the
+  # linears, MoE, model, graphs, overlap and invariance; V4.1 decode B = 1 / 8 with each switched back
+  timeout 330 python -m pytest -q tests/gpu/test_fp8_linear_gpu.py tests/gpu/test_linear_gpu.py tests/gpu/test_moe_gpu.py \
+    tests/gpu/test_model_gpu.py tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_overlap_gpu.py \
+    tests/gpu/test_batch_invariance_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s18c.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s18c.log")"; grep -E "FAILED|Error|REPORT split" "$OUT/gpu_tests_s18c.log" | head -30
+  pack
+  mkdir -p "$OUT/s18c"
+  timeout 150 ${RW/--out $OUT/--out $OUT/s18c} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
+    --ab norm_first:1,8 split_add:1,8 --timeline 1 > "$OUT/real_width_s18c.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18c.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18c.log"
+  head -1 "$OUT/s18c/timeline_graph_b1.txt"; sed -n '/# by kernel/,/^$/p' "$OUT/s18c/timeline_graph_b1.txt" | head -14 | cut -c1-110
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

@@ -57,7 +57,8 @@ KERNELS = {
     # the MoE's bf16-path prefill tile (128 x 128, 8 warps; each weight value to fp32, times its scale, to bf16)
     "bf16_prefill": (jit.fp8_gemm_kernel, dict(_FP4_PTRS, A="*bf16", W="*fp8e4nv", A_SCALE="*bf16", ROW_IDX="*i32"),
                      dict(BLOCK_M=128, BLOCK_N=128, KSTEP=128, SUB=1, A_SB=0, W_BN=1, W_BK=128, W_E8M0=True,
-                          GROUPED=True, GATHER_A=True, SCATTER_OUT=False, QUANT_A=False, W_FP4=0, W_TILED=True),
+                          GROUPED=True, GATHER_A=True, SCATTER_OUT=False, QUANT_A=False, W_FP4=0, W_TILED=True,
+                          ADD_SPLITS=False),
                      {"num_warps": 8, "num_stages": 3}, 128 * 128),
 }
 _SPECIALIZED = ("N", "K", "k_per_split", "stride_am", "stride_asm", "stride_we", "stride_wn", "stride_wse",

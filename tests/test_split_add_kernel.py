@@ -1,10 +1,11 @@
 """Split-K partials added by the GEMM's own last program (``fp8_triton_jit.add_splits_when_last``, counters
-from ``split_counters``) against the second launch it replaces (``sum_splits``), under Triton's CPU
+from ``split_counters``) against the second launch it replaces (``sum_splits``, ``split_counters.ENABLED`` off), under Triton's CPU
 interpreter, through ``triton_fp8_gemm.gemm`` on the swapped decode kernel (FP8 steps: the interpreter's
 bf16 products are not usable): the same bits, two calls in a row (the counters must be left at zero, or the
 second call's last program is never found and its output is never written), the counters zero after (every
 new buffer NaN, so a partial read before its program wrote it shows), and
-the result against the float64 product of the dequantized operands. The compiled kernel's fences and
+the result against the float64 product of the dequantized operands; the same bits also from the rows-first
+kernel (``fp8_gemm_kernel``) and the bf16 linear (``triton_linear``). The compiled kernel's fences and
 atomics run in tests/gpu/test_fp8_linear_gpu.py."""
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ want = (a.double() * sa.double().repeat_interleave(32, 1)) @ (
     w.double() * torch.pow(2.0, sw.double() - 127).repeat_interleave(32, 0).repeat_interleave(32, 1)).T
 outs = {}
 for add in (False, True, True):
-    tg.ADD_SPLITS_IN_GEMM = add
+    split_counters.ENABLED = add
     out = tg.gemm(a, sa, 32, w, sw, (32, 32), torch.bfloat16, config=cfg, swapped=True, bf16_steps=False)
     outs.setdefault(add, []).append(out)
 print("same_bits", all(torch.equal(o, outs[False][0]) for o in outs[True]))
@@ -48,6 +49,25 @@ print("counters_zero", all(bool((b == 0).all()) for b in split_counters._buffers
       len(split_counters._buffers))
 rel = ((outs[True][1].double() - want).abs().max() / want.abs().max()).item()
 print("rel", f"{rel:.3e}")
+
+# the rows-first kernel (fp8_gemm_kernel; three row tiles of 16 over two N tiles of 128) and the bf16 linear
+# (triton_linear; the interpreter's bf16 products are off, but the same both ways)
+from deepinfer_adapters.kernels import triton_linear
+a40, sa40 = (torch.randn(40, K, generator=g) * 20).to(torch.float8_e4m3fn), sa[:1].expand(40, -1).contiguous()
+xf = torch.randn(40, K, generator=g)
+wb = torch.randn(N, K, generator=g).bfloat16()
+calls = {"rows_first": lambda: tg.gemm(a40, sa40, 32, w, sw, (32, 32), torch.bfloat16, swapped=False,
+                                       config=tg.GemmConfig(16, 128, 4, 4, 4, programs=12)),
+         "linear": lambda: triton_linear.linear(xf, wb, config=triton_linear.LinearConfig(block_n=64, programs=12,
+                                                                                           min_steps=2))}
+for name, call in calls.items():
+    split_counters.ENABLED = False
+    second_launch = call()
+    split_counters.ENABLED = True
+    taken = dict(split_counters._next)
+    own = [call(), call()]
+    print(name, all(torch.equal(o, second_launch) for o in own) and split_counters._next != taken
+          and not second_launch.isnan().any())
 """
 
 
@@ -57,6 +77,7 @@ def test_last_program_adds_the_splits_with_the_second_launchs_bits():
     assert lines["same_bits"] == "True"
     assert lines["counters_zero"] == "True 1"
     assert float(lines["rel"]) < 2**-7
+    assert lines["rows_first"] == "True" and lines["linear"] == "True"
 
 
 def test_counters_hand_out_disjoint_slices_and_wrap():

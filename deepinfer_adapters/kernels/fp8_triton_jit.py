@@ -216,15 +216,32 @@ def half_product(acc, w, a_ptr, ws_ptr, k0, mask_m, mask_n, HALF: tl.constexpr, 
     return tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
 
 
+@triton.jit
+def add_splits_when_last(OUT, FINAL, COUNTER, offs, mask, n_splits, stride_os):
+    """After a program stored its split's partial at OUT + offs: count it in at COUNTER (its tile's); the
+    program that arrives last adds the tile's partials in split order, as ``split_sum_kernel`` does (so its
+    bits), writes them to FINAL + offs in FINAL's dtype and puts the counter back to zero
+    (``split_counters``). The partials are read past L1 (another SM wrote them)."""
+    tl.debug_barrier()  # every thread's stores before the count: the atomic is one thread's
+    arrived = tl.atomic_add(COUNTER, 1, sem="acq_rel", scope="gpu")
+    if arrived == n_splits - 1:
+        total = tl.load(OUT + offs, mask=mask, other=0.0, cache_modifier=".cg")
+        for s in range(1, n_splits):
+            total += tl.load(OUT + s * stride_os + offs, mask=mask, other=0.0, cache_modifier=".cg")
+        tl.store(FINAL + offs, total.to(FINAL.dtype.element_ty), mask=mask)
+        tl.atomic_xchg(COUNTER, 0, sem="relaxed", scope="gpu")
+
+
 @triton.jit(do_not_specialize=["M"])  # one compile for every batch size
-def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1,
-                    M, N, K, k_per_split,
+def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, FINAL, COUNTERS, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1,
+                    M, N, K, k_per_split, n_splits,
                     stride_am, stride_asm, stride_we, stride_wn, stride_wse, stride_wsn,
                     stride_om, stride_os,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                     A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
                     GROUPED: tl.constexpr, GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr,
-                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0, W_TILED: tl.constexpr = False):
+                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0, W_TILED: tl.constexpr = False,
+                    ADD_SPLITS: tl.constexpr = False):
     """OUT[r, n] = sum_k A[r, k] W[e, n, k] with block scales. GROUPED: program row
     tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
     GATHER_A: A's row for output row r is ROW_IDX[r]; SCATTER_OUT: so is OUT's. A_SB == 0:
@@ -234,7 +251,9 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
     W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX): W holds packed
     E2M1 in the span layout, K / 2 bytes a row (``e2m1_halves``; span KSTEP, each half inside
     one scale block); W_TILED (grouped, BLOCK_N 128): W in 128-row tiles, ``quant.to_fp4_tiles``' packed
-    E2M1 or ``quant.to_e4m3_tiles``' E4M3 (KSTEP * SUB dividing 128)."""
+    E2M1 or ``quant.to_e4m3_tiles``' E4M3 (KSTEP * SUB dividing 128). ADD_SPLITS: OUT holds the
+    n_splits partials and the last program of a (row tile, N tile) adds them into FINAL
+    (``add_splits_when_last``, COUNTERS one a tile)."""
     pdl_start()
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -308,8 +327,12 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0
                         else:
                             acc = tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
         out_rows = a_rows if SCATTER_OUT else rows.to(tl.int64)
-        out_ptr = OUT + pid_k * stride_os + out_rows[:, None] * stride_om + cols[None, :]
-        tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+        offs = out_rows[:, None] * stride_om + cols[None, :]
+        mask = mask_m[:, None] & mask_n[None, :]
+        tl.store(OUT + pid_k * stride_os + offs, acc.to(OUT.dtype.element_ty), mask=mask)
+        if ADD_SPLITS:
+            add_splits_when_last(OUT, FINAL, COUNTERS + pid_m * tl.num_programs(1) + pid_n, offs, mask, n_splits,
+                                 stride_os)
 
 
 @triton.jit
@@ -338,22 +361,6 @@ def bf16_operands(w, a, ws_ptr, as_ptr, kb, mask_n, mask_t, KSTEP: tl.constexpr,
         a_blocks = (kb // A_SB + tl.arange(0, KSTEP // A_SB))[None, :]
         ab = dequant_blocks(a, tl.load(as_ptr[:, None] + a_blocks, mask=mask_t[:, None], other=0.0), A_SB)
     return dequant_blocks(w, sw, W_BK), ab
-
-
-@triton.jit
-def add_splits_when_last(OUT, FINAL, COUNTER, offs, mask, n_splits, stride_os):
-    """After a program stored its split's partial at OUT + offs: count it in at COUNTER (its tile's); the
-    program that arrives last adds the tile's partials in split order, as ``split_sum_kernel`` does (so its
-    bits), writes them to FINAL + offs in FINAL's dtype and puts the counter back to zero
-    (``split_counters``). The partials are read past L1 (another SM wrote them)."""
-    tl.debug_barrier()  # every thread's stores before the count: the atomic is one thread's
-    arrived = tl.atomic_add(COUNTER, 1, sem="acq_rel", scope="gpu")
-    if arrived == n_splits - 1:
-        total = tl.load(OUT + offs, mask=mask, other=0.0, cache_modifier=".cg")
-        for s in range(1, n_splits):
-            total += tl.load(OUT + s * stride_os + offs, mask=mask, other=0.0, cache_modifier=".cg")
-        tl.store(FINAL + offs, total.to(FINAL.dtype.element_ty), mask=mask)
-        tl.atomic_xchg(COUNTER, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit(do_not_specialize=["M"])

@@ -196,35 +196,26 @@ def test_dequant_bf16_kernel_gives_the_torch_bits(N, K, block, scale_kind):
     assert got.is_cuda and torch.equal(got.cpu(), want)
 
 
-@pytest.mark.parametrize("M", [1, 5, 16])
-@pytest.mark.parametrize("N,K,bf16_steps", [(1792, 5120, True), (5120, 8192, True), (4096, 1280, False),
-                                            (1824, 5120, False)])
-def test_split_partials_added_by_the_gemm_itself(M, N, K, bf16_steps, monkeypatch):
-    """A split swapped GEMV's last program of each N tile adds the partials (``ADD_SPLITS_IN_GEMM``,
-    ``split_counters``): the bits of the second launch (``sum_splits``) it replaces -- eagerly 20 times in a
-    row, from a CUDA graph replayed 20 times (the same counters each replay: each call must leave them at
-    zero), and with two GEMMs at once on two streams (different counters)."""
-    tg = _tri()
+def _same_bits_with_own_split_sums(call, monkeypatch):
+    """``call()`` with split partials added by the GEMM's own last program (``split_counters``) against the
+    second launch (``sum_splits``) it replaces: the same bits eagerly 20 times in a row, from a CUDA graph
+    replayed 20 times (the same counters each replay: each call must leave them at zero), and with two calls at
+    once on two streams (different counters); the counters are zero after."""
     from deepinfer_adapters.kernels import split_counters
 
-    w8, scale = _weight(N, K, (32, 32), N + K)
-    x = _x(M, K, M + 1)
-    q, s = tg.act_quant(x, 32)
-
-    def gemv():
-        return tg.gemm(q, s, 32, w8, scale, (32, 32), torch.bfloat16, swapped=True, bf16_steps=bf16_steps)
-
-    monkeypatch.setattr(tg, "ADD_SPLITS_IN_GEMM", False)
-    want = gemv()
-    monkeypatch.setattr(tg, "ADD_SPLITS_IN_GEMM", True)
-    assert all(torch.equal(gemv(), want) for _ in range(20))
+    monkeypatch.setattr(split_counters, "ENABLED", False)
+    want = call()
+    monkeypatch.setattr(split_counters, "ENABLED", True)
+    taken = dict(split_counters._next)
+    assert all(torch.equal(call(), want) for _ in range(20))
+    assert split_counters._next != taken  # the call took counters: K was split
     side = torch.cuda.Stream()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = gemv()
+        out = call()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            out_side = gemv()
+            out_side = call()
         torch.cuda.current_stream().wait_stream(side)
     for _ in range(20):
         out.zero_()
@@ -233,4 +224,38 @@ def test_split_partials_added_by_the_gemm_itself(M, N, K, bf16_steps, monkeypatc
         assert torch.equal(out, want) and torch.equal(out_side, want)
     torch.cuda.synchronize()
     assert all(bool((b == 0).all()) for b in split_counters._buffers.values())
-    print(f"REPORT split add M={M} N={N} K={K}: bits of sum_splits in 20 eager calls and 20 replays")
+
+
+@pytest.mark.parametrize("M", [1, 5, 16])
+@pytest.mark.parametrize("N,K,bf16_steps", [(1792, 5120, True), (5120, 8192, True), (4096, 1280, False),
+                                            (1824, 5120, False)])
+def test_swapped_gemv_adds_its_own_splits(M, N, K, bf16_steps, monkeypatch):
+    tg = _tri()
+    w8, scale = _weight(N, K, (32, 32), N + K)
+    q, s = tg.act_quant(_x(M, K, M + 1), 32)
+    _same_bits_with_own_split_sums(
+        lambda: tg.gemm(q, s, 32, w8, scale, (32, 32), torch.bfloat16, swapped=True, bf16_steps=bf16_steps),
+        monkeypatch)
+    print(f"REPORT split add swapped M={M} N={N} K={K}: bits of sum_splits in 20 eager calls and 20 replays")
+
+
+@pytest.mark.parametrize("T", [1, 8])
+def test_grouped_linear_adds_its_own_splits(T, monkeypatch):
+    """wo_a's grouped FP8 linear at decode (``fp8_gemm_kernel``, rows first, K split)."""
+    G, Din, R = 16, 4096, 1024
+    w8, scale = _weight(G * R, Din, (32, 32), 7)
+    x = _x(T * G, Din, 3).view(T, G, Din)
+    _same_bits_with_own_split_sums(lambda: kernels.fp8_grouped_linear(x, w8, scale, (32, 32)), monkeypatch)
+    print(f"REPORT split add grouped T={T}: bits of sum_splits in 20 eager calls and 20 replays")
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 384, 5120), (8, 384, 5120), (3, 24, 20480)])
+def test_bf16_linear_adds_its_own_splits(M, N, K, monkeypatch):
+    """``triton_linear.linear`` (the MoE gate, fp32 activations x bf16 weights, K split)."""
+    from deepinfer_adapters.kernels import triton_linear
+
+    g = torch.Generator(device="cuda").manual_seed(N)
+    w = torch.randn(N, K, device="cuda", generator=g).bfloat16()
+    x = torch.randn(M, K, device="cuda", generator=g)
+    _same_bits_with_own_split_sums(lambda: triton_linear.linear(x, w), monkeypatch)
+    print(f"REPORT split add linear M={M} N={N} K={K}: bits of sum_splits in 20 eager calls and 20 replays")

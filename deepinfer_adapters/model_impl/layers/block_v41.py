@@ -16,6 +16,7 @@ from deepinfer_adapters.model_impl.layers.hyper_connection import HyperConnectio
 from deepinfer_adapters.model_impl.layers.moe import MoE
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.overlap import side_by_side
 from deepinfer_adapters.model_impl.state import StateCache
 
@@ -55,12 +56,23 @@ class BlockV41(nn.Module):
              numerics: Numerics, input_ids: torch.Tensor, image_mask: torch.Tensor | None,
              keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         # each sublayer reads the previous mix, so this one's mixes run next to it (overlap.py)
-        y, (attn_pre, post, comb) = side_by_side(x, lambda: attention(hc_pre_norm(x, pre_mix, self.attn_norm)),
+        y, (attn_pre, post, comb) = side_by_side(x, _normed(lambda: hc_pre_norm(x, pre_mix, self.attn_norm), attention),
                                                  lambda: self.hc_attn.mixes(x))
         if keep is not None:
             y, x, attn_pre, post, comb = y[keep], x[keep], attn_pre[keep], post[keep], comb[keep]
         x = hc_post(y, x, post, comb)
         y, (ffn_pre, post, comb) = side_by_side(
-            x, lambda: self.ffn(hc_pre_norm(x, attn_pre, self.ffn_norm), numerics, input_ids, image_mask),
-            lambda: self.hc_ffn.mixes(x))
+            x, _normed(lambda: hc_pre_norm(x, attn_pre, self.ffn_norm),
+                       lambda h: self.ffn(h, numerics, input_ids, image_mask)), lambda: self.hc_ffn.mixes(x))
         return hc_post(y, x, post, comb), ffn_pre
+
+
+def _normed(norm: Callable[[], torch.Tensor], sublayer: Callable[[torch.Tensor], torch.Tensor]
+            ) -> Callable[[], torch.Tensor]:
+    """The main part next to a sublayer's mixes: the sublayer of its pre-norm. With
+    ``overlap.NORM_BEFORE_MIXES`` the norm runs now, before the side stream forks: issued after the
+    mixes' split GEMV, which fills the GPU, the one-program norm waited behind it on the critical path."""
+    if overlap.NORM_BEFORE_MIXES:
+        h = norm()
+        return lambda: sublayer(h)
+    return lambda: sublayer(norm())
