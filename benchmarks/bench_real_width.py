@@ -315,8 +315,6 @@ AB_SWITCHES = {
     # a sublayer's pre-norm issued after its mixes' side stream forks, not before (overlap.NORM_BEFORE_MIXES)
     "norm_first": (lambda: setattr(overlap, "NORM_BEFORE_MIXES", False),
                    lambda: setattr(overlap, "NORM_BEFORE_MIXES", True)),
-    # the MoE's gate and routing issued after the shared expert and the mixes fork, not before (overlap.GATE_FIRST)
-    "gate_first": (lambda: setattr(overlap, "GATE_FIRST", False), lambda: setattr(overlap, "GATE_FIRST", True)),
     # split GEMMs add their partials in a second launch (sum_splits) instead of their last program
     # (split_counters.ENABLED)
     "split_add": (lambda: setattr(split_counters, "ENABLED", False), lambda: setattr(split_counters, "ENABLED", True)),

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18b] [s18time] [s18c] [s18d] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18b] [s18time] [s18c] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -653,22 +653,6 @@ if has s18c; then  # every split GEMM adds its own partials; pre-norms before th
     --ab norm_first:1,8 split_add:1,8 --timeline 1 > "$OUT/real_width_s18c.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18c.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18c.log"
   head -1 "$OUT/s18c/timeline_graph_b1.txt"; sed -n '/# by kernel/,/^$/p' "$OUT/s18c/timeline_graph_b1.txt" | head -14 | cut -c1-110
-  pack
-fi
-if has s18d; then  # the MoE's gate before the shared expert and the mixes fork (~6 min): the invariance tests (cut off
-  # by s18c's timeout), overlap and MoE GPU tests; V4.1 decode B = 1 / 8 with the gate or the norm issued after the forks
-  timeout 210 python -m pytest -q tests/gpu/test_batch_invariance_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s18d_inv.log" 2>&1
-  echo "invariance GPU tests: $(tail -1 "$OUT/gpu_tests_s18d_inv.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s18d_inv.log" | head
-  pack
-  timeout 120 python -m pytest -q tests/gpu/test_overlap_gpu.py tests/gpu/test_moe_gpu.py tests/gpu/test_decode_graphs_gpu.py \
-    -p no:cacheprovider -s > "$OUT/gpu_tests_s18d.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s18d.log")"; grep -E "FAILED|Error|REPORT overlap" "$OUT/gpu_tests_s18d.log" | head
-  pack
-  mkdir -p "$OUT/s18d"
-  timeout 150 ${RW/--out $OUT/--out $OUT/s18d} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
-    --ab gate_first:1,8 norm_first:1,8 --timeline 1 > "$OUT/real_width_s18d.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18d.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18d.log"
-  head -1 "$OUT/s18d/timeline_graph_b1.txt"
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

@@ -31,15 +31,9 @@ B = TypeVar("B")
 ENABLED = True
 DECODE_KEYS = True  # attention's keys next to its queries at decode (AttentionBase.decode_step)
 SHARED_THROUGH_EXPERTS = True  # the shared expert next to the routed experts too (else next to the gate only)
-# Launch order. Kernels of two streams share the GPU in the order they are issued, so a side part issued
-# first delays the main part's first kernels while it fills the GPU. NORM_BEFORE_MIXES: a sublayer's
-# pre-norm is issued before its mixes fork (layers/block_v41.py): behind the mixes' split GEMV the
-# one-program norm took ~9 us of the critical path, alone ~2-3 (H200, B = 1 graph timeline, session 18).
-# GATE_FIRST: the MoE's gate and routing (the critical path's next kernels) before the shared expert and
-# the mixes fork (layers/moe.py, block_v41.py): behind the shared expert's first GEMV the gate took 8 us
-# and started ~9 us late.
+# a sublayer's pre-norm before its mixes' side stream forks (layers/block_v41.py): behind the mixes' split
+# GEMV the one-program norm took ~9 us of the critical path, alone ~2 (H200, B = 1 graph timeline, session 18)
 NORM_BEFORE_MIXES = True
-GATE_FIRST = True
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 _STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
 _depth = 0  # side parts started (``aside``) and not yet joined: the nesting level of the running code

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
 
 import torch
 from torch import nn
@@ -20,9 +19,6 @@ from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.overlap import side_by_side
 from deepinfer_adapters.model_impl.state import StateCache
-
-
-A = TypeVar("A")
 
 
 class BlockV41(nn.Module):
@@ -60,31 +56,23 @@ class BlockV41(nn.Module):
              numerics: Numerics, input_ids: torch.Tensor, image_mask: torch.Tensor | None,
              keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         # each sublayer reads the previous mix, so this one's mixes run next to it (overlap.py)
-        y, (attn_pre, post, comb) = side_by_side(
-            x, _main_part(lambda: hc_pre_norm(x, pre_mix, self.attn_norm), lambda h, _: attention(h)),
-            lambda: self.hc_attn.mixes(x))
+        y, (attn_pre, post, comb) = side_by_side(x, _normed(lambda: hc_pre_norm(x, pre_mix, self.attn_norm), attention),
+                                                 lambda: self.hc_attn.mixes(x))
         if keep is not None:
             y, x, attn_pre, post, comb = y[keep], x[keep], attn_pre[keep], post[keep], comb[keep]
         x = hc_post(y, x, post, comb)
         y, (ffn_pre, post, comb) = side_by_side(
-            x, _main_part(lambda: hc_pre_norm(x, attn_pre, self.ffn_norm),
-                          lambda h, route: self.ffn(h, numerics, input_ids, image_mask, route),
-                          lambda h: self.ffn.gate(h, input_ids, image_mask) if overlap.GATE_FIRST else None),
-            lambda: self.hc_ffn.mixes(x))
+            x, _normed(lambda: hc_pre_norm(x, attn_pre, self.ffn_norm),
+                       lambda h: self.ffn(h, numerics, input_ids, image_mask)), lambda: self.hc_ffn.mixes(x))
         return hc_post(y, x, post, comb), ffn_pre
 
 
-def _main_part(norm: Callable[[], torch.Tensor], sublayer: Callable[[torch.Tensor, A], torch.Tensor],
-               early: Callable[[torch.Tensor], A] = lambda h: None) -> Callable[[], torch.Tensor]:
-    """The main part next to a sublayer's mixes: ``sublayer(h, early(h))`` of its pre-norm ``h``. With
-    ``overlap.NORM_BEFORE_MIXES`` the norm and ``early`` (the sublayer's first kernels of the critical path)
-    are issued now, before the mixes' side stream forks (overlap.py says why)."""
+def _normed(norm: Callable[[], torch.Tensor], sublayer: Callable[[torch.Tensor], torch.Tensor]
+            ) -> Callable[[], torch.Tensor]:
+    """The main part next to a sublayer's mixes: the sublayer of its pre-norm. With
+    ``overlap.NORM_BEFORE_MIXES`` the norm runs now, before the side stream forks: issued after the
+    mixes' split GEMV, which fills the GPU, the one-program norm waited behind it on the critical path."""
     if overlap.NORM_BEFORE_MIXES:
         h = norm()
-        first = early(h)
-        return lambda: sublayer(h, first)
-
-    def later() -> torch.Tensor:
-        h = norm()
-        return sublayer(h, early(h))
-    return later
+        return lambda: sublayer(h)
+    return lambda: sublayer(norm())

@@ -93,25 +93,20 @@ class MoE(nn.Module):
         self.experts = nn.ModuleList()
 
     def forward(self, x: torch.Tensor, numerics: Numerics, input_ids: torch.Tensor,
-                image_mask: torch.Tensor | None = None,
-                route: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """``route``: ``gate(x, input_ids, image_mask)``'s output where the caller issued it already."""
-        if route is None and overlap.GATE_FIRST:
-            route = self.gate(x, input_ids, image_mask)
+                image_mask: torch.Tensor | None = None) -> torch.Tensor:
         # the shared expert next to the gate, routing and routed experts (overlap.py): joined where
         # its output is added (inside the experts' kernel, which also casts)
         if self.shared_experts is None:
-            return self._routed(x, numerics, input_ids, image_mask, route, None)
+            return self._routed(x, numerics, input_ids, image_mask, None)
         join = aside(x, lambda: self.shared_experts(x, numerics))
         try:
-            return self._routed(x, numerics, input_ids, image_mask, route, join)
+            return self._routed(x, numerics, input_ids, image_mask, join)
         finally:
             join()  # already joined unless something failed: then the side stream is not left open
 
     def _routed(self, x: torch.Tensor, numerics: Numerics, input_ids: torch.Tensor, image_mask: torch.Tensor | None,
-                route: tuple[torch.Tensor, torch.Tensor] | None,
                 shared: Callable[[], torch.Tensor] | None) -> torch.Tensor:
-        w, idx = route if route is not None else self.gate(x, input_ids, image_mask)
+        w, idx = self.gate(x, input_ids, image_mask)
         if shared is not None and not overlap.SHARED_THROUGH_EXPERTS:
             shared()  # joined here, next to the gate only (later calls return the same output)
         if self.routed is not None and shared is not None:
