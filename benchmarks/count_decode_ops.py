@@ -14,6 +14,7 @@ on a CUDA device it reads the dispatcher's real choice and counts the torch ops 
 backends' wrappers issue themselves.
 
     PYTHONPATH=. python benchmarks/count_decode_ops.py [--device cpu] [--batch 1] [--context 4096] [--arch v4]
+        [--sequence layers.3]
 """
 
 from __future__ import annotations
@@ -166,8 +167,12 @@ def count_step(model, state, step, simulate_cuda: bool) -> OpCounter:
     return counter
 
 
-def report(counter: OpCounter, top: int) -> None:
+def report(counter: OpCounter, top: int, sequence: list[str]) -> None:
     records = counter.records
+    for layer in sequence:  # one layer's ops in issue order (a graph timeline's kernels by name)
+        print(f"\n{layer} in issue order:")
+        for op, _, site in (r for r in records if r[1] == layer):
+            print(f"  {op:28s} {site}")
     print(f"launching ops per decode step: {len(records)}")
     by_op = Counter(op for op, _, _ in records)
     print("\nby op:")
@@ -196,6 +201,8 @@ def main() -> None:
     ap.add_argument("--arch", choices=("v41", "v4"), default="v41",
                     help="v41: bench_real_width.py's reduced V4.1; v4: bench_v4_width.py's reduced V4-Flash")
     ap.add_argument("--top", type=int, default=40, help="call sites to list")
+    ap.add_argument("--sequence", nargs="*", default=[], metavar="LAYER",
+                    help="also list these layers' ops in issue order (e.g. layers.3; model: the step's own)")
     ap.add_argument("--reference", action="store_true",
                     help="count every kernel op's torch reference too (what the CPU really runs)")
     args = ap.parse_args()
@@ -203,7 +210,7 @@ def main() -> None:
     with torch.inference_mode():
         model.decode(step, state)  # warm-up: lazily built tables (RoPE) are not per-step work
     simulate = args.device == "cpu" and not args.reference
-    report(count_step(model, state, step, simulate), args.top)
+    report(count_step(model, state, step, simulate), args.top, args.sequence)
 
 
 if __name__ == "__main__":
