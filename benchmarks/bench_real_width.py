@@ -408,20 +408,28 @@ def run(args):
             try:
                 plain = DecodeGraphs(model, state, pad_slot=B, max_batch=B, max_len=context + 8, device=device)
                 plain.capture_all(context + 1)
-                row[f"graph_ms_no_{name}"] = timed(lambda: plain.run(dev_ids, dev_pos, dev_slots, context + 1),
-                                                   device, reps=args.reps * 4)[0] * 1e3
-                restore()
-                logits_off = plain.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
-                del plain
             finally:
                 on()
-            row[f"graph_ms_{name}_again"] = timed(lambda: graphs.run(dev_ids, dev_pos, dev_slots, context + 1),
-                                                  device, reps=args.reps * 4)[0] * 1e3
+            # both graphs replayed in turn, ab_rounds times each (a replay's kernels are fixed at capture): a
+            # drift of the GPU's speed during the run falls on both sides alike
+            rounds = {"off": [], "on": []}
+            for _ in range(args.ab_rounds):
+                for side, g in (("off", plain), ("on", graphs)):
+                    rounds[side].append(timed(lambda g=g: g.run(dev_ids, dev_pos, dev_slots, context + 1),
+                                              device, reps=args.reps * 4)[0] * 1e3)
+            row[f"graph_ms_no_{name}"] = statistics.median(rounds["off"])
+            row[f"graph_ms_{name}_again"] = statistics.median(rounds["on"])
+            row[f"graph_ms_{name}_rounds"] = rounds
+            restore()
+            logits_off = plain.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
+            del plain
             restore()
             logits_on = graphs.run(dev_ids, dev_pos, dev_slots, context + 1)
             row[f"logits_equal_no_{name}"] = bool(torch.equal(logits_on, logits_off))
             log(f"A/B {name} B={B}: on {graph_ms:.3f} ms, off {row[f'graph_ms_no_{name}']:.3f}, "
-                f"on again {row[f'graph_ms_{name}_again']:.3f}; logits bit-identical: {row[f'logits_equal_no_{name}']}")
+                f"on again {row[f'graph_ms_{name}_again']:.3f} (medians of {args.ab_rounds} alternating rounds: off "
+                + " ".join(f"{t:.3f}" for t in rounds["off"]) + " | on " + " ".join(f"{t:.3f}" for t in rounds["on"])
+                + f"); logits bit-identical: {row[f'logits_equal_no_{name}']}")
         restore()
         logits_graph = graphs.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
         row["logits_rel_graph_vs_forward"] = float((logits_graph - logits_fast).norm() / logits_fast.norm())
@@ -555,6 +563,8 @@ def main():
                     help="extra prefill runs with backends pinned, each 'op=name[,op=name]'")
     ap.add_argument("--ab", type=ab_spec, nargs="*", default=[], metavar="SWITCH:B,B",
                     help=f"graph decode also with SWITCH off at these batch sizes; switches: {sorted(AB_SWITCHES)}")
+    ap.add_argument("--ab-rounds", type=int, default=5,
+                    help="an A/B replays the switch-off and the default graphs in turn this many times each")
     ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
     ap.add_argument("--timeline", type=int, nargs="*", default=[], metavar="B",
                     help="torch.profiler over one graph replay at these batch sizes: idle gaps, overlap (CUDA)")
