@@ -59,7 +59,7 @@ import torch
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
-from deepinfer_adapters.kernels import split_counters, triton_sparse_attn, triton_support
+from deepinfer_adapters.kernels import triton_sparse_attn, triton_support
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -305,9 +305,6 @@ AB_SWITCHES = {
     # the A/B's other run turns the Gluon decode GEMV on (off by default: gluon_gemv.GLUON_GEMV, prepared in
     # session 17)
     "gluon_gemv": (lambda: setattr(gluon_gemv, "GLUON_GEMV", True), lambda: setattr(gluon_gemv, "GLUON_GEMV", False)),
-    # the A/B's other run sends only weights of 32 MB and more to the Gluon decode GEMV (gluon_gemv.MIN_WEIGHT_BYTES)
-    "gluon_gemv_big": (lambda: (setattr(gluon_gemv, "GLUON_GEMV", True), setattr(gluon_gemv, "MIN_WEIGHT_BYTES", 32 << 20)),
-                       lambda: (setattr(gluon_gemv, "GLUON_GEMV", False), setattr(gluon_gemv, "MIN_WEIGHT_BYTES", 0))),
     # the A/B's other run has the HC merge add 256 K splits a load instead of 64 (triton_hc.MERGE_CHUNK): a decode
     # step's 160 splits in one round of loads, not three dependent ones (other bits, the same for every T)
     "merge_chunk": (lambda: setattr(triton_hc, "MERGE_CHUNK", 256),
@@ -315,9 +312,6 @@ AB_SWITCHES = {
     # a sublayer's pre-norm issued after its mixes' side stream forks, not before (overlap.NORM_BEFORE_MIXES)
     "norm_first": (lambda: setattr(overlap, "NORM_BEFORE_MIXES", False),
                    lambda: setattr(overlap, "NORM_BEFORE_MIXES", True)),
-    # split GEMMs add their partials in a second launch (sum_splits) instead of their last program
-    # (split_counters.ENABLED)
-    "split_add": (lambda: setattr(split_counters, "ENABLED", False), lambda: setattr(split_counters, "ENABLED", True)),
     # decode attention: FlashMLA (one program a query) instead of the split decode config
     # (triton_sparse_attn.DECODE_SPLIT_QUERIES)
     "decode_split_attn": (lambda: setattr(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18b] [s18time] [s18c] [s18final] [s18ab] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [prefill] [engine]
 #   (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -609,7 +609,7 @@ if has s18check; then  # prepared in session 17, never run (~6 min): the Gluon d
   pack
 fi
 if has s18a; then  # the persistent Gluon decode GEMV (~4 min): its GPU tests, the dense GEMVs against the Triton ones
-  # (ring depth x K-split target), V4.1 decode B = 1 / 8 with it on for every weight or only for 64 MB and more
+  # (ring depth x K-split target), V4.1 decode B = 1 / 8 with it on
   timeout 150 python -m pytest -q tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s18a.log" 2>&1
   echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s18a.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s18a.log" | head -20
   pack
@@ -617,20 +617,8 @@ if has s18a; then  # the persistent Gluon decode GEMV (~4 min): its GPU tests, t
   grep -E "M= ?[0-9]+ floor|SUMMARY|^M=|Error" "$OUT/gluon_gemv_s18a.log" | cut -c1-220 | head -30; pack
   mkdir -p "$OUT/s18a"
   timeout 150 ${RW/--out $OUT/--out $OUT/s18a} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
-    --ab gluon_gemv:1,8 gluon_gemv_big:1,8 > "$OUT/real_width_s18a.log" 2>&1
+    --ab gluon_gemv:1,8 > "$OUT/real_width_s18a.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18a.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18a.log"
-  pack
-fi
-if has s18b; then  # split GEMVs adding their own partials (~4 min): the GPU tests of the FP8 linears (with the new
-  # one), the Gluon GEMV's, V4.1 decode B = 1 / 8 with the second launch back, Gluon for >= 32 MB
-  timeout 200 python -m pytest -q tests/gpu/test_fp8_linear_gpu.py tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -s \
-    > "$OUT/gpu_tests_s18b.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s18b.log")"; grep -E "FAILED|Error|REPORT split" "$OUT/gpu_tests_s18b.log" | head -20
-  pack
-  mkdir -p "$OUT/s18b"
-  timeout 150 ${RW/--out $OUT/--out $OUT/s18b} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
-    --ab split_add:1,8 gluon_gemv_big:1,8 > "$OUT/real_width_s18b.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18b.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18b.log"
   pack
 fi
 if has s18time; then  # where a V4.1 decode replay's time goes now, B = 1 / 8 (~1.5 min)
@@ -641,33 +629,33 @@ if has s18time; then  # where a V4.1 decode replay's time goes now, B = 1 / 8 (~
   for b in 1 8; do head -1 "$OUT/s18time/timeline_graph_b$b.txt"; sed -n '/# by kernel/,/^$/p' "$OUT/s18time/timeline_graph_b$b.txt" | head -28 | cut -c1-110; done
   pack
 fi
-if has s18c; then  # every split GEMM adds its own partials; pre-norms before the mixes fork (~6 min): the GPU tests of the
-  # linears, MoE, model, graphs, overlap and invariance; V4.1 decode B = 1 / 8 with each switched back
+if has s18c; then  # pre-norms before the mixes fork (~6 min; 330 s cut the invariance tests off): the GPU tests of the
+  # linears, MoE, model, graphs, overlap and invariance; V4.1 decode B = 1 / 8 with it switched back
   timeout 330 python -m pytest -q tests/gpu/test_fp8_linear_gpu.py tests/gpu/test_linear_gpu.py tests/gpu/test_moe_gpu.py \
     tests/gpu/test_model_gpu.py tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_overlap_gpu.py \
     tests/gpu/test_batch_invariance_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s18c.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s18c.log")"; grep -E "FAILED|Error|REPORT split" "$OUT/gpu_tests_s18c.log" | head -30
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s18c.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s18c.log" | head -30
   pack
   mkdir -p "$OUT/s18c"
   timeout 150 ${RW/--out $OUT/--out $OUT/s18c} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
-    --ab norm_first:1,8 split_add:1,8 --timeline 1 > "$OUT/real_width_s18c.log" 2>&1
+    --ab norm_first:1,8 --timeline 1 > "$OUT/real_width_s18c.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18c.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18c.log"
   head -1 "$OUT/s18c/timeline_graph_b1.txt"; sed -n '/# by kernel/,/^$/p' "$OUT/s18c/timeline_graph_b1.txt" | head -14 | cut -c1-110
   pack
 fi
-if has s18final; then  # session 18 (~4 min): V4.1 decode B = 1 / 8 (the pre-norm order and the split GEMMs' own sums as
-  # A/Bs in the same run) and the 8192-token prefill
+if has s18final; then  # session 18 (~4 min): V4.1 decode B = 1 / 8 (the pre-norm order as an A/B in the same run) and
+  # the 8192-token prefill
   mkdir -p "$OUT/s18final"
   timeout 300 ${RW/--out $OUT/--out $OUT/s18final} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill-reps 3 \
-    --ab norm_first:1,8 split_add:1 > "$OUT/real_width_s18final.log" 2>&1
+    --ab norm_first:1,8 > "$OUT/real_width_s18final.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18final.log" | grep -E "decode B=|prefill S"; grep -E "^A/B" "$OUT/real_width_s18final.log"
   pack
 fi
-if has s18ab; then  # session 18 (~1.5 min): the pre-norm order and the split GEMMs' own sums, each against its switch-off
-  # graph in 5 alternating rounds (bench_real_width --ab-rounds), V4.1 decode B = 1 / 8
+if has s18ab; then  # session 18 (~1.5 min): the pre-norm order against its switch-off graph in 5 alternating rounds
+  # (bench_real_width --ab-rounds), V4.1 decode B = 1 / 8
   mkdir -p "$OUT/s18ab"
   timeout 200 ${RW/--out $OUT/--out $OUT/s18ab} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
-    --ab norm_first:1,8 split_add:1,8 --ab-rounds 5 > "$OUT/real_width_s18ab.log" 2>&1
+    --ab norm_first:1,8 --ab-rounds 5 > "$OUT/real_width_s18ab.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18ab.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18ab.log"
   pack
 fi

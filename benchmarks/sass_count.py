@@ -40,9 +40,8 @@ _FP4_PTRS = {"A": "*fp8e4nv", "A_SCALE": "*fp32", "W": "*u8", "W_SCALE": "*u8", 
              "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32"}
 _FP4_CONST = dict(BLOCK_N=128, BLOCK_T=16, A_SB=128, W_BK=32, GATHER_A=True, SCATTER_OUT=False, PTX=True, TILED=True,
                   BLOCK_ACC=False)
-_ROWS_PTRS = {"A": "*fp8e4nv", "A_SCALE": "*fp32", "W": "*fp8e4nv", "W_SCALE": "*u8", "OUT": "*fp32", "FINAL": "*bf16",
-              "COUNTERS": "*i32"}
-_ROWS_CONST = dict(BLOCK_N=64, BLOCK_T=16, A_SB=32, W_BN=32, W_BK=32, W_E8M0=True, QUANT_A=False, ADD_SPLITS=True)
+_ROWS_PTRS = {"A": "*fp8e4nv", "A_SCALE": "*fp32", "W": "*fp8e4nv", "W_SCALE": "*u8", "OUT": "*fp32"}
+_ROWS_CONST = dict(BLOCK_N=64, BLOCK_T=16, A_SB=32, W_BN=32, W_BK=32, W_E8M0=True, QUANT_A=False)
 # name: (kernel, pointer types, constexprs, options, weight values a K-loop iteration covers)
 KERNELS = {
     "fp4_rows": (jit.fp4_gemm_rows_kernel, _FP4_PTRS, _FP4_CONST, {"num_warps": 4, "num_stages": 3}, 128 * 64),
@@ -57,8 +56,7 @@ KERNELS = {
     # the MoE's bf16-path prefill tile (128 x 128, 8 warps; each weight value to fp32, times its scale, to bf16)
     "bf16_prefill": (jit.fp8_gemm_kernel, dict(_FP4_PTRS, A="*bf16", W="*fp8e4nv", A_SCALE="*bf16", ROW_IDX="*i32"),
                      dict(BLOCK_M=128, BLOCK_N=128, KSTEP=128, SUB=1, A_SB=0, W_BN=1, W_BK=128, W_E8M0=True,
-                          GROUPED=True, GATHER_A=True, SCATTER_OUT=False, QUANT_A=False, W_FP4=0, W_TILED=True,
-                          ADD_SPLITS=False),
+                          GROUPED=True, GATHER_A=True, SCATTER_OUT=False, QUANT_A=False, W_FP4=0, W_TILED=True),
                      {"num_warps": 8, "num_stages": 3}, 128 * 128),
 }
 _SPECIALIZED = ("N", "K", "k_per_split", "stride_am", "stride_asm", "stride_we", "stride_wn", "stride_wse",

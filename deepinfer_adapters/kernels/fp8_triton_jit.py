@@ -216,32 +216,15 @@ def half_product(acc, w, a_ptr, ws_ptr, k0, mask_m, mask_n, HALF: tl.constexpr, 
     return tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
 
 
-@triton.jit
-def add_splits_when_last(OUT, FINAL, COUNTER, offs, mask, n_splits, stride_os):
-    """After a program stored its split's partial at OUT + offs: count it in at COUNTER (its tile's); the
-    program that arrives last adds the tile's partials in split order, as ``split_sum_kernel`` does (so its
-    bits), writes them to FINAL + offs in FINAL's dtype and puts the counter back to zero
-    (``split_counters``). The partials are read past L1 (another SM wrote them)."""
-    tl.debug_barrier()  # every thread's stores before the count: the atomic is one thread's
-    arrived = tl.atomic_add(COUNTER, 1, sem="acq_rel", scope="gpu")
-    if arrived == n_splits - 1:
-        total = tl.load(OUT + offs, mask=mask, other=0.0, cache_modifier=".cg")
-        for s in range(1, n_splits):
-            total += tl.load(OUT + s * stride_os + offs, mask=mask, other=0.0, cache_modifier=".cg")
-        tl.store(FINAL + offs, total.to(FINAL.dtype.element_ty), mask=mask)
-        tl.atomic_xchg(COUNTER, 0, sem="relaxed", scope="gpu")
-
-
 @triton.jit(do_not_specialize=["M"])  # one compile for every batch size
-def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, FINAL, COUNTERS, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1,
-                    M, N, K, k_per_split, n_splits,
+def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE_ROW0, TILE_ROW1,
+                    M, N, K, k_per_split,
                     stride_am, stride_asm, stride_we, stride_wn, stride_wse, stride_wsn,
                     stride_om, stride_os,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                     A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
                     GROUPED: tl.constexpr, GATHER_A: tl.constexpr, SCATTER_OUT: tl.constexpr,
-                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0, W_TILED: tl.constexpr = False,
-                    ADD_SPLITS: tl.constexpr = False):
+                    QUANT_A: tl.constexpr, W_FP4: tl.constexpr = 0, W_TILED: tl.constexpr = False):
     """OUT[r, n] = sum_k A[r, k] W[e, n, k] with block scales. GROUPED: program row
     tile i covers rows [TILE_ROW0[i], TILE_ROW1[i]) of expert TILE_EXPERT[i] (-1: none).
     GATHER_A: A's row for output row r is ROW_IDX[r]; SCATTER_OUT: so is OUT's. A_SB == 0:
@@ -251,9 +234,7 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, FINAL, COUNTERS, ROW_IDX, TILE_
     W_FP4 (A_SB == 0 only; 1: integer unpack, 2: PTX): W holds packed
     E2M1 in the span layout, K / 2 bytes a row (``e2m1_halves``; span KSTEP, each half inside
     one scale block); W_TILED (grouped, BLOCK_N 128): W in 128-row tiles, ``quant.to_fp4_tiles``' packed
-    E2M1 or ``quant.to_e4m3_tiles``' E4M3 (KSTEP * SUB dividing 128). ADD_SPLITS: OUT holds the
-    n_splits partials and the last program of a (row tile, N tile) adds them into FINAL
-    (``add_splits_when_last``, COUNTERS one a tile)."""
+    E2M1 or ``quant.to_e4m3_tiles``' E4M3 (KSTEP * SUB dividing 128)."""
     pdl_start()
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -327,12 +308,8 @@ def fp8_gemm_kernel(A, A_SCALE, W, W_SCALE, OUT, FINAL, COUNTERS, ROW_IDX, TILE_
                         else:
                             acc = tl.dot(a, (w.to(tl.float32) * sw[None, :]).to(tl.bfloat16), acc)
         out_rows = a_rows if SCATTER_OUT else rows.to(tl.int64)
-        offs = out_rows[:, None] * stride_om + cols[None, :]
-        mask = mask_m[:, None] & mask_n[None, :]
-        tl.store(OUT + pid_k * stride_os + offs, acc.to(OUT.dtype.element_ty), mask=mask)
-        if ADD_SPLITS:
-            add_splits_when_last(OUT, FINAL, COUNTERS + pid_m * tl.num_programs(1) + pid_n, offs, mask, n_splits,
-                                 stride_os)
+        out_ptr = OUT + pid_k * stride_os + out_rows[:, None] * stride_om + cols[None, :]
+        tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
 @triton.jit
@@ -364,11 +341,11 @@ def bf16_operands(w, a, ws_ptr, as_ptr, kb, mask_n, mask_t, KSTEP: tl.constexpr,
 
 
 @triton.jit(do_not_specialize=["M"])
-def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, FINAL, COUNTERS, M, N, K, k_per_split, n_splits,
+def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, M, N, K, k_per_split,
                          stride_am, stride_asm, stride_wn, stride_wsn, stride_om, stride_os,
                          BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, KSTEP: tl.constexpr, SUB: tl.constexpr,
                          A_SB: tl.constexpr, W_BN: tl.constexpr, W_BK: tl.constexpr, W_E8M0: tl.constexpr,
-                         QUANT_A: tl.constexpr, BF16_STEPS: tl.constexpr = False, ADD_SPLITS: tl.constexpr = False):
+                         QUANT_A: tl.constexpr, BF16_STEPS: tl.constexpr = False):
     """``fp8_gemm_kernel`` (ungrouped, FP8 activations) for a few rows, with the product swapped:
     program (N tile, K split) computes OUT^T[BLOCK_N, BLOCK_T] = W A^T, so the weight tile is
     the 64-row operand of Hopper's FP8 tensor-core instruction (wgmma needs 64 rows) and the
@@ -378,9 +355,7 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, FINAL, COUNTERS, M, N, K, 
     (KSTEP <= W_BK), as the rows-first kernel's per-step branch does.
     BF16_STEPS (KSTEP a multiple of A_SB and W_BK): both operands are dequantized in registers
     (E4M3 x a power of two: exact in bf16) and meet in one bf16 product KSTEP deep, so a step
-    spans several scale blocks and the accumulator is never rescaled (``bf16_operands``).
-    ADD_SPLITS: OUT holds the n_splits partials and the last program of an N tile adds them into FINAL
-    (``add_splits_when_last``, COUNTERS one a tile)."""
+    spans several scale blocks and the accumulator is never rescaled (``bf16_operands``)."""
     pdl_start()
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -408,11 +383,8 @@ def fp8_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, FINAL, COUNTERS, M, N, K, 
                 sw = weight_scale(tl.load(ws_ptr + kb // W_BK, mask=mask_n, other=0), W_E8M0)
                 a, sa = scaled_activation(a, as_ptr, kb, mask_t, A_SB, QUANT_A)
                 acc += tl.dot(w, tl.trans(a)) * (sw[:, None] * sa[None, :])
-    offs = toks.to(tl.int64)[None, :] * stride_om + cols[:, None]
-    mask = mask_n[:, None] & mask_t[None, :]
-    tl.store(OUT + pid_k * stride_os + offs, acc.to(OUT.dtype.element_ty), mask=mask)
-    if ADD_SPLITS:
-        add_splits_when_last(OUT, FINAL, COUNTERS + pid_n, offs, mask, n_splits, stride_os)
+    out_ptr = OUT + pid_k * stride_os + toks.to(tl.int64)[None, :] * stride_om + cols[:, None]
+    tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask_n[:, None] & mask_t[None, :])
 
 
 @triton.jit

@@ -40,7 +40,6 @@ TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA'
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
 ITEMS = 264  # K is split while fewer weight row tiles than this: ~2 work items a program
 PROGRAMS_PER_SM = 1  # the kernel takes ~255 registers a thread for its 256 (ptxas): one program fits an SM
-MIN_WEIGHT_BYTES = 0  # smaller weights stay on the Triton GEMV (under measurement: session 18)
 
 
 def fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], act_block: int,
@@ -50,8 +49,6 @@ def fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tupl
     K = x.shape[-1]
     rows = x.numel() // max(1, K)
     if not (x.dtype == torch.bfloat16 and 0 < rows <= TOKENS and act_block == 32 and tuple(block) == (32, 32)):
-        return False
-    if weight.numel() < MIN_WEIGHT_BYTES:
         return False
     if not (weight.dtype == torch.float8_e4m3fn and weight.dim() == 2 and weight.shape[1] == K and K % 128 == 0
             and weight.stride(1) == 1 and weight.stride(0) % 16 == 0 and weight.data_ptr() % 16 == 0):

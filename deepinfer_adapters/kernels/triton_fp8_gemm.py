@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deepinfer_adapters.kernels import invariance, register, split_counters
+from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
 from deepinfer_adapters.model_impl.batch import cached_constant
 from deepinfer_adapters.model_impl.quant import (E4M3_TILE, FP4_TILE_ROWS, expert_matrix, fp4_span, fp4_tiled,
@@ -287,23 +287,18 @@ def gemm(a: torch.Tensor, a_scale: torch.Tensor | None, act_block: int, weight: 
     if M == 0:
         return out if split == 1 else sum_splits(out, out_dtype)
     row_idx = groups.row_idx if grouped and groups.row_idx is not None else None
-    counters = split_counters.take(a.device, m_tiles * n_tiles) if split > 1 else None
-    final = torch.empty((M, N), device=a.device, dtype=out_dtype) if counters is not None else out
     if swapped:
         rows_kernel[(n_tiles, split)](
-            a, a if a_scale is None else a_scale, weight, ws, out, final, out if counters is None else counters,
-            M, N, K, k_per_split, split,
+            a, a if a_scale is None else a_scale, weight, ws, out, M, N, K, k_per_split,
             a.stride(0), 0 if a_scale is None else a_scale.stride(0), weight.stride(0), ws.stride(0),
             out.stride(-2), out.stride(0) if split > 1 else 0,
             BLOCK_N=cfg.block_n, BLOCK_T=cfg.block_m, KSTEP=kstep, SUB=sub, A_SB=act_block,
             W_BN=weight_block[0], W_BK=weight_block[1], W_E8M0=e8m0, QUANT_A=quantize_a, BF16_STEPS=bf16_steps,
-            ADD_SPLITS=counters is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
     else:
-        _rows_first(kernel, a, a_scale, act_block, weight, ws, out, final, counters, row_idx, groups, grouped, M, N,
-                    K, k_per_split, m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4,
+        _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
+                    m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4,
                     fp4_tiles or e4m3_tiles)
-    if counters is not None:
-        return final
     return out if split == 1 else sum_splits(out, out_dtype)
 
 
@@ -390,18 +385,16 @@ def sum_splits(parts: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     return total
 
 
-def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, final, counters, row_idx, groups, grouped, M, N, K,
-                k_per_split, m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4,
-                tiled) -> None:
-    """Launch ``fp8_gemm_kernel`` (tiles of rows x weight rows; grouped or not); with ``counters`` its last
-    program of a tile adds the split partials in ``out`` into ``final``."""
+def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, row_idx, groups, grouped, M, N, K, k_per_split,
+                m_tiles, n_tiles, split, cfg, kstep, sub, weight_block, e8m0, quantize_a, fp4, tiled) -> None:
+    """Launch ``fp8_gemm_kernel`` (tiles of rows x weight rows; grouped or not)."""
     tiles = groups if grouped else Groups(out, out, out)  # unused pointers when not grouped
     w_strides = (weight.stride(0), weight.stride(1)) if grouped else (0, weight.stride(0))
     s_strides = (ws.stride(0), ws.stride(1)) if grouped else (0, ws.stride(0))
     kernel[(m_tiles, n_tiles, split)](
-        a, a if a_scale is None else a_scale, weight, ws, out, final, out if counters is None else counters,
+        a, a if a_scale is None else a_scale, weight, ws, out,
         a if row_idx is None else row_idx, tiles.expert, tiles.row0, tiles.row1,
-        M, N, K, k_per_split, split,
+        M, N, K, k_per_split,
         a.stride(0), 0 if a_scale is None else a_scale.stride(0), *w_strides, *s_strides,
         out.stride(-2), out.stride(0) if split > 1 else 0,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, KSTEP=kstep, SUB=sub,
@@ -409,7 +402,7 @@ def _rows_first(kernel, a, a_scale, act_block, weight, ws, out, final, counters,
         W_E8M0=e8m0, GROUPED=grouped, GATHER_A=row_idx is not None,
         SCATTER_OUT=grouped and groups.scatter_out, QUANT_A=quantize_a,
         W_FP4=0 if not fp4 else 1 if interpreting() else _FP4_MODES[FP4_UNPACK],
-        W_TILED=tiled, ADD_SPLITS=counters is not None,
+        W_TILED=tiled,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
 
 

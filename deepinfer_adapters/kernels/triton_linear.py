@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deepinfer_adapters.kernels import invariance, register, split_counters
+from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels.triton_fp8_gemm import TARGET_PROGRAMS, split_k, sum_splits
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
@@ -72,16 +72,13 @@ def _kernel():
     import triton
     import triton.language as tl
 
-    global pdl_start, add_splits_when_last  # bound at module level: Triton's interpreter resolves names there
-    from deepinfer_adapters.kernels.fp8_triton_jit import add_splits_when_last
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
 
     @triton.jit
-    def split_linear_kernel(X, W, OUT, FINAL, COUNTERS, M, N, K, k_per_split, n_splits, stride_xm, stride_wn,
-                            stride_om, stride_os, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                            ADD_SPLITS: tl.constexpr):
-        """OUT[pid 2] = this program's K range of x w^T (fp32): the whole K when unsplit. ADD_SPLITS: the last
-        program of a tile adds the n_splits partials into FINAL (``add_splits_when_last``)."""
+    def split_linear_kernel(X, W, OUT, M, N, K, k_per_split, stride_xm, stride_wn, stride_om, stride_os,
+                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        """OUT[pid 2] = this program's K range of x w^T (fp32): the whole K when unsplit."""
         pdl_start()
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         cols = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -100,12 +97,8 @@ def _kernel():
             lo = (x - hi.to(tl.float32)).to(tl.bfloat16)
             acc = tl.dot(hi, w, acc)
             acc = tl.dot(lo, w, acc)
-        offs = rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
-        mask = mask_m[:, None] & mask_n[None, :]
-        tl.store(OUT + tl.program_id(2) * stride_os + offs, acc, mask=mask)
-        if ADD_SPLITS:
-            tile = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
-            add_splits_when_last(OUT, FINAL, COUNTERS + tile, offs, mask, n_splits, stride_os)
+        out = OUT + tl.program_id(2) * stride_os + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
+        tl.store(out, acc, mask=mask_m[:, None] & mask_n[None, :])
 
     return triton, split_linear_kernel
 
@@ -123,16 +116,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch
     n_tiles = triton.cdiv(N, cfg.block_n)
     split, k_per_split = split_k(n_tiles, K, cfg.block_k * cfg.min_steps, cfg.programs)  # by N and K alone
     parts = torch.empty((split, M, N), device=x.device, dtype=torch.float32)
-    bm = row_tile(M)
-    m_tiles = triton.cdiv(M, bm)
-    counters = split_counters.take(x.device, m_tiles * n_tiles) if split > 1 else None
-    total = torch.empty((M, N), device=x.device, dtype=torch.float32) if counters is not None else parts
     if M and N:
-        kernel[(m_tiles, n_tiles, split)](
-            x2, weight, parts, total, parts if counters is None else counters, M, N, K, k_per_split, split,
-            x2.stride(0), weight.stride(0), parts.stride(1), parts.stride(0), BM=bm, BN=cfg.block_n, BK=cfg.block_k,
-            ADD_SPLITS=counters is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
-    out = total if counters is not None else parts[0] if split == 1 else sum_splits(parts, torch.float32)
+        bm = row_tile(M)
+        kernel[(triton.cdiv(M, bm), n_tiles, split)](
+            x2, weight, parts, M, N, K, k_per_split, x2.stride(0), weight.stride(0), parts.stride(1),
+            parts.stride(0), BM=bm, BN=cfg.block_n, BK=cfg.block_k, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages, **pdl_launch())
+    out = parts[0] if split == 1 else sum_splits(parts, torch.float32)
     return out.view(*lead, N).to(out_dtype)
 
 
