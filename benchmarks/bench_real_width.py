@@ -305,6 +305,9 @@ AB_SWITCHES = {
     # the A/B's other run turns the Gluon decode GEMV on (off by default: gluon_gemv.GLUON_GEMV, prepared in
     # session 17)
     "gluon_gemv": (lambda: setattr(gluon_gemv, "GLUON_GEMV", True), lambda: setattr(gluon_gemv, "GLUON_GEMV", False)),
+    # the V4.1 indexer's query side in the keys' stream, not a stream of its own (overlap.INDEX_QUERIES_ASIDE)
+    "index_queries": (lambda: setattr(overlap, "INDEX_QUERIES_ASIDE", False),
+                      lambda: setattr(overlap, "INDEX_QUERIES_ASIDE", True)),
     # the A/B's other run has the HC merge add 256 K splits a load instead of 64 (triton_hc.MERGE_CHUNK): a decode
     # step's 160 splits in one round of loads, not three dependent ones (other bits, the same for every T)
     "merge_chunk": (lambda: setattr(triton_hc, "MERGE_CHUNK", 256),

@@ -4,8 +4,9 @@ At decode most kernels are too small to fill the GPU, so a part that does not de
 the work around it can run next to it instead of after it: V4.1's hyper-connection mixes
 next to the sublayer they are computed for (single-pass HC: the sublayer reads the previous
 mix), the shared expert next to the MoE gate, routing and routed experts (``aside``: joined
-where its output is added), and at decode an attention layer's
-window KV, compressor and indexer next to its query projection. The same kernels run on the
+where its output is added), at decode an attention layer's
+window KV, compressor and indexer next to its query projection, and inside that the V4.1 indexer's
+query side next to the window, compressor and publishing. The same kernels run on the
 same inputs, so every value is the same bits as run one after the other; only the time
 changes. SGLang runs DeepSeek's shared experts this way in its decode graphs.
 
@@ -34,6 +35,10 @@ SHARED_THROUGH_EXPERTS = True  # the shared expert next to the routed experts to
 # a sublayer's pre-norm before its mixes' side stream forks (layers/block_v41.py): behind the mixes' split
 # GEMV the one-program norm took ~9 us of the critical path, alone ~2 (H200, B = 1 graph timeline, session 18)
 NORM_BEFORE_MIXES = True
+# the V4.1 indexer's query side (its wq_b GEMV, RoPE, FP4 round trip, head weights) on a stream of its own
+# next to the window, compressor and publishing of a decode step (layers/attention_v41.py): in a layer that
+# runs the indexer those dozens of small kernels, not the query heads, are the critical path
+INDEX_QUERIES_ASIDE = True
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 _STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
 _depth = 0  # side parts started (``aside``) and not yet joined: the nesting level of the running code

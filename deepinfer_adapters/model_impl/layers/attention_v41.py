@@ -14,6 +14,8 @@ Compressed rows live in the source layer's state (rows fields, one row per
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from deepinfer_adapters.config import LayerSpec, ModelConfig
@@ -21,7 +23,9 @@ from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, WindowSlots, gathered_index, join_rows
 from deepinfer_adapters.model_impl.layers.compressor_v41 import CompressorV41, group_start
 from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41, unseen_rows
+from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.numerics import Numerics
+from deepinfer_adapters.model_impl.overlap import aside
 from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address, step_row_address
 from deepinfer_adapters import kernels
 
@@ -78,15 +82,28 @@ class AttentionV41(AttentionBase):
                      batch: DecodeBatch, state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
         """A decode step's keys [B, K, d] and attention index: the window, then (compressed
         layers) the selected rows, after publishing this layer's rows and selecting."""
-        keys, window = self.decode_window(state, batch, kv)
-        if not self.ratio:
-            return keys, window.attend_index
-        if self.is_source:
-            self._publish_decode(x, batch, state, numerics)
-        if self.runs_indexer:
-            batch.scratch["selections"] = self._select_decode(x, qr, freqs, batch, state, numerics)
-        rows, index = self._selected_rows(batch, state, window, numerics)
-        return torch.cat([keys, rows], 1), index
+        queries = None
+        if self.ratio and self.runs_indexer and self._index_rows(batch, state):
+            # the indexer's query side needs no keys: on a stream of its own next to the window, the
+            # compressor and the publishing (overlap.py), joined where the scores need it
+            queries = aside(x, lambda: self.indexer.queries(x, qr, freqs, numerics), when=overlap.INDEX_QUERIES_ASIDE)
+        try:
+            keys, window = self.decode_window(state, batch, kv)
+            if not self.ratio:
+                return keys, window.attend_index
+            if self.is_source:
+                self._publish_decode(x, batch, state, numerics)
+            if self.runs_indexer:
+                batch.scratch["selections"] = self._select_decode(x, qr, freqs, batch, state, numerics, queries)
+            rows, index = self._selected_rows(batch, state, window, numerics)
+            return torch.cat([keys, rows], 1), index
+        finally:
+            if queries is not None:
+                queries()  # already joined unless something failed: then the side stream is not left open
+
+    def _index_rows(self, batch: DecodeBatch, state: StateCache) -> int:
+        """How many compressed rows a decode step's indexer scans: the first max_len // ratio."""
+        return min(batch.max_len // self.ratio, state.row_capacity(self.source_key, "index_k"))
 
     def _selected_rows(self, batch: DecodeBatch, state: StateCache, window: WindowSlots,
                        numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,10 +120,13 @@ class AttentionV41(AttentionBase):
         return cached[2], cached[3]
 
     def _select_decode(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: DecodeBatch,
-                       state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+                       state: StateCache, numerics: Numerics,
+                       queries: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
         """[B, k] selected compressed rows (ascending, -1 = none) over the first
-        max_len // ratio rows of each sequence's index keys, and [B, k] which are selected (>= 0)."""
-        n_rows = min(batch.max_len // self.ratio, state.row_capacity(self.source_key, "index_k"))
+        max_len // ratio rows of each sequence's index keys, and [B, k] which are selected (>= 0).
+        ``queries``: joins the indexer's query side where it was started already."""
+        n_rows = self._index_rows(batch, state)
         B = batch.num_seqs
         if n_rows == 0:
             return (torch.empty(B, 0, dtype=torch.long, device=x.device),
@@ -114,7 +134,10 @@ class AttentionV41(AttentionBase):
         # a reindex layer scans the keys its source just published: gathered once per step
         keys = batch.shared(("index_keys", self.source_key, n_rows),
                             lambda: self._index_keys_decode(batch, state, n_rows, numerics))
-        scores = self.indexer.scores(x, qr, freqs, keys, numerics)
+        if queries is None:
+            scores = self.indexer.scores(x, qr, freqs, keys, numerics)
+        else:
+            scores = self.indexer.scores_of(*queries(), keys)
         visible = batch.visible_rows(self.ratio)
         unseen = batch.shared(("unseen_rows", self.ratio, n_rows),
                               lambda: unseen_rows(visible, batch.arange(n_rows)))

@@ -57,13 +57,24 @@ class IndexerV41(nn.Module):
         """[n, m] index scores of n queries against m keys [m, dk]; keys [n, m, dk]: each query
         its own m keys (batched decode). ``visible`` [n]: the rows each query can see; the others
         come back -inf (``select(..., masked=True)``), else nothing is masked yet."""
+        return self.scores_of(*self.queries(x, qr, freqs, numerics), keys, visible)
+
+    def queries(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor,
+                numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+        """The scores' query side, which needs no keys: (index queries [n, H, dk], head weights [n, H]), both
+        in the activation dtype."""
         dt = numerics.dtype
         q = self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim))
         q = kernels.apply_rope(q, freqs, overwrite=True)  # q is this call's own, as in AttentionBase.query_heads
         if numerics.kv_quant:
             q = kernels.fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK)
-        w = (self.weights_proj(x, numerics) * self.weight_scale).to(dt)
-        return kernels.index_scores(q.to(dt), keys, w, visible=visible)
+        return q.to(dt), (self.weights_proj(x, numerics) * self.weight_scale).to(dt)
+
+    @staticmethod
+    def scores_of(q: torch.Tensor, w: torch.Tensor, keys: torch.Tensor,
+                  visible: torch.Tensor | None = None) -> torch.Tensor:
+        """``scores`` from ``queries``' output."""
+        return kernels.index_scores(q, keys, w, visible=visible)
 
     def select(self, scores: torch.Tensor, visible: torch.Tensor, scratch: dict,
                numerics: Numerics = Numerics(), unseen: torch.Tensor | None = None,
