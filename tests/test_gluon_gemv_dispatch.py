@@ -1,4 +1,4 @@
-"""The Gluon decode GEMV's backend (``kernels/gluon_gemv.py``, prepared, off by default) is registered for
+"""The Gluon decode GEMV's backend (``kernels/gluon_gemv.py``, off by default: slower in the model) is registered for
 ``fp8_linear`` and declines what it cannot take, so CPU calls (and CUDA calls while it is off) keep their
 backends; its GPU checks are tests/gpu/test_gluon_gemv_gpu.py."""
 

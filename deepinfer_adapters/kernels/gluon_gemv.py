@@ -1,7 +1,9 @@
 """Decode-sized FP8 linears (up to 16 rows) on Hopper as a warp-specialized Gluon kernel on FP8 products
-(``gluon_gemv_jit``), registered as the "gluon" backend of ``fp8_linear``. **Prepared in session 17, not yet
-run on a GPU: off (``GLUON_GEMV``) until tests/gpu/test_gluon_gemv_gpu.py and benchmarks/bench_gluon_gemv.py
-have run on the H200.**
+(``gluon_gemv_jit``), registered as the "gluon" backend of ``fp8_linear``. **Off (``GLUON_GEMV``): correct
+(the Triton FP8 steps' bits, tests/gpu/test_gluon_gemv_gpu.py) and faster alone on big weights, but slower in
+the model** (H200, session 18, BENCHMARKS.md: alone wq_b 17.5 vs 21.1 us, Engram wkv 54.7 vs 69.0; V4.1 B=1
+2.477 vs 2.39 ms on every weight, 2.381 vs 2.34 on weights of 32 MB and more). Likely: one 255-register
+program an SM holds every SM for the call, so the side streams' kernels cannot run next to it.
 
 Why: the Triton decode GEMV (``fp8_gemm_rows_kernel``) reaches 20-52% of DRAM bandwidth at one row
 (Nsight Compute, session 17): its K loop costs 4.3 SASS instructions a weight value with FP8 steps and 6.3
@@ -9,8 +11,8 @@ with bf16 steps (address arithmetic, cp.async issue, barriers, scale handling), 
 leaves ~8 at perfect issue and the kernel issues at ~0.45 of it, with 4 programs of 4 warps an SM to hide
 the latency. Moving its scale loads did not help (two forms measured and removed in session 17). Here a
 loader warp keeps a ring of STAGES TMA copies (64 weight rows x 128 inputs, and the activation tile) in
-flight across a persistent program's work items, and one warpgroup takes four FP8 wgmma products a step straight from shared memory, each promoted
-with its weight block's and activation row's scales (V4.1 scales both per 32 inputs; at decode the
+flight across a persistent program's work items, and one warpgroup takes four FP8 wgmma products a step
+straight from shared memory, each promoted with its weight block's and activation row's scales (V4.1 scales both per 32 inputs; at decode the
 promotion costs ~1 instruction a weight value and TMA no address arithmetic).
 
 Numerics: each 32-deep FP8 product is promoted in K order with (weight scale x activation scale), as the
@@ -34,7 +36,7 @@ from deepinfer_adapters.kernels.gluon_moe import _gluon_hopper
 from deepinfer_adapters.kernels.triton_fp8_gemm import act_quant, split_k, sum_splits
 from deepinfer_adapters.kernels.triton_support import interpreting
 
-GLUON_GEMV = False  # prepared, not yet run on a GPU (see the module doc)
+GLUON_GEMV = False  # slower in the model (see the module doc)
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight

@@ -1,4 +1,4 @@
-"""The Gluon decode GEMV (``kernels/gluon_gemv.py``, prepared in session 17, off by default) on the H200:
+"""The Gluon decode GEMV (``kernels/gluon_gemv.py``, off by default: slower in the model) on the H200:
 against ``reference_fp8.fp8_linear`` with tests/gpu/test_fp8_linear_gpu.py's tolerance, and against the
 Triton decode GEMV's FP8 steps (``fp8_gemm_rows_kernel``, 64-row tiles, four 32-deep steps an iteration)
 with the same K split: both promote each 32-deep FP8 product in K order with the same scales, so the same
