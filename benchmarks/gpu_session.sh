@@ -593,34 +593,22 @@ if has s17stall; then  # session 17 (~3 min): where the decode GEMVs' and a laye
   ncu -i "$OUT/gemv_full.ncu-rep" --page details --print-details all > "$OUT/gemv_details.txt" 2>&1
   rm -f "$OUT/gemv_full.ncu-rep"; wc -c "$OUT"/gemv_*; pack
 fi
-if has s18check; then  # prepared in session 17, never run (~6 min): the Gluon decode GEMV (kernels/gluon_gemv.py,
-  # off by default) -- its GPU tests (reference; the Triton FP8 steps' bits with the same split; dispatch), the
-  # dense GEMVs against the Triton ones with ring depths and split targets, V4.1 decode B = 1 / 8 with it on (and
-  # with the HC merge taking 256 splits a load: notes "Next" 1c)
-  timeout 150 python -m pytest -q tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s18check.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s18check.log")"; grep -E "FAILED|Error|REPORT" "$OUT/gpu_tests_s18check.log" | head -20
+for P in s18check s18a; do  # the Gluon decode GEMV (kernels/gluon_gemv.py, off; ~4 min): its GPU tests (reference; the
+  # Triton FP8 steps' bits with the same split; dispatch), the dense GEMVs against the Triton ones (ring depth x K-split
+  # target), V4.1 decode B = 1 / 8 with it on. s18check ran session 17's form (one program an item) with the HC merge
+  # A/B (256 splits a load); s18a the persistent one
+  has $P || continue
+  timeout 150 python -m pytest -q tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_$P.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_$P.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_$P.log" | head -20
   pack
-  timeout 150 python benchmarks/bench_gluon_gemv.py --out "$OUT" > "$OUT/gluon_gemv_s18.log" 2>&1
-  grep -E "M= ?[0-9]+ floor|SUMMARY|^M=|Error" "$OUT/gluon_gemv_s18.log" | cut -c1-200 | head -30; pack
-  mkdir -p "$OUT/s18check"
-  timeout 120 ${RW/--out $OUT/--out $OUT/s18check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
-    --ab gluon_gemv:1,8 merge_chunk:1,8 > "$OUT/real_width_s18check.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18check.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18check.log"
+  timeout 150 python benchmarks/bench_gluon_gemv.py --out "$OUT" > "$OUT/gluon_gemv_$P.log" 2>&1
+  grep -E "M= ?[0-9]+ floor|SUMMARY|^M=|Error" "$OUT/gluon_gemv_$P.log" | cut -c1-220 | head -30; pack
+  mkdir -p "$OUT/$P"
+  timeout 150 ${RW/--out $OUT/--out $OUT/$P} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
+    --ab gluon_gemv:1,8 $([ $P = s18check ] && echo merge_chunk:1,8) > "$OUT/real_width_$P.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_$P.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_$P.log"
   pack
-fi
-if has s18a; then  # the persistent Gluon decode GEMV (~4 min): its GPU tests, the dense GEMVs against the Triton ones
-  # (ring depth x K-split target), V4.1 decode B = 1 / 8 with it on
-  timeout 150 python -m pytest -q tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s18a.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s18a.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s18a.log" | head -20
-  pack
-  timeout 150 python benchmarks/bench_gluon_gemv.py --out "$OUT" > "$OUT/gluon_gemv_s18a.log" 2>&1
-  grep -E "M= ?[0-9]+ floor|SUMMARY|^M=|Error" "$OUT/gluon_gemv_s18a.log" | cut -c1-220 | head -30; pack
-  mkdir -p "$OUT/s18a"
-  timeout 150 ${RW/--out $OUT/--out $OUT/s18a} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
-    --ab gluon_gemv:1,8 > "$OUT/real_width_s18a.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18a.log" | grep -E "decode B="; grep -E "^A/B" "$OUT/real_width_s18a.log"
-  pack
-fi
+done
 if has s18time; then  # where a V4.1 decode replay's time goes now, B = 1 / 8 (~1.5 min)
   mkdir -p "$OUT/s18time"
   timeout 150 ${RW/--out $OUT/--out $OUT/s18time} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
