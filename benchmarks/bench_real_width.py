@@ -305,6 +305,10 @@ AB_SWITCHES = {
     # the A/B's other run turns the Gluon decode GEMV on (off by default: gluon_gemv.GLUON_GEMV, prepared in
     # session 17)
     "gluon_gemv": (lambda: setattr(gluon_gemv, "GLUON_GEMV", True), lambda: setattr(gluon_gemv, "GLUON_GEMV", False)),
+    # the A/B's other run issues a decode step's attention projection before the mixes fork too (off by default:
+    # overlap.PROJECT_BEFORE_MIXES, prepared in session 18)
+    "project_first": (lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", True),
+                      lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", False)),
     # the V4.1 indexer's query side in the keys' stream, not a stream of its own (overlap.INDEX_QUERIES_ASIDE)
     "index_queries": (lambda: setattr(overlap, "INDEX_QUERIES_ASIDE", False),
                       lambda: setattr(overlap, "INDEX_QUERIES_ASIDE", True)),

@@ -64,3 +64,16 @@ def test_decode_refuses_draft_stages(ckpt):
     model = DeepseekV41ForCausalLM.from_pretrained(ckpt, Numerics.float32(), progress=False)
     with pytest.raises(ValueError, match="with_draft=False"):
         model.decode(DecodeBatch.build([5], [3], [0]), model.new_state(1, 64))
+
+
+@pytest.mark.parametrize("switches", [{"PROJECT_BEFORE_MIXES": True}, {"NORM_BEFORE_MIXES": False}],
+                         ids=["projection_before_mixes", "norm_after_the_fork"])
+def test_launch_order_switches_keep_decode_equal_to_forward(ckpt, monkeypatch, switches):
+    """overlap.py's launch-order switches move where kernels are issued, never what they compute: decode
+    still equals forward bit for bit with each turned from its default."""
+    from deepinfer_adapters.model_impl import overlap
+
+    for name, value in switches.items():
+        monkeypatch.setattr(overlap, name, value)
+    model = _model(ckpt, Numerics.reference().invariant())
+    assert_decode_equals_forward(model, _dense(model), SLOTS, PROMPTS, STEPS, MAX_LEN)

@@ -35,6 +35,9 @@ SHARED_THROUGH_EXPERTS = True  # the shared expert next to the routed experts to
 # a sublayer's pre-norm before its mixes' side stream forks (layers/block_v41.py): behind the mixes' split
 # GEMV the one-program norm took ~9 us of the critical path, alone ~2 (H200, B = 1 graph timeline, session 18)
 NORM_BEFORE_MIXES = True
+# with NORM_BEFORE_MIXES, a decode step's attention projection (wq_a + wkv) too: the B=1 timeline shows it ~4 us
+# behind ``mix_logits``. Prepared after session 18's device time ran out, not yet measured: off
+PROJECT_BEFORE_MIXES = False
 # the V4.1 indexer's query side (its wq_b GEMV, RoPE, FP4 round trip, head weights) on a stream of its own
 # next to the window, compressor and publishing of a decode step (layers/attention_v41.py): in a layer that
 # runs the indexer those dozens of small kernels, not the query heads, are the critical path

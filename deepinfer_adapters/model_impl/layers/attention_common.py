@@ -192,15 +192,21 @@ class AttentionBase(nn.Module):
         idx = self.window_index(start, kv.shape[0], base, batch.lo(i), device=kv.device)[clip:]
         return keys, idx
 
+    def project(self, x: torch.Tensor, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+        """A decode step's first GEMV: (wq_a x, wkv x), one GEMM where they were merged."""
+        return same_input(x, numerics, self.q_kv, self.wq_a, self.wkv)
+
     def decode_step(self, x: torch.Tensor, batch: DecodeBatch, numerics: Numerics,
                     keys_and_index: Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
-                                             tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        """One decode step's attention (``model.decode``): wq_a + wkv, then the queries (wq_b,
-        one large GEMV) next to ``keys_and_index(qr, window kv, freqs)`` -> (keys [B, K, d],
-        their ``gathered_index``): the window ring, compressor and indexer, dozens of small
-        kernels that need only qr and the KV (overlap.py), then attention and the output."""
+                                             tuple[torch.Tensor, torch.Tensor]],
+                    projected: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """One decode step's attention (``model.decode``): wq_a + wkv (``project``; ``projected``: its
+        output where the caller issued it already), then the queries (wq_b, one large GEMV) next to
+        ``keys_and_index(qr, window kv, freqs)`` -> (keys [B, K, d], their ``gathered_index``): the window
+        ring, compressor and indexer, dozens of small kernels that need only qr and the KV (overlap.py),
+        then attention and the output."""
         freqs = self.decode_freqs(batch)
-        q_low, kv = same_input(x, numerics, self.q_kv, self.wq_a, self.wkv)
+        q_low, kv = projected if projected is not None else self.project(x, numerics)
         qr = self.q_norm(q_low)
         q, (keys, index) = side_by_side(
             x, lambda: self.query_heads(qr, freqs, numerics),

@@ -68,11 +68,13 @@ class AttentionV4(AttentionBase):
                                         state, slot, start, numerics))
         return self.output(join_rows(outs), freqs, numerics)
 
-    def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> torch.Tensor:
+    def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics,
+               projected: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """``forward`` for one new token per sequence, batched on the device (model.decode):
         the window (W keys, oldest first), then the compressed rows it picks."""
         return self.decode_step(x, batch, numerics,
-                                lambda qr, kv, freqs: self._decode_keys(x, qr, kv, freqs, batch, state, numerics))
+                                lambda qr, kv, freqs: self._decode_keys(x, qr, kv, freqs, batch, state, numerics),
+                                projected)
 
     def _decode_keys(self, x: torch.Tensor, qr: torch.Tensor, kv: torch.Tensor, freqs: torch.Tensor,
                      batch: DecodeBatch, state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -43,36 +44,47 @@ class BlockV41(nn.Module):
         """``keep``: rows to continue with after attention (compact bounded replay). Then
         attention runs on every row of ``x`` with the full-layout ``attn_batch`` (so a KV
         source here still compresses every token) and the rest on ``batch``'s kept rows."""
-        return self._run(x, pre_mix, lambda a: self.attn(a, attn_batch or batch, state, numerics), numerics,
+        return self._run(x, pre_mix, lambda a, _: self.attn(a, attn_batch or batch, state, numerics), numerics,
                          batch.input_ids, batch.image_mask, keep)
 
     def decode(self, x: torch.Tensor, pre_mix: torch.Tensor, batch: DecodeBatch, state: StateCache,
                numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
         """``forward`` for one new token per sequence (model.decode)."""
-        return self._run(x, pre_mix, lambda a: self.attn.decode(a, batch, state, numerics), numerics,
-                         batch.input_ids, None)
+        return self._run(x, pre_mix, lambda a, projected: self.attn.decode(a, batch, state, numerics, projected),
+                         numerics, batch.input_ids, None,
+                         early=lambda a: self.attn.project(a, numerics) if overlap.PROJECT_BEFORE_MIXES else None)
 
-    def _run(self, x: torch.Tensor, pre_mix: torch.Tensor, attention: Callable[[torch.Tensor], torch.Tensor],
+    def _run(self, x: torch.Tensor, pre_mix: torch.Tensor, attention: Callable[[torch.Tensor, Any], torch.Tensor],
              numerics: Numerics, input_ids: torch.Tensor, image_mask: torch.Tensor | None,
-             keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+             keep: torch.Tensor | None = None,
+             early: Callable[[torch.Tensor], Any] = lambda a: None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``attention(a, early(a))`` of the attention sublayer's input ``a``: ``early`` is its first work (the
+        decode step's projection), issued before the mixes fork with the pre-norm (``_normed``)."""
         # each sublayer reads the previous mix, so this one's mixes run next to it (overlap.py)
-        y, (attn_pre, post, comb) = side_by_side(x, _normed(lambda: hc_pre_norm(x, pre_mix, self.attn_norm), attention),
-                                                 lambda: self.hc_attn.mixes(x))
+        y, (attn_pre, post, comb) = side_by_side(
+            x, _normed(lambda: hc_pre_norm(x, pre_mix, self.attn_norm), attention, early),
+            lambda: self.hc_attn.mixes(x))
         if keep is not None:
             y, x, attn_pre, post, comb = y[keep], x[keep], attn_pre[keep], post[keep], comb[keep]
         x = hc_post(y, x, post, comb)
         y, (ffn_pre, post, comb) = side_by_side(
             x, _normed(lambda: hc_pre_norm(x, attn_pre, self.ffn_norm),
-                       lambda h: self.ffn(h, numerics, input_ids, image_mask)), lambda: self.hc_ffn.mixes(x))
+                       lambda h, _: self.ffn(h, numerics, input_ids, image_mask)), lambda: self.hc_ffn.mixes(x))
         return hc_post(y, x, post, comb), ffn_pre
 
 
-def _normed(norm: Callable[[], torch.Tensor], sublayer: Callable[[torch.Tensor], torch.Tensor]
-            ) -> Callable[[], torch.Tensor]:
-    """The main part next to a sublayer's mixes: the sublayer of its pre-norm. With
-    ``overlap.NORM_BEFORE_MIXES`` the norm runs now, before the side stream forks: issued after the
-    mixes' split GEMV, which fills the GPU, the one-program norm waited behind it on the critical path."""
+def _normed(norm: Callable[[], torch.Tensor], sublayer: Callable[[torch.Tensor, Any], torch.Tensor],
+            early: Callable[[torch.Tensor], Any] = lambda h: None) -> Callable[[], torch.Tensor]:
+    """The main part next to a sublayer's mixes: ``sublayer(h, early(h))`` of its pre-norm ``h``. With
+    ``overlap.NORM_BEFORE_MIXES`` the norm and ``early`` run now, before the side stream forks: issued
+    after the mixes' split GEMV, which fills the GPU, the one-program norm waited behind it on the critical
+    path (overlap.py)."""
     if overlap.NORM_BEFORE_MIXES:
         h = norm()
-        return lambda: sublayer(h)
-    return lambda: sublayer(norm())
+        first = early(h)
+        return lambda: sublayer(h, first)
+
+    def later() -> torch.Tensor:
+        h = norm()
+        return sublayer(h, early(h))
+    return later
