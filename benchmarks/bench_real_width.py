@@ -305,6 +305,9 @@ AB_SWITCHES = {
     # the A/B's other run turns the Gluon decode GEMV on (off by default: gluon_gemv.GLUON_GEMV, prepared in
     # session 17)
     "gluon_gemv": (lambda: setattr(gluon_gemv, "GLUON_GEMV", True), lambda: setattr(gluon_gemv, "GLUON_GEMV", False)),
+    # ... on three quarters of the SMs (gluon_gemv.SM_SHARE): room for the side streams
+    "gluon_gemv_3q": (lambda: (setattr(gluon_gemv, "GLUON_GEMV", True), setattr(gluon_gemv, "SM_SHARE", 0.75)),
+                      lambda: (setattr(gluon_gemv, "GLUON_GEMV", False), setattr(gluon_gemv, "SM_SHARE", 1.0))),
     # the A/B's other run issues a decode step's attention projection before the mixes fork too (off by default:
     # overlap.PROJECT_BEFORE_MIXES, prepared in session 18)
     "project_first": (lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", True),

@@ -42,6 +42,9 @@ TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA'
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
 ITEMS = 264  # K is split while fewer weight row tiles than this: ~2 work items a program
 PROGRAMS_PER_SM = 1  # the kernel takes ~255 registers a thread for its 256 (ptxas): one program fits an SM
+# the share of the SMs the persistent grid takes: below 1, SMs stay free for the side streams' kernels
+# (prepared after session 18, whose model A/Bs ran it on every SM; not yet measured)
+SM_SHARE = 1.0
 
 
 def fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], act_block: int,
@@ -100,7 +103,7 @@ def gemv(q: torch.Tensor, q_scale: torch.Tensor, weight: torch.Tensor, scale: to
     q = q if q.is_contiguous() else q.contiguous()
     a_desc = TensorDescriptor(q, [M, K], list(q.stride()), [TOKENS, 128], a_layout)
     words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
-    programs = min(n_items, _sm_count(q.device) * PROGRAMS_PER_SM)
+    programs = min(n_items, max(1, int(_sm_count(q.device) * SM_SHARE)) * PROGRAMS_PER_SM)
     fp8_gemv_kernel[(programs,)](
         w_desc, a_desc, words, q_scale, out, N, M, K, k_per_split, split, n_items, words.stride(0),
         q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES, W_BN=32, num_warps=4)
