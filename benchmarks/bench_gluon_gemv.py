@@ -30,7 +30,8 @@ def compile_offline(stages: int) -> None:
     a_layout = gl.NVMMASharedLayout.get_default_for([T, 128], gl.float8e4nv)
     sig = {"w_desc": f"tensordesc<fp8e4nv[{R},128],{w_layout!r}>",
            "a_desc": f"tensordesc<fp8e4nv[{T},128],{a_layout!r}>", "WS": "*i32", "AS": "*fp32", "OUT": "*fp32",
-           "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32", "n_items": "i32", "stride_wsn": "i32", "stride_asm": "i32",
+           "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32", "n_items": "i32",
+           "stride_wsn": "i32", "stride_asm": "i32",
            "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr", "W_BN": "constexpr"}
     divisible = ("WS", "AS", "OUT", "K", "k_per_split", "stride_asm", "stride_om", "stride_os")
     compile_sm90(fp8_gemv_kernel, sig, {"STAGES": stages, "W_BN": 32}, divisible, f"fp8_gemv_kernel (STAGES={stages})")

@@ -12,8 +12,9 @@ leaves ~8 at perfect issue and the kernel issues at ~0.45 of it, with 4 programs
 the latency. Moving its scale loads did not help (two forms measured and removed in session 17). Here a
 loader warp keeps a ring of STAGES TMA copies (64 weight rows x 128 inputs, and the activation tile) in
 flight across a persistent program's work items, and one warpgroup takes four FP8 wgmma products a step
-straight from shared memory, each promoted with its weight block's and activation row's scales (V4.1 scales both per 32 inputs; at decode the
-promotion costs ~1 instruction a weight value and TMA no address arithmetic).
+straight from shared memory, each promoted with its weight block's and activation row's scales (V4.1
+scales both per 32 inputs; at decode the promotion costs ~1 instruction a weight value and TMA no address
+arithmetic).
 
 Numerics: each 32-deep FP8 product is promoted in K order with (weight scale x activation scale), as the
 Triton kernel's FP8 steps do (``fp8_gemm_rows_kernel(BF16_STEPS=False)``), so with the same K split the two
