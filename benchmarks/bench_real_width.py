@@ -312,6 +312,10 @@ AB_SWITCHES = {
     # overlap.PROJECT_BEFORE_MIXES, prepared in session 18)
     "project_first": (lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", True),
                       lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", False)),
+    # the A/B's other run puts the window ring and the compressed KV rows of a compressed layer's decode keys on
+    # streams of their own (off by default: overlap.KEYS_PARTS_ASIDE, prepared in session 18)
+    "keys_parts": (lambda: setattr(overlap, "KEYS_PARTS_ASIDE", True),
+                   lambda: setattr(overlap, "KEYS_PARTS_ASIDE", False)),
     # the V4.1 indexer's query side in the keys' stream, not a stream of its own (overlap.INDEX_QUERIES_ASIDE)
     "index_queries": (lambda: setattr(overlap, "INDEX_QUERIES_ASIDE", False),
                       lambda: setattr(overlap, "INDEX_QUERIES_ASIDE", True)),

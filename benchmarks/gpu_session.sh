@@ -660,15 +660,16 @@ if has s18idx; then  # session 18 (~2 min): the V4.1 indexer's query side on a s
 fi
 if has s19check; then  # prepared at the end of session 18 (~3 min): the overlap GPU test (its V4.1 stream-depth assertion
   # was updated for the indexer's third stream and not rerun), then the attention projection issued before the mixes
-  # fork (overlap.PROJECT_BEFORE_MIXES, off) and the Gluon GEMV on three quarters of the SMs (gluon_gemv.SM_SHARE), each
-  # against the default in 5 alternating rounds, V4.1 decode B = 1 / 8
+  # fork (overlap.PROJECT_BEFORE_MIXES, off), the Gluon GEMV on three quarters of the SMs (gluon_gemv.SM_SHARE) and the
+  # window ring and compressed KV rows on streams of their own (overlap.KEYS_PARTS_ASIDE, off), each against the default
+  # in 5 alternating rounds, V4.1 decode B = 1 / 8
   timeout 100 python -m pytest -q tests/gpu/test_overlap_gpu.py tests/gpu/test_decode_graphs_gpu.py -p no:cacheprovider -s \
     > "$OUT/gpu_tests_s19check.log" 2>&1
   echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s19check.log")"; grep -E "FAILED|Error|REPORT overlap|assert" "$OUT/gpu_tests_s19check.log" | head
   pack
   mkdir -p "$OUT/s19check"
   timeout 150 ${RW/--out $OUT/--out $OUT/s19check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --ab project_first:1,8 gluon_gemv_3q:1,8 --ab-rounds 5 > "$OUT/real_width_s19check.log" 2>&1
+    --ab project_first:1,8 gluon_gemv_3q:1,8 keys_parts:1,8 --ab-rounds 5 > "$OUT/real_width_s19check.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s19check.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s19check.log"
   pack
 fi

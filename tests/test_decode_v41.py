@@ -66,8 +66,9 @@ def test_decode_refuses_draft_stages(ckpt):
         model.decode(DecodeBatch.build([5], [3], [0]), model.new_state(1, 64))
 
 
-@pytest.mark.parametrize("switches", [{"PROJECT_BEFORE_MIXES": True}, {"NORM_BEFORE_MIXES": False}],
-                         ids=["projection_before_mixes", "norm_after_the_fork"])
+@pytest.mark.parametrize("switches", [{"PROJECT_BEFORE_MIXES": True, "KEYS_PARTS_ASIDE": True},
+                                      {"NORM_BEFORE_MIXES": False, "INDEX_QUERIES_ASIDE": False}],
+                         ids=["prepared_on", "defaults_off"])
 def test_launch_order_switches_keep_decode_equal_to_forward(ckpt, monkeypatch, switches):
     """overlap.py's launch-order switches move where kernels are issued, never what they compute: decode
     still equals forward bit for bit with each turned from its default."""

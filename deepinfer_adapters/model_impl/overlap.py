@@ -42,6 +42,9 @@ PROJECT_BEFORE_MIXES = False
 # next to the window, compressor and publishing of a decode step (layers/attention_v41.py): in a layer that
 # runs the indexer those dozens of small kernels, not the query heads, are the critical path
 INDEX_QUERIES_ASIDE = True
+# in a compressed layer's decode keys, the window ring and a source's compressed KV rows on streams of their own
+# next to the publishing and the selection. Prepared after session 18's device time ran out, not yet measured: off
+KEYS_PARTS_ASIDE = False
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 _STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
 _depth = 0  # side parts started (``aside``) and not yet joined: the nesting level of the running code

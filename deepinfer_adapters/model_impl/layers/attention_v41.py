@@ -89,19 +89,28 @@ class AttentionV41(AttentionBase):
             # the indexer's query side needs no keys: on a stream of its own next to the window, the
             # compressor and the publishing (overlap.py), joined where the scores need it
             queries = aside(x, lambda: self.indexer.queries(x, qr, freqs, numerics), when=overlap.INDEX_QUERIES_ASIDE)
-        try:
+        if not self.ratio:
             keys, window = self.decode_window(state, batch, kv)
-            if not self.ratio:
-                return keys, window.attend_index
+            return keys, window.attend_index
+        # the window ring, and a source's compressed KV rows, are not read before the selected rows: next to the
+        # publishing and the selection on streams of their own where ``overlap.KEYS_PARTS_ASIDE``
+        parts = overlap.KEYS_PARTS_ASIDE
+        window_part = aside(x, lambda: self.decode_window(state, batch, kv), when=parts)
+        compressed_part = None
+        try:
             if self.is_source:
-                self._publish_decode(x, batch, state, numerics)
+                compressed_part = self._publish_decode(x, batch, state, numerics, aside_kv=parts)
             if self.runs_indexer:
                 batch.scratch["selections"] = self._select_decode(x, qr, freqs, batch, state, numerics, queries)
+            if compressed_part is not None:
+                compressed_part()
+            keys, window = window_part()
             rows, index = self._selected_rows(batch, state, window, numerics)
             return torch.cat([keys, rows], 1), index
-        finally:
-            if queries is not None:
-                queries()  # already joined unless something failed: then the side stream is not left open
+        finally:  # already joined unless something failed: then no side stream is left open
+            for join in (compressed_part, window_part, queries):
+                if join is not None:
+                    join()
 
     def _index_rows(self, batch: DecodeBatch, state: StateCache) -> int:
         """How many compressed rows a decode step's indexer scans: the first max_len // ratio."""
@@ -153,9 +162,12 @@ class AttentionV41(AttentionBase):
         addr = shared_row_address(state, batch, self.source_key, "index_k", ("arange", n_rows), rows)
         return state.row_pool(self.source_key, "index_k")[addr].to(numerics.dtype)
 
-    def _publish_decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics) -> None:
+    def _publish_decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics,
+                        aside_kv: bool = False) -> Callable[[], None] | None:
         """``_publish`` for one token per sequence: every sequence computes its group's row;
-        only those whose token completes the group store it (the others rewrite what is there)."""
+        only those whose token completes the group store it (the others rewrite what is there).
+        ``aside_kv``: the compressed KV rows are computed and stored on a side stream (overlap.py); returns its
+        join, to call before they are read."""
         r = self.ratio
         latent, complete = self.compressor.decode(x, numerics, state, batch)
         # row and RoPE of each token's group: the same for every source of this ratio
@@ -168,10 +180,19 @@ class AttentionV41(AttentionBase):
         # the same for both fields (one ratio: one StateCache.address_space)
         addr = shared_row_address(state, batch, self.key, "compressed_kv", ("compressed_row", r), row.unsqueeze(1))
         addr = addr.squeeze(1)
-        for name, value in self._cache_rows(latent, freqs, numerics).items():
+
+        def store(name: str, value: torch.Tensor) -> None:
             pool = state.row_pool(self.key, name)
             value = value.to(pool.dtype)
             pool[addr] = value if complete is None else torch.where(complete.unsqueeze(1), value, pool[addr])
+
+        if not aside_kv:
+            for name, value in self._cache_rows(latent, freqs, numerics).items():
+                store(name, value)
+            return None
+        join = aside(x, lambda: store("compressed_kv", self._compressed_kv(latent, freqs, numerics)))
+        store("index_k", self.indexer.index_keys(latent, freqs, numerics))
+        return join
 
     def _compressed(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: ForwardBatch, i: int,
                     state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
@@ -210,7 +231,11 @@ class AttentionV41(AttentionBase):
     def _cache_rows(self, latent: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> dict[str, torch.Tensor]:
         """Latents of completed groups (RoPE at each group's first position) -> the rows fields
         they are stored as: index keys and compressed KV (RoPE'd, FP4 round trip)."""
+        return {"index_k": self.indexer.index_keys(latent, freqs, numerics),
+                "compressed_kv": self._compressed_kv(latent, freqs, numerics)}
+
+    @staticmethod
+    def _compressed_kv(latent: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        """Latents -> compressed KV rows as stored: RoPE'd, FP4 round trip."""
         kv = kernels.apply_rope(latent, freqs)
-        if numerics.kv_quant:
-            kv = kernels.fp4_roundtrip_e4m3(kv, COMPRESSED_FP4_GROUP)
-        return {"index_k": self.indexer.index_keys(latent, freqs, numerics), "compressed_kv": kv}
+        return kernels.fp4_roundtrip_e4m3(kv, COMPRESSED_FP4_GROUP) if numerics.kv_quant else kv
