@@ -3,7 +3,7 @@
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
 #                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19check] [prefill] [engine]
-#   (default: tests kernels model)
+#   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
 # the device tool brings back at most 8 files: the parts write under /tmp/session_work, packed into $OUT/session.tgz
@@ -20,13 +20,23 @@ fi
 export PYTHONPATH=$PWD:/tmp/site
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 RW="python benchmarks/bench_real_width.py --out $OUT --ref-batches 1 --no-prefill-ref --large-m-paths bf16_cublas --reps 3 --prefill-reps 2"
-if has tests; then  # GPU parity and invariance tests (all of tests/gpu: ~5 min in session 10)
-  timeout 420 python -m pytest -q tests/gpu -p no:cacheprovider -s > "$OUT/gpu_tests.log" 2>&1
-  echo "tests/gpu: $(tail -1 "$OUT/gpu_tests.log")"
+# GPU parity and invariance tests. All of tests/gpu took ~5 min in session 10 and ran past 420 s from session 17
+# on, so `tests1` and `tests2` run it in two calls (tests/gpu's files before and from test_model_flashmla_gpu.py),
+# each with pytest's 25 slowest tests listed; `tests` runs it whole
+GPU_FILES=$(ls tests/gpu/test_*.py)
+for P in tests tests1 tests2; do
+  has $P || continue
+  case $P in
+    tests1) FILES=$(for f in $GPU_FILES; do [[ $f < tests/gpu/test_model_flashmla_gpu.py ]] && echo $f; done) ;;
+    tests2) FILES=$(for f in $GPU_FILES; do [[ $f < tests/gpu/test_model_flashmla_gpu.py ]] || echo $f; done) ;;
+    *) FILES=tests/gpu ;;
+  esac
+  timeout 540 python -m pytest -q $FILES -p no:cacheprovider -s --durations=25 > "$OUT/gpu_$P.log" 2>&1
+  echo "$P: $(tail -1 "$OUT/gpu_$P.log")"
   grep -hE "REPORT (flashmla|index_scores|model|moe128|moe pairs|quantize_a|linear triton|overlap|pool|hc_pre_norm)|FAILED|Error" \
-    "$OUT/gpu_tests.log" | head -40
+    "$OUT/gpu_$P.log" | head -40
   pack
-fi
+done
 if has kernels; then  # decode GEMVs at 1, 8, 32 rows (~1.5 min)
   timeout 200 python benchmarks/bench_decode_gemv.py --quick --out "$OUT" > "$OUT/decode_gemv.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/decode_gemv.log"; grep -E "^(wq_b|wo_b|wkv|shared_w13) " "$OUT/decode_gemv.log"
