@@ -84,14 +84,14 @@ class AttentionV41(AttentionBase):
                      batch: DecodeBatch, state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
         """A decode step's keys [B, K, d] and attention index: the window, then (compressed
         layers) the selected rows, after publishing this layer's rows and selecting."""
-        queries = None
-        if self.ratio and self.runs_indexer and self._index_rows(batch, state):
-            # the indexer's query side needs no keys: on a stream of its own next to the window, the
-            # compressor and the publishing (overlap.py), joined where the scores need it
-            queries = aside(x, lambda: self.indexer.queries(x, qr, freqs, numerics), when=overlap.INDEX_QUERIES_ASIDE)
         if not self.ratio:
             keys, window = self.decode_window(state, batch, kv)
             return keys, window.attend_index
+        queries = None
+        if self.runs_indexer and self._index_rows(batch, state):
+            # the indexer's query side needs no keys: on a stream of its own next to the window, the
+            # compressor and the publishing (overlap.py), joined where the scores need it
+            queries = aside(x, lambda: self.indexer.queries(x, qr, freqs, numerics), when=overlap.INDEX_QUERIES_ASIDE)
         # the window ring, and a source's compressed KV rows, are not read before the selected rows: next to the
         # publishing and the selection on streams of their own where ``overlap.KEYS_PARTS_ASIDE``
         parts = overlap.KEYS_PARTS_ASIDE
