@@ -302,20 +302,29 @@ AB_SWITCHES = {
     # prefill: the indexer scores every key and masks after (attention_v41.CAUSAL_INDEX_SCORES)
     "causal_index": (lambda: setattr(attention_v41, "CAUSAL_INDEX_SCORES", False),
                      lambda: setattr(attention_v41, "CAUSAL_INDEX_SCORES", True)),
-    # the A/B's other run turns the Gluon decode GEMV on (off by default: gluon_gemv.GLUON_GEMV, prepared in
-    # session 17)
-    "gluon_gemv": (lambda: setattr(gluon_gemv, "GLUON_GEMV", True), lambda: setattr(gluon_gemv, "GLUON_GEMV", False)),
-    # ... on three quarters of the SMs (gluon_gemv.SM_SHARE): room for the side streams
-    "gluon_gemv_3q": (lambda: (setattr(gluon_gemv, "GLUON_GEMV", True), setattr(gluon_gemv, "SM_SHARE", 0.75)),
-                      lambda: (setattr(gluon_gemv, "GLUON_GEMV", False), setattr(gluon_gemv, "SM_SHARE", 1.0))),
-    # the A/B's other run issues a decode step's attention projection before the mixes fork too (off by default:
-    # overlap.PROJECT_BEFORE_MIXES, prepared in session 18)
-    "project_first": (lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", True),
-                      lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", False)),
-    # the A/B's other run puts the window ring and the compressed KV rows of a compressed layer's decode keys on
-    # streams of their own (off by default: overlap.KEYS_PARTS_ASIDE, prepared in session 18)
-    "keys_parts": (lambda: setattr(overlap, "KEYS_PARTS_ASIDE", True),
-                   lambda: setattr(overlap, "KEYS_PARTS_ASIDE", False)),
+    # the Gluon decode GEMV off: the Triton FP8 GEMV (gluon_gemv.GLUON_GEMV)
+    "gluon_gemv": (lambda: setattr(gluon_gemv, "GLUON_GEMV", False), lambda: setattr(gluon_gemv, "GLUON_GEMV", True)),
+    # the Gluon GEMV's persistent grid on another share of the SMs than gluon_gemv.SM_SHARE (the rest stay free for
+    # the side streams' kernels)
+    **{f"gluon_share{round(share * 100)}": (lambda share=share: setattr(gluon_gemv, "SM_SHARE", share),
+                                          lambda v=gluon_gemv.SM_SHARE: setattr(gluon_gemv, "SM_SHARE", v))
+       for share in (0.5, 0.625, 0.75, 0.875, 0.94, 1.0)},
+    # ... with another work-item target than gluon_gemv.ITEMS (K splits: other bits): 99 programs on 3/4 of the SMs
+    # take 264 items in 2.7 rounds
+    **{f"gluon_items{items}": (lambda items=items: setattr(gluon_gemv, "ITEMS", items),
+                               lambda v=gluon_gemv.ITEMS: setattr(gluon_gemv, "ITEMS", v))
+       for items in (99, 198, 297)},
+    # one token's routed experts: grouped GEMMs that never split K (triton_moe.DECODE_SPLIT_K)
+    "experts_split": (lambda: setattr(triton_moe, "DECODE_SPLIT_K", False),
+                      lambda: setattr(triton_moe, "DECODE_SPLIT_K", True)),
+    # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
+    # (overlap.PROJECT_BEFORE_MIXES)
+    "project_first": (lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", False),
+                      lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", True)),
+    # a compressed layer's window ring and compressed KV rows in the keys' stream, not on streams of their own
+    # (overlap.KEYS_PARTS_ASIDE)
+    "keys_parts": (lambda: setattr(overlap, "KEYS_PARTS_ASIDE", False),
+                   lambda: setattr(overlap, "KEYS_PARTS_ASIDE", True)),
     # the V4.1 indexer's query side in the keys' stream, not a stream of its own (overlap.INDEX_QUERIES_ASIDE)
     "index_queries": (lambda: setattr(overlap, "INDEX_QUERIES_ASIDE", False),
                       lambda: setattr(overlap, "INDEX_QUERIES_ASIDE", True)),

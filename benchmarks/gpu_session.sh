@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19check] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19check] [s19a] [s19b] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -681,6 +681,36 @@ if has s19check; then  # prepared at the end of session 18 (~3 min): the overlap
   timeout 150 ${RW/--out $OUT/--out $OUT/s19check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
     --ab project_first:1,8 gluon_gemv_3q:1,8 keys_parts:1,8 --ab-rounds 5 > "$OUT/real_width_s19check.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s19check.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s19check.log"
+  pack
+fi
+if has s19a; then  # session 19 (~4 min): the Gluon GEMV on 3/4 of the SMs, the projection before the mixes fork and the
+  # keys' parts aside switched on -- their GPU tests (overlap, graphs, Gluon GEMV); each switched back off, the GEMV's
+  # other SM shares and work-item targets, in 5 alternating rounds, V4.1 decode B = 1 / 8; the B = 1 timeline
+  timeout 120 python -m pytest -q tests/gpu/test_overlap_gpu.py tests/gpu/test_decode_graphs_gpu.py \
+    tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s19a.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s19a.log")"; grep -E "FAILED|Error|REPORT overlap|assert" "$OUT/gpu_tests_s19a.log" | head
+  pack
+  mkdir -p "$OUT/s19a"
+  timeout 200 ${RW/--out $OUT/--out $OUT/s19a} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
+    --ab gluon_gemv:1,8 project_first:1,8 keys_parts:1,8 gluon_share50:1,8 gluon_share62:1 gluon_share88:1 \
+    gluon_items99:1 gluon_items198:1,8 gluon_items297:1 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s19a.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s19a.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s19a.log"
+  head -1 "$OUT/s19a/timeline_graph_b1.txt"; sed -n '/# by kernel/,/^$/p' "$OUT/s19a/timeline_graph_b1.txt" | head -24 | cut -c1-110
+  pack
+fi
+if has s19b; then  # session 19 (~4 min): one token's experts with K split (triton_moe.DECODE_SPLIT_K), the Gluon GEMV on
+  # 7/8 of the SMs -- the MoE and Gluon GEMV GPU tests; each switched back, the GEMV's other SM shares, in 5
+  # alternating rounds, V4.1 decode B = 1 / 8; the B = 1 timeline
+  timeout 150 python -m pytest -q tests/gpu/test_moe_gpu.py tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -s \
+    > "$OUT/gpu_tests_s19b.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s19b.log")"; grep -E "FAILED|Error|assert" "$OUT/gpu_tests_s19b.log" | head
+  pack
+  mkdir -p "$OUT/s19b"
+  timeout 200 ${RW/--out $OUT/--out $OUT/s19b} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
+    --ab experts_split:1 gluon_gemv:1,8 gluon_share75:1,8 gluon_share94:1 gluon_share100:1 --ab-rounds 5 \
+    --timeline 1 > "$OUT/real_width_s19b.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s19b.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s19b.log"
+  head -1 "$OUT/s19b/timeline_graph_b1.txt"; sed -n '/# by kernel/,/^$/p' "$OUT/s19b/timeline_graph_b1.txt" | head -12 | cut -c1-110
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

@@ -66,12 +66,13 @@ def test_decode_refuses_draft_stages(ckpt):
         model.decode(DecodeBatch.build([5], [3], [0]), model.new_state(1, 64))
 
 
-@pytest.mark.parametrize("switches", [{"PROJECT_BEFORE_MIXES": True, "KEYS_PARTS_ASIDE": True},
-                                      {"NORM_BEFORE_MIXES": False, "INDEX_QUERIES_ASIDE": False}],
-                         ids=["prepared_on", "defaults_off"])
+@pytest.mark.parametrize("switches", [{}, {"PROJECT_BEFORE_MIXES": False, "KEYS_PARTS_ASIDE": False,
+                                           "NORM_BEFORE_MIXES": False, "INDEX_QUERIES_ASIDE": False}],
+                         ids=["defaults", "all_off"])
 def test_launch_order_switches_keep_decode_equal_to_forward(ckpt, monkeypatch, switches):
     """overlap.py's launch-order switches move where kernels are issued, never what they compute: decode
-    still equals forward bit for bit with each turned from its default."""
+    still equals forward bit for bit with their defaults (on) and with all of them off (other code paths:
+    ``_publish_decode(aside_kv=False)``, ``decode(projected=None)``)."""
     from deepinfer_adapters.model_impl import overlap
 
     for name, value in switches.items():

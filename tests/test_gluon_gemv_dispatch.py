@@ -1,6 +1,6 @@
-"""The Gluon decode GEMV's backend (``kernels/gluon_gemv.py``, off by default: slower in the model) is registered for
-``fp8_linear`` and declines what it cannot take, so CPU calls (and CUDA calls while it is off) keep their
-backends; its GPU checks are tests/gpu/test_gluon_gemv_gpu.py."""
+"""The Gluon decode GEMV's backend (``kernels/gluon_gemv.py``, on by default on sm_90) is registered for
+``fp8_linear`` above the Triton kernels and declines what it cannot take, so CPU calls keep their backends; its
+GPU checks are tests/gpu/test_gluon_gemv_gpu.py."""
 
 from __future__ import annotations
 
@@ -17,14 +17,9 @@ def _inputs(M=2, N=64, K=256):
     return x, w, s
 
 
-def test_registered_and_off_by_default():
+def test_registered_and_declines_cpu_tensors():
     assert "gluon" in kernels.backends("fp8_linear")
-    assert gluon_gemv.GLUON_GEMV is False
-    assert not gluon_gemv.fits(*_inputs(), (32, 32), 32)
-
-
-def test_declines_cpu_tensors_even_when_on(monkeypatch):
-    monkeypatch.setattr(gluon_gemv, "GLUON_GEMV", True)
+    assert gluon_gemv.GLUON_GEMV is True
     x, w, s = _inputs()
     assert not gluon_gemv.fits(x, w, s, (32, 32), 32)
     assert kernels.chosen("fp8_linear", x, w, s, (32, 32), 32) == "torch"

@@ -1,9 +1,10 @@
 """Decode-sized FP8 linears (up to 16 rows) on Hopper as a warp-specialized Gluon kernel on FP8 products
-(``gluon_gemv_jit``), registered as the "gluon" backend of ``fp8_linear``. **Off (``GLUON_GEMV``): correct
-(the Triton FP8 steps' bits, tests/gpu/test_gluon_gemv_gpu.py) and faster alone on big weights, but slower in
-the model** (H200, session 18, BENCHMARKS.md: alone wq_b 17.5 vs 21.1 us, Engram wkv 54.7 vs 69.0; V4.1 B=1
-2.477 vs 2.39 ms on every weight, 2.381 vs 2.34 on weights of 32 MB and more). Likely: one 255-register
-program an SM holds every SM for the call, so the side streams' kernels cannot run next to it.
+(``gluon_gemv_jit``), registered as the "gluon" backend of ``fp8_linear``: correct (the Triton FP8 steps' bits,
+tests/gpu/test_gluon_gemv_gpu.py) and faster alone on big weights (H200, session 18, BENCHMARKS.md: wq_b 17.5
+vs 21.1 us, Engram wkv 54.7 vs 69.0). On every SM it was slower in the model (V4.1 B=1 2.477 vs 2.39 ms): one
+255-register program an SM held every SM for the call, so the side streams' kernels could not run next to it.
+On 7/8 of them (``SM_SHARE``) it pays: B=1 2.253 -> 2.170 ms (0.75: 2.194; 0.5 and 0.625 slower), B=8 within
+its rounds' spread (session 19, 5 alternating rounds each).
 
 Why: the Triton decode GEMV (``fp8_gemm_rows_kernel``) reaches 20-52% of DRAM bandwidth at one row
 (Nsight Compute, session 17): its K loop costs 4.3 SASS instructions a weight value with FP8 steps and 6.3
@@ -37,15 +38,14 @@ from deepinfer_adapters.kernels.gluon_moe import _gluon_hopper
 from deepinfer_adapters.kernels.triton_fp8_gemm import act_quant, split_k, sum_splits
 from deepinfer_adapters.kernels.triton_support import interpreting
 
-GLUON_GEMV = False  # slower in the model (see the module doc)
+GLUON_GEMV = True
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
 ITEMS = 264  # K is split while fewer weight row tiles than this: ~2 work items a program
 PROGRAMS_PER_SM = 1  # the kernel takes ~255 registers a thread for its 256 (ptxas): one program fits an SM
 # the share of the SMs the persistent grid takes: below 1, SMs stay free for the side streams' kernels
-# (prepared after session 18, whose model A/Bs ran it on every SM; not yet measured)
-SM_SHARE = 1.0
+SM_SHARE = 0.875
 
 
 def fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], act_block: int,

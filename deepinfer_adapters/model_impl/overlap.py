@@ -36,15 +36,16 @@ SHARED_THROUGH_EXPERTS = True  # the shared expert next to the routed experts to
 # GEMV the one-program norm took ~9 us of the critical path, alone ~2 (H200, B = 1 graph timeline, session 18)
 NORM_BEFORE_MIXES = True
 # with NORM_BEFORE_MIXES, a decode step's attention projection (wq_a + wkv) too: the B=1 timeline shows it ~4 us
-# behind ``mix_logits``. Prepared after session 18's device time ran out, not yet measured: off
-PROJECT_BEFORE_MIXES = False
+# behind ``mix_logits``; B=1 2.326 -> 2.313 ms (H200, 5 alternating rounds, session 19), B=8 the same
+PROJECT_BEFORE_MIXES = True
 # the V4.1 indexer's query side (its wq_b GEMV, RoPE, FP4 round trip, head weights) on a stream of its own
 # next to the window, compressor and publishing of a decode step (layers/attention_v41.py): in a layer that
 # runs the indexer those dozens of small kernels, not the query heads, are the critical path
 INDEX_QUERIES_ASIDE = True
 # in a compressed layer's decode keys, the window ring and a source's compressed KV rows on streams of their own
-# next to the publishing and the selection. Prepared after session 18's device time ran out, not yet measured: off
-KEYS_PARTS_ASIDE = False
+# next to the publishing and the selection: B=8 4.959 -> 4.928 ms (H200, 5 alternating rounds, session 19), B=1
+# within its rounds' spread
+KEYS_PARTS_ASIDE = True
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 _STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
 _depth = 0  # side parts started (``aside``) and not yet joined: the nesting level of the running code

@@ -85,12 +85,13 @@ def test_few_programs_take_many_items_each(monkeypatch, programs):
     assert _rel(few, reference_fp8.fp8_linear(x, w8, scale, BLOCK, 32)) <= 2e-3
 
 
-def test_dispatch_takes_it_where_it_fits_when_on(monkeypatch):
+def test_dispatch_takes_it_where_it_fits(monkeypatch):
     gg = _gg()
     x, w8, scale = _inputs(4, 1792, 5120, 3)
-    assert kernels.chosen("fp8_linear", x, w8, scale, BLOCK, 32) != "gluon"  # off by default
+    assert kernels.chosen("fp8_linear", x, w8, scale, BLOCK, 32) == "gluon"  # on by default
+    monkeypatch.setattr(gg, "GLUON_GEMV", False)
+    assert kernels.chosen("fp8_linear", x, w8, scale, BLOCK, 32) != "gluon"
     monkeypatch.setattr(gg, "GLUON_GEMV", True)
-    assert kernels.chosen("fp8_linear", x, w8, scale, BLOCK, 32) == "gluon"
     out = kernels.fp8_linear(x, w8, scale, BLOCK, 32)
     assert _rel(out, reference_fp8.fp8_linear(x, w8, scale, BLOCK, 32)) <= 2e-3
     x17 = _inputs(17, 1792, 5120, 4)[0]
