@@ -314,9 +314,6 @@ AB_SWITCHES = {
     **{f"gluon_items{items}": (lambda items=items: setattr(gluon_gemv, "ITEMS", items),
                                lambda v=gluon_gemv.ITEMS: setattr(gluon_gemv, "ITEMS", v))
        for items in (99, 198, 297)},
-    # one token's routed experts: grouped GEMMs that never split K (triton_moe.DECODE_SPLIT_K)
-    "experts_split": (lambda: setattr(triton_moe, "DECODE_SPLIT_K", False),
-                      lambda: setattr(triton_moe, "DECODE_SPLIT_K", True)),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": (lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", False),

@@ -83,11 +83,6 @@ DECODE_PATH = "bf16"
 # the same experts as E4M3 on their bf16 path 431 / 1411.
 FP4_DECODE_PATH = "fp8"
 PAIR_SORT_KERNEL = True  # pair routing's per-token sort in one Triton launch (else torch's sort + gather)
-# Below LARGE_PAIRS pairs, outside batch-invariant mode: the experts' grouped GEMMs split K while fewer than
-# ``GemmConfig.programs`` tiles run, as an ungrouped GEMM does (one token: 6 experts x 36 / 40 row tiles of 128 for
-# w13 / w2 at V4.1's widths, 216 / 240 programs on 132 SMs, so a third to four fifths of the SMs run two tiles
-# and the rest one). Other bits than unsplit (the partials added in split order), still a token's own.
-DECODE_SPLIT_K = True
 
 
 @functools.cache
@@ -265,27 +260,24 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     if gluon:
         tiles = gluon_moe.absorb_tails(tiles)
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
-    split = DECODE_SPLIT_K and not large and not invariance.enabled()
     if path == "bf16":
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
         if gluon:  # its activations in sorted order
             h13 = gluon_moe.grouped_gemm(xa.index_select(0, tiles.row_idx), w13, w13_scale, tiles)
         else:
             h13 = fp8.gemm(xa, None, 0, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
-                           kstep=None if fp4 else fp8.bf16_kstep(x.shape[-1], block), split_groups=split)
+                           kstep=None if fp4 else fp8.bf16_kstep(x.shape[-1], block))
         ha = swiglu_quant(h13, rw, limit, act_block, dequant_to=x.dtype)[0]
         if gluon:
             out = gluon_moe.grouped_gemm(ha, w2, w2_scale, plain_rows)
         else:
             out = fp8.gemm(ha, None, 0, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
-                           kstep=None if fp4 else fp8.bf16_kstep(expert_matrix(w2)[1], block), split_groups=split)
+                           kstep=None if fp4 else fp8.bf16_kstep(expert_matrix(w2)[1], block))
     else:
         q, s = fp8.act_quant(x, act_block)
-        h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg,
-                       split_groups=split)
+        h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
         h8, hs = swiglu_quant(h13, rw, limit, act_block)
-        out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg,
-                       split_groups=split)
+        out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg)
     if callable(shared):  # the shared expert's output, joined only now (reference_fp8.moe_experts)
         shared = shared()
         if shared.shape != x.shape:
