@@ -18,7 +18,8 @@ import torch
 ROWS = (1, 8)
 
 
-def compile_offline(stages: int) -> None:
+def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32) -> None:
+    """The dense GEMV (weight scales per [32, 32]) or, ``pairs``, one token's experts (per (1, ``w_bk``))."""
     from triton.experimental.gluon import language as gl
 
     from benchmarks.gluon_offline import compile_sm90
@@ -29,12 +30,21 @@ def compile_offline(stages: int) -> None:
     w_layout = gl.NVMMASharedLayout.get_default_for([R, 128], gl.float8e4nv)
     a_layout = gl.NVMMASharedLayout.get_default_for([T, 128], gl.float8e4nv)
     sig = {"w_desc": f"tensordesc<fp8e4nv[{R},128],{w_layout!r}>",
-           "a_desc": f"tensordesc<fp8e4nv[{T},128],{a_layout!r}>", "WS": "*i32", "AS": "*fp32", "OUT": "*fp32",
+           "a_desc": f"tensordesc<fp8e4nv[{T},128],{a_layout!r}>", "WS": "*u8" if w_bk == 128 else "*i32",
+           "AS": "*fp32", "OUT": "*bf16" if pairs else "*fp32", "EXPERT": "*i32", "AROW": "*i32",
            "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32", "n_items": "i32",
-           "stride_wsn": "i32", "stride_asm": "i32",
-           "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr", "W_BN": "constexpr"}
+           "tiles_per_pair": "i32", "NT": "i32", "KT": "i32", "stride_wsn": "i32", "stride_asm": "i32",
+           "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr", "W_BN": "constexpr", "W_BK": "constexpr",
+           "PAIRS": "constexpr"}
     divisible = ("WS", "AS", "OUT", "K", "k_per_split", "stride_asm", "stride_om", "stride_os")
-    compile_sm90(fp8_gemv_kernel, sig, {"STAGES": stages, "W_BN": 32}, divisible, f"fp8_gemv_kernel (STAGES={stages})")
+    compile_sm90(fp8_gemv_kernel, sig, {"STAGES": stages, "W_BN": 1 if pairs else 32, "W_BK": w_bk, "PAIRS": pairs},
+                 divisible, f"fp8_gemv_kernel (STAGES={stages}, PAIRS={pairs}, W_BK={w_bk})")
+
+
+def gluon_gemv_stages() -> int:
+    from deepinfer_adapters.kernels import gluon_gemv
+
+    return gluon_gemv.STAGES
 
 
 def main():
@@ -48,6 +58,8 @@ def main():
     if args.compile_only:
         for stages in args.stages:
             compile_offline(stages)
+        compile_offline(gluon_gemv_stages(), pairs=True, w_bk=128)
+        compile_offline(gluon_gemv_stages(), pairs=True, w_bk=32)
         return
 
     from benchmarks.bench_decode_gemv import BLOCK, LINEARS, PER_LAYER, random_weight

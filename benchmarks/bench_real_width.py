@@ -314,6 +314,9 @@ AB_SWITCHES = {
     **{f"gluon_items{items}": (lambda items=items: setattr(gluon_gemv, "ITEMS", items),
                                lambda v=gluon_gemv.ITEMS: setattr(gluon_gemv, "ITEMS", v))
        for items in (99, 198, 297)},
+    # the A/B's other run takes one token's routed experts on the Gluon GEMV (off by default: gluon_gemv.GLUON_PAIRS,
+    # prepared in session 19)
+    "gluon_pairs": (lambda: setattr(gluon_gemv, "GLUON_PAIRS", True), lambda: setattr(gluon_gemv, "GLUON_PAIRS", False)),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": (lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", False),

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19check] [s19a] [s19b] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19check] [s19a] [s19b] [s19c] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -711,6 +711,18 @@ if has s19b; then  # session 19 (~4 min): the Gluon GEMV on 7/8 of the SMs -- th
     --timeline 1 > "$OUT/real_width_s19b.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s19b.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s19b.log"
   head -1 "$OUT/s19b/timeline_graph_b1.txt"; sed -n '/# by kernel/,/^$/p' "$OUT/s19b/timeline_graph_b1.txt" | head -12 | cut -c1-110
+  pack
+fi
+if has s19c; then  # session 19 (~3.5 min): one token's routed experts on the Gluon GEMV (gluon_gemv.GLUON_PAIRS, off) --
+  # the Gluon GEMV GPU tests; then V4.1 decode B = 1 with it on, and with the MoE's Triton fp8 path, against the
+  # default in 5 alternating rounds
+  timeout 120 python -m pytest -q tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -s > "$OUT/gpu_tests_s19c.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s19c.log")"; grep -E "FAILED|Error|REPORT pair" "$OUT/gpu_tests_s19c.log" | head -20
+  pack
+  mkdir -p "$OUT/s19c"
+  timeout 150 ${RW/--out $OUT/--out $OUT/s19c} --batches 1 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
+    --ab gluon_pairs:1 moe_bf16:1 --ab-rounds 5 > "$OUT/real_width_s19c.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s19c.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s19c.log"
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

@@ -38,8 +38,13 @@ from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels.gluon_moe import _gluon_hopper
 from deepinfer_adapters.kernels.triton_fp8_gemm import act_quant, split_k, sum_splits
 from deepinfer_adapters.kernels.triton_support import interpreting
+from deepinfer_adapters.model_impl.quant import is_e4m3_tiles
 
 GLUON_GEMV = True
+# one token's routed experts on the same kernel (``pair_gemm``, taken by ``triton_moe.moe_experts``): the MoE's fp8
+# path's arithmetic (FP8 products promoted per 32) instead of its bf16 decode path. Prepared in session 19, not yet
+# run on a GPU: off
+GLUON_PAIRS = False
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
@@ -105,10 +110,68 @@ def gemv(q: torch.Tensor, q_scale: torch.Tensor, weight: torch.Tensor, scale: to
     q = q if q.is_contiguous() else q.contiguous()
     a_desc = TensorDescriptor(q, [M, K], list(q.stride()), [TOKENS, 128], a_layout)
     words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
-    programs = min(n_items, max(1, int(_sm_count(q.device) * SM_SHARE)) * PROGRAMS_PER_SM)
-    fp8_gemv_kernel[(programs,)](
-        w_desc, a_desc, words, q_scale, out, N, M, K, k_per_split, split, n_items, words.stride(0),
-        q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES, W_BN=32, num_warps=4)
+    fp8_gemv_kernel[(_programs(n_items, q.device),)](
+        w_desc, a_desc, words, q_scale, out, words, words, N, M, K, k_per_split, split, n_items, n_tiles, 1, 1,
+        words.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES,
+        W_BN=32, W_BK=32, PAIRS=False, num_warps=4)
+    return out if split == 1 else sum_splits(out, out_dtype)
+
+
+def _programs(n_items: int, device: torch.device) -> int:
+    return min(n_items, max(1, int(_sm_count(device) * SM_SHARE)) * PROGRAMS_PER_SM)
+
+
+def pairs_fit(x: torch.Tensor, weights: tuple[torch.Tensor, ...], scales: tuple[torch.Tensor, ...],
+              block: tuple[int, int], act_block: int) -> bool:
+    """Whether ``pair_gemm`` takes one token's experts: E4M3 in 128 x 128 tiles (quant.to_e4m3_tiles) with
+    E8M0 scales per (1, 32) or (1, 128), activations quantized per 32, on an sm_90 GPU, outside batch-invariant
+    mode (whose MoE takes the bf16 path for every call)."""
+    if not (GLUON_PAIRS and x.is_cuda and x.dtype == torch.bfloat16 and not interpreting() and not invariance.enabled()
+            and x.shape[0] == 1):
+        return False
+    if act_block != 32 or tuple(block) not in ((1, 32), (1, 128)):
+        return False
+    for w, s in zip(weights, scales):
+        if not (w.dtype == torch.float8_e4m3fn and is_e4m3_tiles(w) and w.is_contiguous()
+                and s.dtype in (torch.uint8, torch.float8_e8m0fnu) and s.is_contiguous()
+                and tuple(s.shape) == (w.shape[0], w.shape[1] * 128, w.shape[2] * 128 // block[1])):
+            return False
+    return _gluon_hopper(x.device.index if x.device.index is not None else torch.cuda.current_device())
+
+
+def pair_gemm(q: torch.Tensor, q_scale: torch.Tensor, a_rows: torch.Tensor, experts: torch.Tensor,
+              weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], out_dtype: torch.dtype
+              ) -> torch.Tensor:
+    """out [P, N]: row r = (q[a_rows[r]] x its per-32 scales) (expert experts[r]'s weight x its (1, 32) or
+    (1, 128) E8M0 scales)^T, for P pairs of one token (``triton_moe.pair_route``' rows); weight E4M3 in
+    quant.to_e4m3_tiles' [E, N / 128, K / 128, 128, 128]. The persistent kernel's items are (pair, 64-row
+    tile, K split)."""
+    import triton
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from deepinfer_adapters.kernels.gluon_gemv_jit import fp8_gemv_kernel
+
+    E, NT, KT = weight.shape[:3]
+    N, K, P = NT * 128, KT * 128, experts.numel()
+    tiles_per_pair = triton.cdiv(N, ROWS)
+    n_tiles = P * tiles_per_pair
+    split, k_per_split = split_k(n_tiles, K, 128, ITEMS)
+    n_items = n_tiles * split
+    out = torch.empty((split, P, N) if split > 1 else (P, N), device=q.device,
+                      dtype=torch.float32 if split > 1 else out_dtype)
+    w_layout = gl.NVMMASharedLayout.get_default_for([ROWS, 128], gl.float8e4nv)
+    a_layout = gl.NVMMASharedLayout.get_default_for([TOKENS, 128], gl.float8e4nv)
+    rows = weight.view(-1, 128)  # each tile's 128 rows of 128 inputs, tile after tile
+    w_desc = TensorDescriptor(rows, list(rows.shape), [128, 1], [ROWS, 128], w_layout)
+    q = q if q.is_contiguous() else q.contiguous()
+    a_desc = TensorDescriptor(q, list(q.shape), list(q.stride()), [TOKENS, 128], a_layout)
+    per_row = scale.view(torch.uint8).reshape(E * N, -1)  # an expert's scale rows after the one before's
+    ws = per_row.view(torch.int32) if block[1] == 32 else per_row  # one word (four blocks) or one byte a step
+    fp8_gemv_kernel[(_programs(n_items, q.device),)](
+        w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, 1, K, k_per_split, split, n_items, tiles_per_pair,
+        NT, KT, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0,
+        STAGES=STAGES, W_BN=1, W_BK=block[1], PAIRS=True, num_warps=4)
     return out if split == 1 else sum_splits(out, out_dtype)
 
 

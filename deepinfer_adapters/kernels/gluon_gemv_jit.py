@@ -10,7 +10,12 @@ weight under ~64 MB, session 18).
 - one warpgroup: four FP8 wgmma products 32 deep a step, straight from shared memory (weights as the
   64-row operand, activations as the narrow one), each promoted into the fp32 accumulator with its
   weight block's E8M0 scale times its activation row's scale -- the scales are per 32 inputs, as the
-  model's. The weight scales of a step come as one int32 word a row (its four 32-input blocks).
+  model's. The weight scales of a step come as one int32 word a row (its four 32-input blocks), or with
+  weight scales per 128 inputs (W_BK 128) one byte.
+
+PAIRS (one token's routed experts, ``gluon_gemv.pair_gemm``): the items are (pair, 64-row tile, K split); pair r
+reads expert EXPERT[r]'s weights, held in 128 x 128 tiles (quant.to_e4m3_tiles, viewed as rows of 128 inputs:
+a step's [64, 128] box starts at its tile's row), against activation row AROW[r], and writes output row r.
 """
 
 from __future__ import annotations
@@ -32,28 +37,44 @@ def _barriers(STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _item(item, n_splits, k_per_split, K, W_ROWS: gl.constexpr):
-    """Work item -> (first weight row, K split, its first input, its 128-input steps): items run tile-major,
-    a tile's K splits next to each other; the last split may be shorter."""
+def _item(item, n_splits, k_per_split, K, tiles_per_pair, W_ROWS: gl.constexpr):
+    """Work item -> (pair, first weight row, K split, its first input, its 128-input steps): items run
+    tile-major, a tile's K splits next to each other; the last split may be shorter. Without PAIRS one pair
+    holds every tile (``tiles_per_pair`` = the weight's tiles)."""
     split = item % n_splits
     k0 = split * k_per_split
-    return (item // n_splits) * W_ROWS, split, k0, gl.minimum(k_per_split, K - k0) // 128
+    tile = item // n_splits
+    return tile // tiles_per_pair, (tile % tiles_per_pair) * W_ROWS, split, k0, gl.minimum(k_per_split, K - k0) // 128
 
 
 @gluon.jit
-def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, n_items, n_splits, k_per_split, K,
-                 STAGES: gl.constexpr):
+def _pair(EXPERT, AROW, pair, PAIRS: gl.constexpr):
+    """(expert, activation row) of a pair: (0, 0) without PAIRS (one weight, activations from row 0)."""
+    if PAIRS:
+        return gl.load(EXPERT + pair), gl.load(AROW + pair)
+    else:
+        return 0, 0
+
+
+@gluon.jit
+def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_items, n_splits, k_per_split, K,
+                 tiles_per_pair, NT, KT, STAGES: gl.constexpr, PAIRS: gl.constexpr):
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     g = 0  # steps copied so far by this program: the ring's position runs on across items
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        row0, _, k0, k_steps = _item(item, n_splits, k_per_split, K, W_ROWS)
+        pair, row0, _, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles_per_pair, W_ROWS)
+        expert, a_row = _pair(EXPERT, AROW, pair, PAIRS)
         for i in range(k_steps):
             s = g % STAGES
             free = ((g // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
             mbarrier.wait(empty.index(s), free)
             mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + a_desc.block_type.nbytes)
-            _tma_load(w_desc, [row0, k0 + i * 128], ready.index(s), w_smem.index(s))
-            _tma_load(a_desc, [0, k0 + i * 128], ready.index(s), a_smem.index(s))
+            if PAIRS:  # the step's 128 x 128 tile of the expert, rows of 128 inputs: its row0 % 128 half
+                tile_row = ((expert * NT + row0 // 128) * KT + k0 // 128 + i) * 128 + row0 % 128
+                _tma_load(w_desc, [tile_row, 0], ready.index(s), w_smem.index(s))
+            else:
+                _tma_load(w_desc, [row0, k0 + i * 128], ready.index(s), w_smem.index(s))
+            _tma_load(a_desc, [a_row, k0 + i * 128], ready.index(s), a_smem.index(s))
             g += 1
 
 
@@ -66,14 +87,15 @@ def _block_scale(words, j: gl.constexpr):
 @gluon.jit
 def _step_scales(wrow, arow, i, k_steps):
     """Step i's scales (clamped to the last step: a load ahead past the end reads scales that are there):
-    the weight rows' words and the activation rows' four per-32 scales."""
+    the weight rows' words (or bytes) and the activation rows' four per-32 scales."""
     i = gl.minimum(i, k_steps - 1)
-    return (gl.load(wrow + i), gl.load(arow + 4 * i), gl.load(arow + 4 * i + 1), gl.load(arow + 4 * i + 2),
-            gl.load(arow + 4 * i + 3))
+    return (gl.load(wrow + i).to(gl.int32), gl.load(arow + 4 * i), gl.load(arow + 4 * i + 1),
+            gl.load(arow + 4 * i + 2), gl.load(arow + 4 * i + 3))
 
 
 @gluon.jit
-def _step(acc, zero, w_smem, a_smem, ready, empty, g, words, a0, a1, a2, a3, STAGES: gl.constexpr):
+def _step(acc, zero, w_smem, a_smem, ready, empty, g, words, a0, a1, a2, a3, STAGES: gl.constexpr,
+          W_BK: gl.constexpr):
     """acc plus the program's step g: four FP8 products 32 deep from the ring, each times its scales, in K
     order."""
     s = g % STAGES
@@ -92,16 +114,18 @@ def _step(acc, zero, w_smem, a_smem, ready, empty, g, words, a0, a1, a2, a3, STA
     mbarrier.arrive(empty.index(s), count=1)
     # each 32-deep product times its weight block's and activation row's scales (powers of two), added in K
     # order: the swapped Triton kernel's FP8 steps (fp8_gemm_rows_kernel) do the same
+    # (W_BK 128: the one weight scale of the step for all four)
     acc += p0 * (gl.expand_dims(_block_scale(words, 0), 1) * gl.expand_dims(a0, 0))
-    acc += p1 * (gl.expand_dims(_block_scale(words, 1), 1) * gl.expand_dims(a1, 0))
-    acc += p2 * (gl.expand_dims(_block_scale(words, 2), 1) * gl.expand_dims(a2, 0))
-    acc += p3 * (gl.expand_dims(_block_scale(words, 3), 1) * gl.expand_dims(a3, 0))
+    acc += p1 * (gl.expand_dims(_block_scale(words, 1 if W_BK == 32 else 0), 1) * gl.expand_dims(a1, 0))
+    acc += p2 * (gl.expand_dims(_block_scale(words, 2 if W_BK == 32 else 0), 1) * gl.expand_dims(a2, 0))
+    acc += p3 * (gl.expand_dims(_block_scale(words, 3 if W_BK == 32 else 0), 1) * gl.expand_dims(a3, 0))
     return acc
 
 
 @gluon.jit
-def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, n_items, n_splits, k_per_split, K, N, M,
-                   stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr):
+def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K, N,
+                   M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr,
+                   W_BN: gl.constexpr, W_BK: gl.constexpr, PAIRS: gl.constexpr):
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
     T: gl.constexpr = a_smem.type.shape[1]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -109,15 +133,16 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, n_items, n_splits,
     out_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1])
     tile_rows = gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, mma_layout))
     toks = gl.arange(0, T, layout=gl.SliceLayout(0, mma_layout))
-    # tokens past M read the last token's scales: their products are zeros
-    arow0 = AS + gl.minimum(toks, M - 1).to(gl.int64) * stride_asm
     zero = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
     g = 0  # the ring's position, as the loader's
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
-        row0, split, k0, k_steps = _item(item, n_splits, k_per_split, K, W_ROWS)
-        # rows past N read the last row's scales: their products are zeros
-        wrow = WS + (gl.minimum(row0 + tile_rows, N - 1) // W_BN).to(gl.int64) * stride_wsn + k0 // 128
-        arow = arow0 + k0 // 32
+        pair, row0, split, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles_per_pair, W_ROWS)
+        expert, a_row = _pair(EXPERT, AROW, pair, PAIRS)
+        # rows past N read the last row's scales, tokens past M the last token's: their products are zeros.
+        # An expert's scale rows follow the one before's (PAIRS: W_BN is 1)
+        srow = (expert * N + gl.minimum(row0 + tile_rows, N - 1)) // W_BN
+        wrow = WS + srow.to(gl.int64) * stride_wsn + k0 // 128
+        arow = AS + (a_row + gl.minimum(toks, M - 1)).to(gl.int64) * stride_asm + k0 // 32
         acc = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
         # Two steps an iteration, each step's scales loaded a whole step's work before their use and into
         # registers not live then: with one step an iteration and the next step's scales carried, ptxas
@@ -125,27 +150,30 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, n_items, n_splits,
         wa, a0, a1, a2, a3 = _step_scales(wrow, arow, 0, k_steps)
         for i in range(0, k_steps, 2):
             wb, b0, b1, b2, b3 = _step_scales(wrow, arow, i + 1, k_steps)
-            acc = _step(acc, zero, w_smem, a_smem, ready, empty, g + i, wa, a0, a1, a2, a3, STAGES)
+            acc = _step(acc, zero, w_smem, a_smem, ready, empty, g + i, wa, a0, a1, a2, a3, STAGES, W_BK)
             wa, a0, a1, a2, a3 = _step_scales(wrow, arow, i + 2, k_steps)
             if i + 1 < k_steps:
-                acc = _step(acc, zero, w_smem, a_smem, ready, empty, g + i + 1, wb, b0, b1, b2, b3, STAGES)
+                acc = _step(acc, zero, w_smem, a_smem, ready, empty, g + i + 1, wb, b0, b1, b2, b3, STAGES, W_BK)
         g += k_steps
         res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
         orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, out_layout))
         otoks = gl.arange(0, T, layout=gl.SliceLayout(0, out_layout))
         mask = gl.expand_dims(orows < N, 1) & gl.expand_dims(otoks < M, 0)
-        ptrs = OUT + split.to(gl.int64) * stride_os + gl.expand_dims(otoks.to(gl.int64) * stride_om, 0) \
+        ptrs = OUT + split.to(gl.int64) * stride_os + gl.expand_dims((pair + otoks).to(gl.int64) * stride_om, 0) \
             + gl.expand_dims(orows, 1)
         gl.store(ptrs, res, mask=mask)
 
 
 @gluon.jit
-def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, N, M, K, k_per_split, n_splits, n_items, stride_wsn, stride_asm,
-                    stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr):
+def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_split, n_splits, n_items, tiles_per_pair,
+                    NT, KT, stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr,
+                    W_BK: gl.constexpr, PAIRS: gl.constexpr):
     """Persistent: program p takes work items p, p + programs, ... (an item: a 64-row tile x one K split) and
     writes OUT[split][token, row] = sum over the split's K range of A[token] W[row] with both operands'
-    per-32 block scales. WS: the weight's E8M0 scales as int32 words (four 32-input blocks a word,
-    ``stride_wsn`` in words); AS: the activations' fp32 scales per 32 inputs."""
+    block scales. WS: the weight's E8M0 scales, per 32 inputs as int32 words (four blocks a word) or per 128
+    as bytes (W_BK), ``stride_wsn`` in those; AS: the activations' fp32 scales per 32 inputs. PAIRS: pair r
+    (M = 1) is OUT[split][r] = A[AROW[r]] W_EXPERT[r]^T, N and the scale rows per expert, NT / KT its 128-row
+    and 128-input tiles."""
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
     w_smem = gl.allocate_shared_memory(w_desc.dtype, [STAGES, W_ROWS, 128], w_desc.layout)
@@ -153,7 +181,9 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, N, M, K, k_per_split, n_splits,
     ready = _barriers(STAGES)
     empty = _barriers(STAGES)
     gl.warp_specialize([
-        (_gemv_products, (w_smem, a_smem, ready, empty, WS, AS, OUT, n_items, n_splits, k_per_split, K, N, M,
-                          stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN)),
-        (_gemv_loader, (w_desc, a_desc, w_smem, a_smem, ready, empty, n_items, n_splits, k_per_split, K, STAGES)),
+        (_gemv_products, (w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K,
+                          N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
+                          PAIRS)),
+        (_gemv_loader, (w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_items, n_splits, k_per_split,
+                        K, tiles_per_pair, NT, KT, STAGES, PAIRS)),
     ], [1], [24])

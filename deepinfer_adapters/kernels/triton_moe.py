@@ -60,7 +60,7 @@ import functools
 
 import torch
 
-from deepinfer_adapters.kernels import gluon_moe, invariance, register
+from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, invariance, register
 from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
 from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
 from deepinfer_adapters.model_impl.quant import E4M3_TILE, expert_matrix, is_e4m3_tiles, is_span_packed
@@ -234,10 +234,13 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     kstep = fp8.kstep_for(block, act_block)
     large = T * k >= LARGE_PAIRS
     fp4 = is_span_packed(w13)  # packed E2M1 (the checkpoint's own bytes)
-    if path is None:
-        path = _default_path(x, w2, w2_scale, block, act_block, large, fp4, kstep, T * k // E)
     if routing is None:
         routing = "pairs" if T == 1 else "sorted"
+    if path is None and routing == "pairs" and gluon_gemv.pairs_fit(x, (w13, w2), (w13_scale, w2_scale), block,
+                                                                     act_block):
+        return _pairs_on_gluon(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit, shared)
+    if path is None:
+        path = _default_path(x, w2, w2_scale, block, act_block, large, fp4, kstep, T * k // E)
     if path == "bf16":
         cfg = config or (fp8.BF16_LARGE_CONFIG if large and not invariance.enabled()
                          else fp8.bf16_row_config(max(1, T * k // E)))
@@ -278,12 +281,30 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         h13 = fp8.gemm(q, s, act_block, w13, w13_scale, block, x.dtype, rows=T * k, groups=tiles, config=cfg)
         h8, hs = swiglu_quant(h13, rw, limit, act_block)
         out = fp8.gemm(h8, hs, act_block, w2, w2_scale, block, x.dtype, rows=T * k, groups=plain_rows, config=cfg)
-    if callable(shared):  # the shared expert's output, joined only now (reference_fp8.moe_experts)
+    return combine(out, T, k, positions, _joined(shared, x))
+
+
+def _joined(shared: torch.Tensor | Callable[[], torch.Tensor] | None, x: torch.Tensor) -> torch.Tensor | None:
+    """The shared expert's output, joined only now where it is a callable (reference_fp8.moe_experts)."""
+    if callable(shared):
         shared = shared()
         if shared.shape != x.shape:
             raise ValueError(f"moe_experts: the shared expert's output is {tuple(shared.shape)}, not {tuple(x.shape)}")
         shared = shared if shared.stride(-1) == 1 else shared.contiguous()
-    return combine(out, T, k, positions, shared)
+    return shared
+
+
+def _pairs_on_gluon(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit, shared):
+    """One token's experts on the Gluon GEMV (``gluon_gemv.pair_gemm``, where ``gluon_gemv.GLUON_PAIRS``): the
+    fp8 path's arithmetic, each pair its own row (``pair_route``), no K split at real widths (432 / 480 work
+    items for w13 / w2)."""
+    T, k = expert_ids.shape
+    tiles, rw = pair_route(expert_ids, route_w)
+    q, s = fp8.act_quant(x, act_block)
+    h13 = gluon_gemv.pair_gemm(q, s, tiles.row_idx, tiles.expert, w13, w13_scale, block, x.dtype)
+    h8, hs = swiglu_quant(h13, rw, limit, act_block)
+    out = gluon_gemv.pair_gemm(h8, hs, tiles.row0, tiles.expert, w2, w2_scale, block, x.dtype)
+    return combine(out, T, k, None, _joined(shared, x))
 
 
 SWIGLU_BLOCK = 1024

@@ -1,8 +1,9 @@
-"""The Gluon decode GEMV (``kernels/gluon_gemv.py``, off by default: slower in the model) on the H200:
+"""The Gluon decode GEMV (``kernels/gluon_gemv.py``) on the H200:
 against ``reference_fp8.fp8_linear`` with tests/gpu/test_fp8_linear_gpu.py's tolerance, and against the
 Triton decode GEMV's FP8 steps (``fp8_gemm_rows_kernel``, 64-row tiles, four 32-deep steps an iteration)
 with the same K split: both promote each 32-deep FP8 product in K order with the same scales, so the same
-bits are expected. Also: the dispatcher takes it only where it fits while switched on. Skipped without
+bits are expected. Also: the dispatcher takes it only where it fits while switched on, and one token's routed
+experts on it (``pair_gemm``) within the MoE tolerance. Skipped without
 CUDA or without Triton's Gluon on an sm_90 GPU."""
 
 from __future__ import annotations
@@ -98,3 +99,44 @@ def test_dispatch_takes_it_where_it_fits(monkeypatch):
     assert kernels.chosen("fp8_linear", x17, w8, scale, BLOCK, 32) != "gluon"  # more rows than a product takes
     with invariance.batch_invariant(True):
         assert kernels.chosen("fp8_linear", x, w8, scale, BLOCK, 32) != "gluon"
+
+
+@pytest.mark.parametrize("E,D,I", [(32, 512, 256), (16, 5120, 2304)], ids=["small_split_k", "real_widths"])
+@pytest.mark.parametrize("per", [32, 128])
+def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per):
+    """``gluon_gemv.pair_gemm`` (where ``GLUON_PAIRS``) runs one token's routed experts as the MoE's fp8 path
+    does: within the MoE tolerance of the reference, for E4M3 tiles with scales per (1, 32) and (1, 128); K
+    split where few tiles run (the small widths), not at the real ones. Two tokens and batch-invariant mode
+    keep the Triton paths."""
+    from deepinfer_adapters.kernels import triton_moe
+    from deepinfer_adapters.model_impl.quant import to_e4m3_tiles
+    from tests.gpu.moe_inputs import routing
+    from tests.gpu.test_moe_gpu import NORM_RTOL, _experts_128
+
+    gg = _gg()
+    per32, per128 = _experts_128(E, D, I, seed=E + per)
+    w13, s13, w2, s2 = per32 if per == 32 else per128
+    experts = (to_e4m3_tiles(w13), s13, to_e4m3_tiles(w2), s2)
+    block = (1, per)
+    calls = []
+    pair_gemm = gg.pair_gemm
+    monkeypatch.setattr(gg, "pair_gemm", lambda *a: (calls.append(a[4].shape), pair_gemm(*a))[1])
+    monkeypatch.setattr(gg, "GLUON_PAIRS", True)
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(1, D, device="cuda", generator=g).bfloat16()
+    w, ids = routing(1, E, 6, seed=per)
+    out = triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0)
+    assert len(calls) == 2  # w13 and w2
+    triton_fp8 = triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0, path="fp8")
+    ref = reference_fp8.moe_experts(x, w, ids, *experts, block, 32, 10.0)
+    rel = _rel(out, ref)
+    print(f"REPORT pair gemv E={E} D={D} I={I} per={per}: rel={rel:.2e} (Triton fp8 path {_rel(triton_fp8, ref):.2e}),"
+          f" equal to the Triton fp8 path {torch.equal(out, triton_fp8)}")
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    assert rel <= NORM_RTOL
+    x2 = torch.randn(2, D, device="cuda", generator=g).bfloat16()
+    w2_, ids2 = routing(2, E, 6, seed=per + 1)
+    triton_moe.moe_experts(x2, w2_, ids2, *experts, block, 32, 10.0)
+    with invariance.batch_invariant(True):
+        triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0)
+    assert len(calls) == 2
