@@ -580,6 +580,9 @@ def main():
                     help="extra prefill runs with backends pinned, each 'op=name[,op=name]'")
     ap.add_argument("--ab", type=ab_spec, nargs="*", default=[], metavar="SWITCH:B,B",
                     help=f"graph decode also with SWITCH off at these batch sizes; switches: {sorted(AB_SWITCHES)}")
+    ap.add_argument("--base", nargs="*", default=[], choices=sorted(AB_SWITCHES), metavar="SWITCH",
+                    help="run everything with these switches turned as an A/B's other run turns them (the A/Bs "
+                         "then measure against that)")
     ap.add_argument("--ab-rounds", type=int, default=5,
                     help="an A/B replays the switch-off and the default graphs in turn this many times each")
     ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
@@ -590,6 +593,8 @@ def main():
     args = ap.parse_args()
     args.profile = [1] if args.profile == [] else args.profile or []
     args.ab = dict(args.ab)
+    for name in args.base:
+        AB_SWITCHES[name][0]()
     info = {"command": " ".join(sys.argv), "torch": torch.__version__,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if args.device == "cuda":

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19check] [s19a] [s19b] [s19c] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19check] [s19a] [s19b] [s19c] [s19pairs] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -723,6 +723,14 @@ if has s19c; then  # session 19 (~3.5 min): one token's routed experts on the Gl
   timeout 150 ${RW/--out $OUT/--out $OUT/s19c} --batches 1 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
     --ab gluon_pairs:1 moe_bf16:1 --ab-rounds 5 > "$OUT/real_width_s19c.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s19c.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s19c.log"
+  pack
+fi
+if has s19pairs; then  # session 19 (~1 min; run by hand then, as one python -c with GLUON_PAIRS set): with one token's
+  # experts on the Gluon GEMV, the B = 1 timeline, and the shared expert joined after the gate / the GEMV on every SM
+  mkdir -p "$OUT/s19pairs"
+  timeout 150 ${RW/--out $OUT/--out $OUT/s19pairs} --batches 1 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
+    --base gluon_pairs --ab shared_through:1 gluon_share100:1 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s19pairs.log" 2>&1
+  grep -E "^A/B|Error" "$OUT/real_width_s19pairs.log"
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

@@ -42,8 +42,11 @@ from deepinfer_adapters.model_impl.quant import is_e4m3_tiles
 
 GLUON_GEMV = True
 # one token's routed experts on the same kernel (``pair_gemm``, taken by ``triton_moe.moe_experts``): the MoE's fp8
-# path's arithmetic (FP8 products promoted per 32) instead of its bf16 decode path. Prepared in session 19, not yet
-# run on a GPU: off
+# path's arithmetic (FP8 products promoted per 32) instead of its bf16 decode path. Correct (GPU tests: the MoE
+# tolerance, rel 0.7-3.6e-3) but neutral in the model (H200, session 19, V4.1 B=1 2.212 vs 2.208 ms, 5 alternating
+# rounds): w13 39-42 us against the Triton bf16 path's ~46 (floor 35), w2 29-31 against ~31 (floor 18: 480 items
+# on 115 programs, some take 5), and the shared expert's GEMV, itself persistent on the side stream, stretched to
+# ~44 us next to it (joined after the gate instead: 2.289 ms). Off
 GLUON_PAIRS = False
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
