@@ -59,7 +59,7 @@ import torch
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
-from deepinfer_adapters.kernels import triton_sparse_attn, triton_support
+from deepinfer_adapters.kernels import triton_sparse_attn, triton_support, triton_topk
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -340,6 +340,9 @@ AB_SWITCHES = {
     "decode_split_attn": (lambda: setattr(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),
                           lambda v=triton_sparse_attn.DECODE_SPLIT_QUERIES: setattr(
                               triton_sparse_attn, "DECODE_SPLIT_QUERIES", v)),
+    # the A/B's other run has the Triton top-k decide 4 key bits a pass (a radix select through tl.histogram; off by
+    # default: triton_topk.DIGIT_BITS, prepared in session 19)
+    "topk_radix4": (lambda: setattr(triton_topk, "DIGIT_BITS", 4), lambda: setattr(triton_topk, "DIGIT_BITS", 1)),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
     "topk_torch_order": (lambda: kernels.use_backend("topk_torch_order", "torch"),
                          lambda: kernels.use_backend("topk_torch_order", None)),

@@ -1,4 +1,5 @@
-"""Triton top-k on CUDA: ``topk_lowest_index`` against the reference sort, ``topk_torch_order`` against torch.topk itself."""
+"""Triton top-k on CUDA: ``topk_lowest_index`` against the reference sort, ``topk_torch_order`` against torch.topk itself;
+both with 1 and 4 key bits decided a pass (``triton_topk.DIGIT_BITS``)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,20 @@ import pytest
 import torch
 
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import reference
+from deepinfer_adapters.kernels import reference, triton_topk
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
 
 
+@pytest.fixture(params=[1, 4], ids=["bit", "radix4"])
+def digit(request, monkeypatch):
+    monkeypatch.setattr(triton_topk, "DIGIT_BITS", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("n,m,k", [(1, 2048, 512), (8, 4096, 512), (300, 1000, 64), (3, 16384, 2048), (5, 7, 7)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_topk_matches_reference(n, m, k, dtype):
+def test_topk_matches_reference(n, m, k, dtype, digit):
     g = torch.Generator(device="cuda").manual_seed(n + m)
     s = torch.randn(n, m, device="cuda", generator=g).to(dtype)
     s[:, ::9] = float("-inf")
@@ -46,7 +53,7 @@ def _bits(v: torch.Tensor) -> torch.Tensor:
                                    (8192, 2048, 512), (4096, 1024, 512), (3, 16384, 2048), (5, 7, 7)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("nan", [False, True])
-def test_topk_torch_order_takes_torch_topks_set(n, m, k, dtype, nan):
+def test_topk_torch_order_takes_torch_topks_set(n, m, k, dtype, nan, digit):
     s = _tie_heavy(n, m, dtype, nan)
     assert kernels.chosen("topk_torch_order", s, k) == "triton"
     idx, val = kernels.topk_torch_order(s, k)
