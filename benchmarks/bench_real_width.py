@@ -316,7 +316,12 @@ AB_SWITCHES = {
        for items in (99, 198, 297)},
     # the A/B's other run takes one token's routed experts on the Gluon GEMV (off by default: gluon_gemv.GLUON_PAIRS,
     # prepared in session 19)
-    "gluon_pairs": (lambda: setattr(gluon_gemv, "GLUON_PAIRS", True), lambda: setattr(gluon_gemv, "GLUON_PAIRS", False)),
+    "gluon_pairs": (lambda: setattr(gluon_gemv, "GLUON_PAIRS", True),
+                    lambda: setattr(gluon_gemv, "GLUON_PAIRS", False)),
+    # ... with one program an item instead of a persistent grid (gluon_gemv.PAIR_PERSISTENT, prepared in session 19)
+    "gluon_pairs_per_item": (
+        lambda: (setattr(gluon_gemv, "GLUON_PAIRS", True), setattr(gluon_gemv, "PAIR_PERSISTENT", False)),
+        lambda: (setattr(gluon_gemv, "GLUON_PAIRS", False), setattr(gluon_gemv, "PAIR_PERSISTENT", True))),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": (lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", False),

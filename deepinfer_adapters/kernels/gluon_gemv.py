@@ -48,6 +48,10 @@ GLUON_GEMV = True
 # on 115 programs, some take 5), and the shared expert's GEMV, itself persistent on the side stream, stretched to
 # ~44 us next to it (joined after the gate instead: 2.289 ms). Off
 GLUON_PAIRS = False
+# ``pair_gemm``'s grid: persistent (``SM_SHARE`` of the SMs), or one program an item (432 / 480 for w13 / w2 at
+# V4.1's widths, 40 / 18 steps each), which the GPU interleaves with the shared expert's persistent GEMV on the
+# side stream instead of running the two grids one after the other. Prepared in session 19, not yet measured
+PAIR_PERSISTENT = True
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
@@ -171,7 +175,8 @@ def pair_gemm(q: torch.Tensor, q_scale: torch.Tensor, a_rows: torch.Tensor, expe
     a_desc = TensorDescriptor(q, list(q.shape), list(q.stride()), [TOKENS, 128], a_layout)
     per_row = scale.view(torch.uint8).reshape(E * N, -1)  # an expert's scale rows after the one before's
     ws = per_row.view(torch.int32) if block[1] == 32 else per_row  # one word (four blocks) or one byte a step
-    fp8_gemv_kernel[(_programs(n_items, q.device),)](
+    programs = _programs(n_items, q.device) if PAIR_PERSISTENT else n_items
+    fp8_gemv_kernel[(programs,)](
         w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, 1, K, k_per_split, split, n_items, tiles_per_pair,
         NT, KT, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0,
         STAGES=STAGES, W_BN=1, W_BK=block[1], PAIRS=True, num_warps=4)
