@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19check] [s19a] [s19b] [s19c] [s19pairs] [s20check] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20check] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -668,21 +668,6 @@ if has s18idx; then  # session 18 (~2 min): the V4.1 indexer's query side on a s
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s18idx.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s18idx.log"
   pack
 fi
-if has s19check; then  # prepared at the end of session 18 (~3 min): the overlap GPU test (its V4.1 stream-depth assertion
-  # was updated for the indexer's third stream and not rerun), then the attention projection issued before the mixes
-  # fork (overlap.PROJECT_BEFORE_MIXES, off), the Gluon GEMV on three quarters of the SMs (gluon_gemv.SM_SHARE) and the
-  # window ring and compressed KV rows on streams of their own (overlap.KEYS_PARTS_ASIDE, off), each against the default
-  # in 5 alternating rounds, V4.1 decode B = 1 / 8
-  timeout 100 python -m pytest -q tests/gpu/test_overlap_gpu.py tests/gpu/test_decode_graphs_gpu.py -p no:cacheprovider -s \
-    > "$OUT/gpu_tests_s19check.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s19check.log")"; grep -E "FAILED|Error|REPORT overlap|assert" "$OUT/gpu_tests_s19check.log" | head
-  pack
-  mkdir -p "$OUT/s19check"
-  timeout 150 ${RW/--out $OUT/--out $OUT/s19check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --ab project_first:1,8 gluon_gemv_3q:1,8 keys_parts:1,8 --ab-rounds 5 > "$OUT/real_width_s19check.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s19check.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s19check.log"
-  pack
-fi
 if has s19a; then  # session 19 (~4 min): the Gluon GEMV on 3/4 of the SMs, the projection before the mixes fork and the
   # keys' parts aside switched on -- their GPU tests (overlap, graphs, Gluon GEMV); each switched back off, the GEMV's
   # other SM shares and work-item targets, in 5 alternating rounds, V4.1 decode B = 1 / 8; the B = 1 timeline
@@ -737,7 +722,8 @@ if has s20check; then  # prepared at the end of session 19 (~3 min): the top-k's
   # 4, off) -- its GPU tests (against the reference sort and torch.topk's set, both forms); V4.1 decode B = 1 / 8 with
   # it on against the default, and B = 1 with one token's experts on the Gluon GEMV, persistent and one program an
   # item (gluon_gemv.PAIR_PERSISTENT), 5 alternating rounds; the B = 1 timeline (top-k's time a call, both forms)
-  timeout 120 python -m pytest -q tests/gpu/test_topk_gpu.py -p no:cacheprovider > "$OUT/gpu_tests_s20check.log" 2>&1
+  timeout 150 python -m pytest -q tests/gpu/test_topk_gpu.py tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider \
+    > "$OUT/gpu_tests_s20check.log" 2>&1
   echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s20check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s20check.log" | head
   pack
   mkdir -p "$OUT/s20check"

@@ -98,34 +98,44 @@ def gemv(q: torch.Tensor, q_scale: torch.Tensor, weight: torch.Tensor, scale: to
     q_scale [M, K / 32] fp32; K split (by N and K alone) while there are fewer than ITEMS row tiles, the
     partials added in split order (``sum_splits``). One persistent program an SM takes the (tile, split)
     items in turn."""
-    import triton
+    N, K = weight.shape
+    words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
+    n_tiles = -(-N // ROWS)
+    return _launch(weight, q, q_scale, words, q.shape[0], N, K, n_tiles, n_tiles, out_dtype, w_bn=32, w_bk=32)
+
+
+def _programs(n_items: int, device: torch.device) -> int:
+    return min(n_items, max(1, int(_sm_count(device) * SM_SHARE)) * PROGRAMS_PER_SM)
+
+
+def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: torch.Tensor, out_rows: int, N: int,
+            K: int, n_tiles: int, tiles_per_pair: int, out_dtype: torch.dtype, *, w_bn: int, w_bk: int,
+            pairs: tuple[torch.Tensor, torch.Tensor] | None = None, nt_kt: tuple[int, int] = (1, 1),
+            persistent: bool = True) -> torch.Tensor:
+    """Split K, allocate the output, build the TMA descriptors (weight boxes of ROWS x 128 from ``w_rows``,
+    activation boxes of TOKENS x 128) and launch ``fp8_gemv_kernel``; ``pairs``: (experts, activation rows)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from deepinfer_adapters.kernels.gluon_gemv_jit import fp8_gemv_kernel
 
-    M, K = q.shape
-    N = weight.shape[0]
-    n_tiles = triton.cdiv(N, ROWS)
     split, k_per_split = split_k(n_tiles, K, 128, ITEMS)
     n_items = n_tiles * split
-    out = torch.empty((split, M, N) if split > 1 else (M, N), device=q.device,
+    out = torch.empty((split, out_rows, N) if split > 1 else (out_rows, N), device=q.device,
                       dtype=torch.float32 if split > 1 else out_dtype)
     w_layout = gl.NVMMASharedLayout.get_default_for([ROWS, 128], gl.float8e4nv)
     a_layout = gl.NVMMASharedLayout.get_default_for([TOKENS, 128], gl.float8e4nv)
-    w_desc = TensorDescriptor(weight, [N, K], list(weight.stride()), [ROWS, 128], w_layout)
+    w_desc = TensorDescriptor(w_rows, list(w_rows.shape), list(w_rows.stride()), [ROWS, 128], w_layout)
     q = q if q.is_contiguous() else q.contiguous()
-    a_desc = TensorDescriptor(q, [M, K], list(q.stride()), [TOKENS, 128], a_layout)
-    words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
-    fp8_gemv_kernel[(_programs(n_items, q.device),)](
-        w_desc, a_desc, words, q_scale, out, words, words, N, M, K, k_per_split, split, n_items, n_tiles, 1, 1,
-        words.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES,
-        W_BN=32, W_BK=32, PAIRS=False, num_warps=4)
+    a_desc = TensorDescriptor(q, list(q.shape), list(q.stride()), [TOKENS, 128], a_layout)
+    experts, a_rows = pairs if pairs is not None else (ws, ws)  # unused pointers without pairs
+    programs = _programs(n_items, q.device) if persistent else n_items
+    fp8_gemv_kernel[(programs,)](
+        w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, 1 if pairs is not None else q.shape[0], K, k_per_split,
+        split, n_items, tiles_per_pair, *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2),
+        out.stride(0) if split > 1 else 0, STAGES=STAGES, W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None,
+        num_warps=4)
     return out if split == 1 else sum_splits(out, out_dtype)
-
-
-def _programs(n_items: int, device: torch.device) -> int:
-    return min(n_items, max(1, int(_sm_count(device) * SM_SHARE)) * PROGRAMS_PER_SM)
 
 
 def pairs_fit(x: torch.Tensor, weights: tuple[torch.Tensor, ...], scales: tuple[torch.Tensor, ...],
@@ -153,34 +163,14 @@ def pair_gemm(q: torch.Tensor, q_scale: torch.Tensor, a_rows: torch.Tensor, expe
     (1, 128) E8M0 scales)^T, for P pairs of one token (``triton_moe.pair_route``' rows); weight E4M3 in
     quant.to_e4m3_tiles' [E, N / 128, K / 128, 128, 128]. The persistent kernel's items are (pair, 64-row
     tile, K split)."""
-    import triton
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    from deepinfer_adapters.kernels.gluon_gemv_jit import fp8_gemv_kernel
-
     E, NT, KT = weight.shape[:3]
     N, K, P = NT * 128, KT * 128, experts.numel()
-    tiles_per_pair = triton.cdiv(N, ROWS)
-    n_tiles = P * tiles_per_pair
-    split, k_per_split = split_k(n_tiles, K, 128, ITEMS)
-    n_items = n_tiles * split
-    out = torch.empty((split, P, N) if split > 1 else (P, N), device=q.device,
-                      dtype=torch.float32 if split > 1 else out_dtype)
-    w_layout = gl.NVMMASharedLayout.get_default_for([ROWS, 128], gl.float8e4nv)
-    a_layout = gl.NVMMASharedLayout.get_default_for([TOKENS, 128], gl.float8e4nv)
-    rows = weight.view(-1, 128)  # each tile's 128 rows of 128 inputs, tile after tile
-    w_desc = TensorDescriptor(rows, list(rows.shape), [128, 1], [ROWS, 128], w_layout)
-    q = q if q.is_contiguous() else q.contiguous()
-    a_desc = TensorDescriptor(q, list(q.shape), list(q.stride()), [TOKENS, 128], a_layout)
     per_row = scale.view(torch.uint8).reshape(E * N, -1)  # an expert's scale rows after the one before's
     ws = per_row.view(torch.int32) if block[1] == 32 else per_row  # one word (four blocks) or one byte a step
-    programs = _programs(n_items, q.device) if PAIR_PERSISTENT else n_items
-    fp8_gemv_kernel[(programs,)](
-        w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, 1, K, k_per_split, split, n_items, tiles_per_pair,
-        NT, KT, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0,
-        STAGES=STAGES, W_BN=1, W_BK=block[1], PAIRS=True, num_warps=4)
-    return out if split == 1 else sum_splits(out, out_dtype)
+    tiles_per_pair = -(-N // ROWS)
+    # the weight as rows of 128 inputs, tile after tile: a step's box starts at its 128 x 128 tile's row
+    return _launch(weight.view(-1, 128), q, q_scale, ws, P, N, K, P * tiles_per_pair, tiles_per_pair, out_dtype,
+                   w_bn=1, w_bk=block[1], pairs=(experts, a_rows), nt_kt=(NT, KT), persistent=PAIR_PERSISTENT)
 
 
 register("fp8_linear", "gluon", fp8_linear, supports=fits, priority=20)  # above the Triton kernels (10)
