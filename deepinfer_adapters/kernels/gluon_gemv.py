@@ -3,9 +3,9 @@
 tests/gpu/test_gluon_gemv_gpu.py) and faster alone on big weights (H200, session 18, BENCHMARKS.md: wq_b 17.5
 vs 21.1 us, Engram wkv 54.7 vs 69.0). On every SM it was slower in the model (V4.1 B=1 2.477 vs 2.39 ms): one
 255-register program an SM held every SM for the call, so the side streams' kernels could not run next to it.
-On 7/8 of them (``SM_SHARE``) it pays (session 19, 5 alternating rounds each): B=1 2.338 -> 2.220 ms; of the
-shares 1/2, 5/8, 3/4, 7/8, 15/16, 1 7/8 and 15/16 the fastest (3/4: 2.269, 1: 2.299); B=8 4.929 at 3/4, 4.863 at 7/8,
-and with the Triton GEMV within the rounds' spread.
+On 7/8 of them (``SM_SHARE``) it pays (session 19, 5 alternating rounds each): B=1 2.338 -> 2.220 ms. Of the
+shares 1/2, 5/8, 3/4, 7/8, 15/16 and 1, 7/8 and 15/16 were the fastest (3/4: 2.269, 1: 2.299); B=8 4.929 at 3/4,
+4.863 at 7/8, and with the Triton GEMV within the rounds' spread.
 
 Why: the Triton decode GEMV (``fp8_gemm_rows_kernel``) reaches 20-52% of DRAM bandwidth at one row
 (Nsight Compute, session 17): its K loop costs 4.3 SASS instructions a weight value with FP8 steps and 6.3

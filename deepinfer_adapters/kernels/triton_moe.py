@@ -226,8 +226,9 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
                 routing: str | None = None) -> torch.Tensor:
     """See ``reference_fp8.moe_experts``: fp32 [T, D]. ``path``: "fp8" or "bf16" (see the
     module doc; default by the number of token-expert pairs and the activation scales'
-    width, ``DECODE_PATH``; batch-invariant mode: always "bf16", whose row tiles give a row
-    the same bits, so a token's result never depends on the others).
+    width, ``DECODE_PATH``; one token on the Gluon GEMV where ``gluon_gemv.GLUON_PAIRS``, the fp8 path's
+    arithmetic; batch-invariant mode: always "bf16", whose row tiles give a row the same bits, so a token's
+    result never depends on the others).
     ``routing``: "pairs" (``pair_route``; the default for one token) or "sorted" (``route``)."""
     T, k = expert_ids.shape
     E = w13.shape[0]

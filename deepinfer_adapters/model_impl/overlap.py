@@ -6,7 +6,8 @@ next to the sublayer they are computed for (single-pass HC: the sublayer reads t
 mix), the shared expert next to the MoE gate, routing and routed experts (``aside``: joined
 where its output is added), at decode an attention layer's
 window KV, compressor and indexer next to its query projection, and inside that the V4.1 indexer's
-query side next to the window, compressor and publishing. The same kernels run on the
+query side next to the window, compressor and publishing, and (``KEYS_PARTS_ASIDE``) the window ring
+and a source's compressed KV rows on streams of their own. The same kernels run on the
 same inputs, so every value is the same bits as run one after the other; only the time
 changes. SGLang runs DeepSeek's shared experts this way in its decode graphs.
 
@@ -36,7 +37,8 @@ SHARED_THROUGH_EXPERTS = True  # the shared expert next to the routed experts to
 # GEMV the one-program norm took ~9 us of the critical path, alone ~2 (H200, B = 1 graph timeline, session 18)
 NORM_BEFORE_MIXES = True
 # with NORM_BEFORE_MIXES, a decode step's attention projection (wq_a + wkv) too: the B=1 timeline shows it ~4 us
-# behind ``mix_logits``; B=1 2.326 -> 2.313 ms (H200, 5 alternating rounds, session 19), B=8 the same
+# behind ``mix_logits``; B=1 2.326 -> 2.313 ms in one run, 2.190 either way in the next (H200, 5 alternating
+# rounds each, session 19), B=8 the same
 PROJECT_BEFORE_MIXES = True
 # the V4.1 indexer's query side (its wq_b GEMV, RoPE, FP4 round trip, head weights) on a stream of its own
 # next to the window, compressor and publishing of a decode step (layers/attention_v41.py): in a layer that
