@@ -59,7 +59,7 @@ import torch
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
-from deepinfer_adapters.kernels import triton_sparse_attn, triton_support, triton_topk
+from deepinfer_adapters.kernels import triton_norm_rope, triton_sparse_attn, triton_support, triton_topk
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -349,6 +349,10 @@ AB_SWITCHES = {
     "decode_split_attn": (lambda: setattr(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),
                           lambda v=triton_sparse_attn.DECODE_SPLIT_QUERIES: setattr(
                               triton_sparse_attn, "DECODE_SPLIT_QUERIES", v)),
+    # the A/B's other run writes the attention's output back and norms the FFN's input in one launch (off by default:
+    # triton_norm_rope.FUSE_POST_PRE_NORM, prepared in session 19)
+    "fuse_post_norm": (lambda: setattr(triton_norm_rope, "FUSE_POST_PRE_NORM", True),
+                       lambda: setattr(triton_norm_rope, "FUSE_POST_PRE_NORM", False)),
     # the A/B's other run has the Triton top-k decide 4 key bits a pass (a radix select through tl.histogram; off by
     # default: triton_topk.DIGIT_BITS, prepared in session 19)
     "topk_radix4": (lambda: setattr(triton_topk, "DIGIT_BITS", 4), lambda: setattr(triton_topk, "DIGIT_BITS", 1)),

@@ -718,18 +718,21 @@ if has s19pairs; then  # session 19 (~1 min; run by hand then, as one python -c 
   grep -E "^A/B|Error" "$OUT/real_width_s19pairs.log"
   pack
 fi
-if has s20check; then  # prepared at the end of session 19 (~3 min): the top-k's radix-select form (triton_topk.DIGIT_BITS
-  # 4, off) -- its GPU tests (against the reference sort and torch.topk's set, both forms); V4.1 decode B = 1 / 8 with
-  # it on against the default, and B = 1 with one token's experts on the Gluon GEMV, persistent (7/8 and 15/16 of the
+if has s20check; then  # prepared at the end of session 19 (~3.5 min): the top-k's radix-select form (triton_topk.DIGIT_BITS
+  # 4, off) and hc_post + the FFN's pre-norm in one launch (triton_norm_rope.FUSE_POST_PRE_NORM, off) -- their GPU
+  # tests (both top-k forms against the reference sort and torch.topk's set; the one launch against the two kernels,
+  # bit for bit) and the Gluon GEMV's (its wrapper was refactored); V4.1 decode B = 1 / 8 with each on against the
+  # default, and B = 1 with one token's experts on the Gluon GEMV, persistent (7/8 and 15/16 of the
   # SMs) and one program an item (gluon_gemv.PAIR_PERSISTENT, PAIR_SM_SHARE), 5 alternating rounds; the B = 1
   # timeline (top-k's time a call, both forms)
-  timeout 150 python -m pytest -q tests/gpu/test_topk_gpu.py tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider \
+  timeout 150 python -m pytest -q tests/gpu/test_topk_gpu.py tests/gpu/test_gluon_gemv_gpu.py \
+    tests/gpu/test_hc_norm_rope_gpu.py -k "topk or gluon or pair or post_pre_norm or dispatch" -p no:cacheprovider \
     > "$OUT/gpu_tests_s20check.log" 2>&1
   echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s20check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s20check.log" | head
   pack
   mkdir -p "$OUT/s20check"
   timeout 200 ${RW/--out $OUT/--out $OUT/s20check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --ab topk_radix4:1,8 gluon_pairs:1 gluon_pairs_per_item:1 gluon_pairs_share94:1 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s20check.log" 2>&1
+    --ab topk_radix4:1,8 fuse_post_norm:1,8 gluon_pairs:1 gluon_pairs_per_item:1 gluon_pairs_share94:1 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s20check.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s20check.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s20check.log"
   head -1 "$OUT/s20check/timeline_graph_b1.txt"; grep -E "topk_kernel" "$OUT/s20check/timeline_graph_b1.txt" | head -4
   pack
