@@ -71,8 +71,18 @@ def _kernels():
     import triton
     import triton.language as tl
 
-    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
+    global pdl_start, _row_tile  # bound at module level: Triton's interpreter resolves a kernel's names there
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
+
+    @triton.jit
+    def _row_tile(R, N, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+        """The program's [BLOCK_R rows, BLOCK_N columns] tile of an [R, N] row set: (rows as int64, columns, row
+        mask, column mask, tile mask)."""
+        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+        cols = tl.arange(0, BLOCK_N)
+        mask_c = cols < N
+        mask_r = rows < R
+        return rows.to(tl.int64), cols, mask_r, mask_c, mask_r[:, None] & mask_c[None, :]
 
     @triton.jit
     def rms_norm(X, PRE, W, OUT, R, N, stride_x, stride_xh, stride_p, stride_o, inv_n, eps, HC: tl.constexpr,
@@ -83,12 +93,7 @@ def _kernels():
         IN_DTYPE (weightless): every step rounded to OUT's dtype, as torch's ops in that dtype
         (``reference.rms_norm_in_dtype``): squares, mean, + eps, rsqrt, the product."""
         pdl_start()
-        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-        cols = tl.arange(0, BLOCK_N)
-        mask_c = cols < N
-        mask_r = rows < R
-        mask = mask_r[:, None] & mask_c[None, :]
-        rows = rows.to(tl.int64)
+        rows, cols, mask_r, mask_c, mask = _row_tile(R, N, BLOCK_R, BLOCK_N)
         x_ptr = X + rows[:, None] * stride_x + cols[None, :]
         if HC == 0:
             x = tl.load(x_ptr, mask=mask, other=0.0).to(tl.float32)
@@ -146,12 +151,7 @@ def _kernels():
         stored) and then ``rms_norm``'s HC path on those streams in the same tile: each operation as the two
         kernels do it, so the same bits, one launch."""
         pdl_start()
-        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-        cols = tl.arange(0, BLOCK_N)
-        mask_c = cols < N
-        mask_r = rows < R
-        mask = mask_r[:, None] & mask_c[None, :]
-        rows = rows.to(tl.int64)
+        rows, cols, mask_r, mask_c, mask = _row_tile(R, N, BLOCK_R, BLOCK_N)
         y = tl.load(Y + rows[:, None] * stride_y + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         r_ptr = RES + rows[:, None] * stride_r + cols[None, :]
         comb = COMB + rows * stride_ct
