@@ -734,12 +734,13 @@ if has s20check; then  # prepared at the end of session 19 (~3.5 min): the top-k
   timeout 200 ${RW/--out $OUT/--out $OUT/s20check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
     --ab topk_radix4:1,8 fuse_post_norm:1,8 gluon_pairs:1 gluon_pairs_per_item:1 gluon_pairs_share94:1 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s20check.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s20check.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s20check.log"
-  head -1 "$OUT/s20check/timeline_graph_b1.txt"; grep -E "topk_kernel|hc_post|rms_norm" "$OUT/s20check/timeline_graph_b1.txt" | head -6
+  head -1 "$OUT/s20check/timeline_graph_b1.txt"
+  sed -n '/# by kernel/,/^$/p' "$OUT/s20check/timeline_graph_b1.txt" | grep -E "topk_kernel|hc_post|rms_norm"
   pack
   mkdir -p "$OUT/s20radix"  # the same timeline with the radix top-k and the one-launch post/pre-norm as the base
   timeout 120 ${RW/--out $OUT/--out $OUT/s20radix} --batches 1 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
     --base topk_radix4 fuse_post_norm --timeline 1 > "$OUT/real_width_s20radix.log" 2>&1
-  grep -E "topk_kernel|post_pre_norm|hc_post|rms_norm" "$OUT/s20radix/timeline_graph_b1.txt" | head -8
+  sed -n '/# by kernel/,/^$/p' "$OUT/s20radix/timeline_graph_b1.txt" | grep -E "topk_kernel|post_pre_norm|hc_post|rms_norm"
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
