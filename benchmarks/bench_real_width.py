@@ -318,11 +318,11 @@ AB_SWITCHES = {
     # prepared in session 19)
     "gluon_pairs": (lambda: setattr(gluon_gemv, "GLUON_PAIRS", True),
                     lambda: setattr(gluon_gemv, "GLUON_PAIRS", False)),
-    # ... with one program an item instead of a persistent grid (gluon_gemv.PAIR_PERSISTENT, prepared in session 19)
     # ... with its persistent grid on 15/16 of the SMs (gluon_gemv.PAIR_SM_SHARE, prepared in session 19)
     "gluon_pairs_share94": (
         lambda: (setattr(gluon_gemv, "GLUON_PAIRS", True), setattr(gluon_gemv, "PAIR_SM_SHARE", 0.94)),
         lambda: (setattr(gluon_gemv, "GLUON_PAIRS", False), setattr(gluon_gemv, "PAIR_SM_SHARE", None))),
+    # ... with one program an item instead of a persistent grid (gluon_gemv.PAIR_PERSISTENT, prepared in session 19)
     "gluon_pairs_per_item": (
         lambda: (setattr(gluon_gemv, "GLUON_PAIRS", True), setattr(gluon_gemv, "PAIR_PERSISTENT", False)),
         lambda: (setattr(gluon_gemv, "GLUON_PAIRS", False), setattr(gluon_gemv, "PAIR_PERSISTENT", True))),

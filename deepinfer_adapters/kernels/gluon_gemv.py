@@ -35,7 +35,7 @@ import functools
 import torch
 
 from deepinfer_adapters.kernels import invariance, register
-from deepinfer_adapters.kernels.gluon_moe import _gluon_hopper
+from deepinfer_adapters.kernels.gluon_moe import gluon_hopper
 from deepinfer_adapters.kernels.triton_fp8_gemm import act_quant, split_k, sum_splits
 from deepinfer_adapters.kernels.triton_support import interpreting
 from deepinfer_adapters.model_impl.quant import is_e4m3_tiles
@@ -80,7 +80,7 @@ def fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tupl
     if scale.dtype not in (torch.uint8, torch.float8_e8m0fnu) or tuple(scale.shape) != (scale_rows, K // 32) \
             or scale.stride(-1) != 1 or scale.stride(0) % 4 or scale.data_ptr() % 4:
         return False
-    return _gluon_hopper(x.device.index if x.device.index is not None else torch.cuda.current_device())
+    return gluon_hopper(x.device)
 
 
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
@@ -157,7 +157,7 @@ def pairs_fit(x: torch.Tensor, weights: tuple[torch.Tensor, ...], scales: tuple[
                 and s.dtype in (torch.uint8, torch.float8_e8m0fnu) and s.is_contiguous()
                 and tuple(s.shape) == (w.shape[0], w.shape[1] * 128, w.shape[2] * 128 // block[1])):
             return False
-    return _gluon_hopper(x.device.index if x.device.index is not None else torch.cuda.current_device())
+    return gluon_hopper(x.device)
 
 
 def pair_gemm(q: torch.Tensor, q_scale: torch.Tensor, a_rows: torch.Tensor, experts: torch.Tensor,

@@ -58,6 +58,11 @@ def _gluon_hopper(device_index: int) -> bool:
     return True
 
 
+def gluon_hopper(device: torch.device) -> bool:
+    """``_gluon_hopper`` for a tensor's device (an index-less "cuda" is the current one)."""
+    return _gluon_hopper(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def fits(a: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], block_m: int) -> bool:
     """Whether ``grouped_gemm`` takes this bf16-path GEMM: on an sm_90 GPU (not Triton's interpreter),
     bf16 activations, E4M3 tiles with E8M0 scales per (1, 128), 128-row tiles."""
@@ -69,7 +74,7 @@ def fits(a: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tupl
     if scale.dtype not in (torch.uint8, torch.float8_e8m0fnu) or tuple(scale.shape) != (weight.shape[0], N, K // 128) \
             or scale.stride(-1) != 1:
         return False
-    return _gluon_hopper(a.device.index if a.device.index is not None else torch.cuda.current_device())
+    return gluon_hopper(a.device)
 
 
 def absorb_tails(groups: Groups) -> Groups:

@@ -238,12 +238,12 @@ def hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor
                      pre: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """See ``reference.hc_post_pre_norm``: one launch for ``triton_hc.hc_post`` and ``hc_pre_norm`` on its
     result (where ``FUSE_POST_PRE_NORM``), the two kernels' bits."""
+    from deepinfer_adapters.kernels.triton_hc import _rows
+
     hc, D = residual.shape[-2:]
     r = residual.reshape(-1, hc, D)
     r = r if r.stride(-1) == 1 else r.contiguous()
-    y2 = y.reshape(-1, D)
-    y2 = y2 if y2.stride(-1) == 1 else y2.contiguous()
-    p_post, c, p_pre = (t.reshape(-1, w).contiguous() for t, w in ((post, hc), (comb, hc * hc), (pre, hc)))
+    y2, p_post, c, p_pre = _rows(y, D), _rows(post, hc), _rows(comb, hc * hc), _rows(pre, hc)
     R = r.shape[0]
     streams = torch.empty(R, hc, D, device=y.device, dtype=y.dtype)
     out = torch.empty(R, D, device=y.device, dtype=y.dtype)
