@@ -80,7 +80,12 @@ def profile_step(step, out_dir: str, name: str = "decode_b1") -> None:
 
 def _intervals(prof) -> list[tuple[float, float, str]]:
     """(start us, end us, kernel name) of each GPU kernel, in start order."""
-    rows = [(e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+    return [row[:3] for row in _stream_intervals(prof)]
+
+
+def _stream_intervals(prof) -> list[tuple[float, float, str, int]]:
+    """``_intervals`` with each kernel's CUDA stream (its device resource id)."""
+    rows = [(e.time_range.start, e.time_range.end, e.name, e.device_resource_id) for e in prof.events()
             if e.device_type == torch.autograd.DeviceType.CUDA]
     return sorted(rows)
 
@@ -127,7 +132,9 @@ def timeline_step(step, out_dir: str, name: str, gaps: int = 25) -> dict:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    rows = step_rows(_intervals(prof))
+    with_streams = _stream_intervals(prof)
+    stream_of = {row[:3]: row[3] for row in with_streams}
+    rows = step_rows([row[:3] for row in with_streams])
     result, idle, by_name = timeline_summary(rows)
     if not result:
         log(f"timeline {name}: no kernels traced")
@@ -143,8 +150,9 @@ def timeline_step(step, out_dir: str, name: str, gaps: int = 25) -> dict:
         fh.write("\n# by kernel, as they run in the replay: calls, total us, mean us\n")
         for kernel, (n, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
             fh.write(f"{n:5d} {us:10.1f} {us / n:8.2f}  {kernel[:90]}\n")
-        fh.write("\n# kernels in start order: start us (from the first), us, kernel\n")
+        fh.write("\n# kernels in start order: start us (from the first), us, end us, stream, kernel\n")
         for start, stop, kernel in rows:
-            fh.write(f"{start - rows[0][0]:9.2f} {stop - start:8.2f}  {kernel[:90]}\n")
+            fh.write(f"{start - rows[0][0]:9.2f} {stop - start:8.2f} {stop - rows[0][0]:9.2f} "
+                     f"{stream_of[(start, stop, kernel)]:4d}  {kernel[:90]}\n")
     log(f"timeline {name}: {json.dumps({k: round(v, 1) for k, v in result.items()})}")
     return result
