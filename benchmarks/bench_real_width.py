@@ -59,7 +59,7 @@ import torch
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
-from deepinfer_adapters.kernels import triton_norm_rope, triton_sparse_attn, triton_support, triton_topk
+from deepinfer_adapters.kernels import triton_sparse_attn, triton_support
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -314,18 +314,10 @@ AB_SWITCHES = {
     **{f"gluon_items{items}": (lambda items=items: setattr(gluon_gemv, "ITEMS", items),
                                lambda v=gluon_gemv.ITEMS: setattr(gluon_gemv, "ITEMS", v))
        for items in (99, 198, 297)},
-    # the A/B's other run takes one token's routed experts on the Gluon GEMV (off by default: gluon_gemv.GLUON_PAIRS,
-    # prepared in session 19)
+    # the A/B's other run takes one token's routed experts on the Gluon GEMV (off by default: gluon_gemv.GLUON_PAIRS;
+    # its grid on gluon_gemv.PAIR_SM_SHARE of the SMs)
     "gluon_pairs": (lambda: setattr(gluon_gemv, "GLUON_PAIRS", True),
                     lambda: setattr(gluon_gemv, "GLUON_PAIRS", False)),
-    # ... with its persistent grid on 15/16 of the SMs (gluon_gemv.PAIR_SM_SHARE, prepared in session 19)
-    "gluon_pairs_share94": (
-        lambda: (setattr(gluon_gemv, "GLUON_PAIRS", True), setattr(gluon_gemv, "PAIR_SM_SHARE", 0.94)),
-        lambda: (setattr(gluon_gemv, "GLUON_PAIRS", False), setattr(gluon_gemv, "PAIR_SM_SHARE", None))),
-    # ... with one program an item instead of a persistent grid (gluon_gemv.PAIR_PERSISTENT, prepared in session 19)
-    "gluon_pairs_per_item": (
-        lambda: (setattr(gluon_gemv, "GLUON_PAIRS", True), setattr(gluon_gemv, "PAIR_PERSISTENT", False)),
-        lambda: (setattr(gluon_gemv, "GLUON_PAIRS", False), setattr(gluon_gemv, "PAIR_PERSISTENT", True))),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": (lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", False),
@@ -349,13 +341,6 @@ AB_SWITCHES = {
     "decode_split_attn": (lambda: setattr(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),
                           lambda v=triton_sparse_attn.DECODE_SPLIT_QUERIES: setattr(
                               triton_sparse_attn, "DECODE_SPLIT_QUERIES", v)),
-    # the A/B's other run writes the attention's output back and norms the FFN's input in one launch (off by default:
-    # triton_norm_rope.FUSE_POST_PRE_NORM, prepared in session 19)
-    "fuse_post_norm": (lambda: setattr(triton_norm_rope, "FUSE_POST_PRE_NORM", True),
-                       lambda: setattr(triton_norm_rope, "FUSE_POST_PRE_NORM", False)),
-    # the A/B's other run has the Triton top-k decide 4 key bits a pass (a radix select through tl.histogram; off by
-    # default: triton_topk.DIGIT_BITS, prepared in session 19)
-    "topk_radix4": (lambda: setattr(triton_topk, "DIGIT_BITS", 4), lambda: setattr(triton_topk, "DIGIT_BITS", 1)),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
     "topk_torch_order": (lambda: kernels.use_backend("topk_torch_order", "torch"),
                          lambda: kernels.use_backend("topk_torch_order", None)),

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20check] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -716,31 +716,6 @@ if has s19pairs; then  # session 19 (~1 min; run by hand then, as one python -c 
   timeout 150 ${RW/--out $OUT/--out $OUT/s19pairs} --batches 1 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
     --base gluon_pairs --ab shared_through:1 gluon_share100:1 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s19pairs.log" 2>&1
   grep -E "^A/B|Error" "$OUT/real_width_s19pairs.log"
-  pack
-fi
-if has s20check; then  # prepared at the end of session 19 (~3.5 min): the top-k's radix-select form (triton_topk.DIGIT_BITS
-  # 4, off) and hc_post + the FFN's pre-norm in one launch (triton_norm_rope.FUSE_POST_PRE_NORM, off) -- their GPU
-  # tests (both top-k forms against the reference sort and torch.topk's set; the one launch against the two kernels,
-  # bit for bit) and the Gluon GEMV's (its wrapper was refactored); V4.1 decode B = 1 / 8 with each on against the
-  # default, and B = 1 with one token's experts on the Gluon GEMV, persistent (7/8 and 15/16 of the
-  # SMs) and one program an item (gluon_gemv.PAIR_PERSISTENT, PAIR_SM_SHARE), 5 alternating rounds; the B = 1
-  # timeline (top-k's time a call, both forms)
-  timeout 150 python -m pytest -q tests/gpu/test_topk_gpu.py tests/gpu/test_gluon_gemv_gpu.py \
-    tests/gpu/test_hc_norm_rope_gpu.py -k "topk or gluon or pair or post_pre_norm or dispatch" -p no:cacheprovider \
-    > "$OUT/gpu_tests_s20check.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s20check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s20check.log" | head
-  pack
-  mkdir -p "$OUT/s20check"
-  timeout 200 ${RW/--out $OUT/--out $OUT/s20check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --ab topk_radix4:1,8 fuse_post_norm:1,8 gluon_pairs:1 gluon_pairs_per_item:1 gluon_pairs_share94:1 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s20check.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s20check.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s20check.log"
-  head -1 "$OUT/s20check/timeline_graph_b1.txt"
-  sed -n '/# by kernel/,/^$/p' "$OUT/s20check/timeline_graph_b1.txt" | grep -E "topk_kernel|hc_post|rms_norm"
-  pack
-  mkdir -p "$OUT/s20radix"  # the same timeline with the radix top-k and the one-launch post/pre-norm as the base
-  timeout 120 ${RW/--out $OUT/--out $OUT/s20radix} --batches 1 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --base topk_radix4 fuse_post_norm --timeline 1 > "$OUT/real_width_s20radix.log" 2>&1
-  sed -n '/# by kernel/,/^$/p' "$OUT/s20radix/timeline_graph_b1.txt" | grep -E "topk_kernel|post_pre_norm|hc_post|rms_norm"
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

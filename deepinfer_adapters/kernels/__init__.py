@@ -112,19 +112,6 @@ def hc_post(*args: Any, **kwargs: Any) -> Any:
     return call("hc_post", *args, **kwargs)
 
 
-def hc_post_pre_norm(*args: Any, **kwargs: Any) -> Any:
-    return call("hc_post_pre_norm", *args, **kwargs)
-
-
-def _composed_post_pre_norm(y: Any, residual: Any, post: Any, comb: Any, pre: Any, weight: Any, eps: float) -> Any:
-    """``hc_post_pre_norm`` as its two ops, each by its own backend (where no backend takes them in one)."""
-    x = hc_post(y, residual, post, comb)
-    return x, hc_pre_norm(x, pre, weight, eps)
-
-
-register("hc_post_pre_norm", "composed", _composed_post_pre_norm, priority=0)
-
-
 def index_scores(*args: Any, **kwargs: Any) -> Any:
     return call("index_scores", *args, **kwargs)
 

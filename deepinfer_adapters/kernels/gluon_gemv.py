@@ -48,14 +48,11 @@ GLUON_GEMV = True
 # items on 115 programs, some take 5), while the shared expert's w2 GEMV, itself persistent on the side stream, ran
 # on the 17 SMs left (~13 -> ~39 us; joining the shared expert after the gate instead: 2.289 ms). Off
 GLUON_PAIRS = False
-# ``pair_gemm``'s grid: persistent (``SM_SHARE`` of the SMs), or one program an item (432 / 480 for w13 / w2 at
-# V4.1's widths, 40 / 18 steps each), which the GPU interleaves with the shared expert's persistent GEMV on the
-# side stream instead of running the two grids one after the other. Prepared in session 19, not yet measured
-PAIR_PERSISTENT = True
-# the share of the SMs ``pair_gemm``'s persistent grid takes (None: ``SM_SHARE``). w2's 480 items take 5 rounds on
-# 7/8 of the SMs (115 programs, most doing 4) and 4 on 15/16 (123): the session-19 timeline has w2 at 28.6 us against
-# a floor of 18. Prepared in session 19 (A/B ``gluon_pairs_share94``), not yet measured
-PAIR_SM_SHARE: float | None = None
+# the share of the SMs ``pair_gemm``'s persistent grid takes. w2's 480 items take 5 rounds on 7/8 of the SMs (115
+# programs) and 4 on 15/16 (123). H200, session 20, 5 alternating rounds each: pairs on 7/8 2.325 vs 2.317 ms off,
+# on 15/16 2.195 vs 2.213 off; one program an item (the GPU interleaving it with the shared expert's GEMV) 2.381 vs
+# 2.319 (removed)
+PAIR_SM_SHARE = 0.94
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
@@ -115,7 +112,7 @@ def _programs(n_items: int, device: torch.device, share: float | None = None) ->
 def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: torch.Tensor, out_rows: int, N: int,
             K: int, n_tiles: int, tiles_per_pair: int, out_dtype: torch.dtype, *, w_bn: int, w_bk: int,
             pairs: tuple[torch.Tensor, torch.Tensor] | None = None, nt_kt: tuple[int, int] = (1, 1),
-            persistent: bool = True, share: float | None = None) -> torch.Tensor:
+            share: float | None = None) -> torch.Tensor:
     """Split K, allocate the output, build the TMA descriptors (weight boxes of ROWS x 128 from ``w_rows``,
     activation boxes of TOKENS x 128) and launch ``fp8_gemv_kernel``; ``pairs``: (experts, activation rows)."""
     from triton.experimental.gluon import language as gl
@@ -133,7 +130,7 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
     q = q if q.is_contiguous() else q.contiguous()
     a_desc = TensorDescriptor(q, list(q.shape), list(q.stride()), [TOKENS, 128], a_layout)
     experts, a_rows = pairs if pairs is not None else (ws, ws)  # unused pointers without pairs
-    programs = _programs(n_items, q.device, share) if persistent else n_items
+    programs = _programs(n_items, q.device, share)
     fp8_gemv_kernel[(programs,)](
         w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, 1 if pairs is not None else q.shape[0], K, k_per_split,
         split, n_items, tiles_per_pair, *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2),
@@ -174,8 +171,7 @@ def pair_gemm(q: torch.Tensor, q_scale: torch.Tensor, a_rows: torch.Tensor, expe
     tiles_per_pair = -(-N // ROWS)
     # the weight as rows of 128 inputs, tile after tile: a step's box starts at its 128 x 128 tile's row
     return _launch(weight.view(-1, 128), q, q_scale, ws, P, N, K, P * tiles_per_pair, tiles_per_pair, out_dtype,
-                   w_bn=1, w_bk=block[1], pairs=(experts, a_rows), nt_kt=(NT, KT), persistent=PAIR_PERSISTENT,
-                   share=PAIR_SM_SHARE)
+                   w_bn=1, w_bk=block[1], pairs=(experts, a_rows), nt_kt=(NT, KT), share=PAIR_SM_SHARE)
 
 
 register("fp8_linear", "gluon", fp8_linear, supports=fits, priority=20)  # above the Triton kernels (10)

@@ -53,11 +53,6 @@ from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_availab
 
 NORM_MAX_WIDTH = 16384  # widest row kept in registers
 NORM_TILE = 4096  # values per program for narrow rows
-# ``hc_post_pre_norm`` in one launch (``post_pre_norm``): a sublayer's hc_post and the next sublayer's pre-norm, whose
-# pre weights are already known (single-pass HC: they come from the previous mix), so no kernel in between -- at
-# decode two ~3 us kernels on the critical path become one. Prepared in session 19, not yet run on a GPU: off
-# (then ``kernels`` composes the two ops)
-FUSE_POST_PRE_NORM = False
 ROPE_TILE = 4096  # values per program (heads x dim)
 _FLOAT = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -71,18 +66,8 @@ def _kernels():
     import triton
     import triton.language as tl
 
-    global pdl_start, _row_tile  # bound at module level: Triton's interpreter resolves a kernel's names there
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
-
-    @triton.jit
-    def _row_tile(R, N, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
-        """The program's [BLOCK_R rows, BLOCK_N columns] tile of an [R, N] row set: (rows as int64, columns, row
-        mask, column mask, tile mask)."""
-        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-        cols = tl.arange(0, BLOCK_N)
-        mask_c = cols < N
-        mask_r = rows < R
-        return rows.to(tl.int64), cols, mask_r, mask_c, mask_r[:, None] & mask_c[None, :]
 
     @triton.jit
     def rms_norm(X, PRE, W, OUT, R, N, stride_x, stride_xh, stride_p, stride_o, inv_n, eps, HC: tl.constexpr,
@@ -93,7 +78,12 @@ def _kernels():
         IN_DTYPE (weightless): every step rounded to OUT's dtype, as torch's ops in that dtype
         (``reference.rms_norm_in_dtype``): squares, mean, + eps, rsqrt, the product."""
         pdl_start()
-        rows, cols, mask_r, mask_c, mask = _row_tile(R, N, BLOCK_R, BLOCK_N)
+        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+        cols = tl.arange(0, BLOCK_N)
+        mask_c = cols < N
+        mask_r = rows < R
+        mask = mask_r[:, None] & mask_c[None, :]
+        rows = rows.to(tl.int64)
         x_ptr = X + rows[:, None] * stride_x + cols[None, :]
         if HC == 0:
             x = tl.load(x_ptr, mask=mask, other=0.0).to(tl.float32)
@@ -143,41 +133,7 @@ def _kernels():
         rot = tl.reshape(tl.join(re, im), (BLOCK_M, RD))
         tl.store(out + NOPE + d, rot.to(OUT.dtype.element_ty), mask=mask_m)
 
-    @triton.jit
-    def post_pre_norm(Y, RES, POST, COMB, PRE, W, XOUT, OUT, R, N, stride_y, stride_r, stride_rh, stride_pt, stride_ct,
-                      stride_p, stride_xo, stride_xoh, stride_o, inv_n, eps, HC: tl.constexpr,
-                      HAS_WEIGHT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
-        """``triton_hc.hc_post`` (stream b = post_b y + sum_a comb[a, b] r_a, a in order, cast to XOUT's dtype,
-        stored) and then ``rms_norm``'s HC path on those streams in the same tile: each operation as the two
-        kernels do it, so the same bits, one launch."""
-        pdl_start()
-        rows, cols, mask_r, mask_c, mask = _row_tile(R, N, BLOCK_R, BLOCK_N)
-        y = tl.load(Y + rows[:, None] * stride_y + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        r_ptr = RES + rows[:, None] * stride_r + cols[None, :]
-        comb = COMB + rows * stride_ct
-        x = tl.zeros([BLOCK_R, BLOCK_N], tl.float32)
-        for b in tl.static_range(HC):
-            mixed = tl.load(comb + b, mask=mask_r, other=0.0)[:, None] * tl.load(r_ptr, mask=mask, other=0.0).to(
-                tl.float32)
-            for a in tl.static_range(1, HC):
-                mixed += (tl.load(comb + a * HC + b, mask=mask_r, other=0.0)[:, None]
-                          * tl.load(r_ptr + a * stride_rh, mask=mask, other=0.0).to(tl.float32))
-            stream = (tl.load(POST + rows * stride_pt + b, mask=mask_r, other=0.0)[:, None] * y
-                      + mixed).to(XOUT.dtype.element_ty)
-            tl.store(XOUT + rows[:, None] * stride_xo + b * stride_xoh + cols[None, :], stream, mask=mask)
-            term = tl.load(PRE + rows * stride_p + b, mask=mask_r, other=0.0)[:, None] * stream.to(tl.float32)
-            if b == 0:
-                x = term
-            else:
-                x += term
-        x = x.to(OUT.dtype.element_ty).to(tl.float32)
-        r = tl.rsqrt(tl.sum(x * x, axis=1) * inv_n + eps)
-        out = x * r[:, None]
-        if HAS_WEIGHT:
-            out = tl.load(W + cols, mask=mask_c, other=0.0).to(tl.float32)[None, :] * out
-        tl.store(OUT + rows[:, None] * stride_o + cols[None, :], out.to(OUT.dtype.element_ty), mask=mask)
-
-    return triton, rms_norm, apply_rope, post_pre_norm
+    return triton, rms_norm, apply_rope
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -215,56 +171,17 @@ def _norm(x: torch.Tensor, pre: torch.Tensor | None, weight: torch.Tensor | None
     R, N = x.shape[0], x.shape[-1]
     out = torch.empty(R, N, device=x.device, dtype=x.dtype)
     if R and N:
-        triton, k_norm, _, _ = _kernels()
-        block_r, block_n, warps = _norm_tile(N)
+        triton, k_norm, _ = _kernels()
+        block_n = _pow2(N)
+        block_r = max(1, NORM_TILE // block_n)
         w = x if weight is None else weight.contiguous()  # unused when weightless
         hc = 0 if pre is None else x.shape[1]
         k_norm[(triton.cdiv(R, block_r),)](
             x, x if pre is None else pre, w, out, R, N, x.stride(0), x.stride(1) if hc else 0,
             pre.stride(0) if hc else 0, out.stride(0), 1.0 / N, float(eps), HC=hc, HAS_WEIGHT=weight is not None,
-            BLOCK_R=block_r, BLOCK_N=block_n, IN_DTYPE=in_dtype, num_warps=warps, enable_fp_fusion=False,
-            **pdl_launch())
+            BLOCK_R=block_r, BLOCK_N=block_n, IN_DTYPE=in_dtype, num_warps=max(4, min(16, block_r * block_n // 1024)),
+            enable_fp_fusion=False, **pdl_launch())
     return out
-
-
-def _norm_tile(N: int) -> tuple[int, int, int]:
-    """(rows a program, BLOCK_N, warps) of the norm kernels: by the row width only."""
-    block_n = _pow2(N)
-    block_r = max(1, NORM_TILE // block_n)
-    return block_r, block_n, max(4, min(16, block_r * block_n // 1024))
-
-
-def hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
-                     pre: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """See ``reference.hc_post_pre_norm``: one launch for ``triton_hc.hc_post`` and ``hc_pre_norm`` on its
-    result (where ``FUSE_POST_PRE_NORM``), the two kernels' bits."""
-    from deepinfer_adapters.kernels.triton_hc import _rows
-
-    hc, D = residual.shape[-2:]
-    r = residual.reshape(-1, hc, D)
-    r = r if r.stride(-1) == 1 else r.contiguous()
-    y2, p_post, c, p_pre = _rows(y, D), _rows(post, hc), _rows(comb, hc * hc), _rows(pre, hc)
-    R = r.shape[0]
-    streams = torch.empty(R, hc, D, device=y.device, dtype=y.dtype)
-    out = torch.empty(R, D, device=y.device, dtype=y.dtype)
-    if R and D:
-        triton, _, _, k_fused = _kernels()
-        block_r, block_n, warps = _norm_tile(D)
-        w = y2 if weight is None else weight.contiguous()  # unused when weightless
-        k_fused[(triton.cdiv(R, block_r),)](
-            y2, r, p_post, c, p_pre, w, streams, out, R, D, y2.stride(0), r.stride(0), r.stride(1),
-            p_post.stride(0), c.stride(0), p_pre.stride(0), streams.stride(0), streams.stride(1), out.stride(0),
-            1.0 / D, float(eps), HC=hc, HAS_WEIGHT=weight is not None, BLOCK_R=block_r, BLOCK_N=block_n,
-            num_warps=warps, enable_fp_fusion=False, **pdl_launch())
-    return streams.view(*residual.shape), out.view(*y.shape)
-
-
-def supports_hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
-                              pre: torch.Tensor, weight: torch.Tensor | None, eps: float) -> bool:
-    from deepinfer_adapters.kernels import triton_hc
-
-    return (FUSE_POST_PRE_NORM and triton_hc.supports_post(y, residual, post, comb)
-            and supports_hc_pre_norm(residual, pre, weight, eps) and y.dtype == residual.dtype)
 
 
 def supports_rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> bool:
@@ -293,7 +210,7 @@ def apply_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False, over
     in_place = overwrite and x3.data_ptr() == x.data_ptr()  # x3 a view of x (reshape and contiguous copied nothing)
     out = x3 if in_place else torch.empty(S, M, dim, device=x.device, dtype=x.dtype)
     if S and M:
-        triton, _, k_rope, _ = _kernels()
+        triton, _, k_rope = _kernels()
         # in place only the rd rotated values of a row move: rows a program by rd (a prefill's q [8192, 64, 512]
         # took 80 us at 8 heads a program, 8192 x 8 programs of 1 KB; session 16's profile)
         block_m = min(_pow2(M), max(1, ROPE_TILE // _pow2(rd if in_place else dim)))
@@ -319,5 +236,4 @@ def supports_rms_norm_in_dtype(x: torch.Tensor, eps: float) -> bool:
 register("rms_norm", "triton", rms_norm, supports=supports_rms_norm, priority=10)
 register("rms_norm_in_dtype", "triton", rms_norm_in_dtype, supports=supports_rms_norm_in_dtype, priority=10)
 register("hc_pre_norm", "triton", hc_pre_norm, supports=supports_hc_pre_norm, priority=10)
-register("hc_post_pre_norm", "triton", hc_post_pre_norm, supports=supports_hc_post_pre_norm, priority=10)
 register("apply_rope", "triton", apply_rope, supports=supports_rope, priority=10)

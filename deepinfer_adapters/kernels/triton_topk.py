@@ -23,7 +23,9 @@ One program per row, the whole row in registers (rows up to ``MAX_ROW``), no sor
 H200 profiles of the reduced V4.1 decode step at 8 sequences (four top-ks: rows of 2048 and 4097
 bf16 scores, and the candidate pool's blocks): torch's top-k, index sort and gather 16-22 + 8 + 5 us
 each (session 10), this kernel with 32 passes 9-26 us (session 11). Radix selects of 2 or 8 bits a
-pass were slower in the model (their per-pass reductions: 18-72 us, session 11).
+pass were slower in the model (their per-pass reductions: 18-72 us, session 11), and so was one of 4 bits a pass
+through ``tl.histogram`` (8 passes, 40 barriers against 112 offline; one row of the indexer's 1026 fp32 scores
+at B=1 17.0 us against 13.6, V4.1 B=1 2.337 vs 2.327 ms: H200, session 20).
 """
 
 from __future__ import annotations
@@ -36,14 +38,6 @@ from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 MAX_ROW = 16384  # the row must fit the registers of one program
-# key bits decided a pass (step 2 of the module doc): 1 (32 passes for fp32 scores, each one count over the row),
-# or 4 (a radix select: 8 passes, each one 16-bin ``tl.histogram`` of the next digit among the keys that match the
-# digits decided so far). The dependent block-wide reductions set a one-row call's time (~17 us for the V4.1
-# indexer's 1026 fp32 scores at B=1, H200 session 19 timeline). Offline SASS (Triton 3.6, sm_90, 2048 scores on 4
-# warps): 112 barriers and ~3600 instructions with 1 bit; 40 barriers, ~4600 instructions (the histograms are
-# warp ballots, independent of each other) with 4. Same threshold, so the same picks. Prepared in session 19, not
-# yet measured on a GPU: 1
-DIGIT_BITS = 1
 
 
 @functools.cache
@@ -56,7 +50,7 @@ def _kernel():
 
     @triton.jit
     def topk_kernel(S, IDX, VAL, m, k, stride_s, stride_i, stride_v, BLOCK: tl.constexpr,
-                    TORCH_ORDER: tl.constexpr, KEY_BITS: tl.constexpr, DIGIT: tl.constexpr):
+                    TORCH_ORDER: tl.constexpr, KEY_BITS: tl.constexpr):
         pdl_start()
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK)
@@ -73,25 +67,10 @@ def _kernel():
         if KEY_BITS == 16:  # bf16 scores: the low 16 bits follow from the sign, the top 16 order the keys
             key = key >> 16
         threshold = tl.zeros([], tl.uint32)
-        if DIGIT == 1:
-            for bit in tl.static_range(KEY_BITS - 1, -1, -1):
-                candidate = threshold | (1 << bit)
-                count = tl.sum((key >= candidate).to(tl.int32), axis=0)
-                threshold = tl.where(count >= k, candidate, threshold)
-        else:  # radix select, DIGIT bits a pass: one histogram of the next digit among the keys matching the
-            # digits decided so far, the largest digit keeping >= ``need`` of them (need: k less the keys above)
-            bins = tl.arange(0, 1 << DIGIT)
-            need = k
-            for shift in tl.static_range(KEY_BITS - DIGIT, -1, -DIGIT):
-                if shift + DIGIT < KEY_BITS:
-                    match = inside & ((key >> (shift + DIGIT)) == (threshold >> (shift + DIGIT)))
-                else:
-                    match = inside
-                hist = tl.histogram(((key >> shift) & ((1 << DIGIT) - 1)).to(tl.int32), 1 << DIGIT, mask=match)
-                at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist  # keys with this digit or more
-                best = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
-                need -= tl.sum(tl.where(bins > best, hist, 0), axis=0)
-                threshold = threshold | (best.to(tl.uint32) << shift)
+        for bit in tl.static_range(KEY_BITS - 1, -1, -1):
+            candidate = threshold | (1 << bit)
+            count = tl.sum((key >= candidate).to(tl.int32), axis=0)
+            threshold = tl.where(count >= k, candidate, threshold)
         above = inside & (key > threshold)
         tie = inside & (key == threshold)
         take = above | (tie & (tl.cumsum(tie.to(tl.int32), axis=0) <= k - tl.sum(above.to(tl.int32), axis=0)))
@@ -113,7 +92,7 @@ def _topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor
     if n and k:
         block = max(16, triton.next_power_of_2(m))
         kernel[(n,)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0), BLOCK=block,
-                     TORCH_ORDER=torch_order, KEY_BITS=16 if scores.dtype == torch.bfloat16 else 32, DIGIT=DIGIT_BITS,
+                     TORCH_ORDER=torch_order, KEY_BITS=16 if scores.dtype == torch.bfloat16 else 32,
                      num_warps=max(1, min(16, block // 512)), **pdl_launch())
     return idx.view(*lead, k), val.view(*lead, k)
 

@@ -107,7 +107,7 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per):
     """``gluon_gemv.pair_gemm`` (where ``GLUON_PAIRS``) runs one token's routed experts as the MoE's fp8 path
     does: within the MoE tolerance of the reference, for E4M3 tiles with scales per (1, 32) and (1, 128); K
     split where few tiles run (the small widths), not at the real ones. Two tokens and batch-invariant mode
-    keep the Triton paths. Persistent or one program an item (``PAIR_PERSISTENT``): the same items, the same bits."""
+    keep the Triton paths. On another share of the SMs (``PAIR_SM_SHARE``): the same items, the same bits."""
     from deepinfer_adapters.kernels import triton_moe
     from deepinfer_adapters.model_impl.quant import to_e4m3_tiles
     from tests.gpu.moe_inputs import routing
@@ -122,7 +122,6 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per):
     pair_gemm = gg.pair_gemm
     monkeypatch.setattr(gg, "pair_gemm", lambda *a: (calls.append(a[4].shape), pair_gemm(*a))[1])
     monkeypatch.setattr(gg, "GLUON_PAIRS", True)
-    monkeypatch.setattr(gg, "PAIR_PERSISTENT", True)
     g = torch.Generator(device="cuda").manual_seed(7)
     x = torch.randn(1, D, device="cuda", generator=g).bfloat16()
     w, ids = routing(1, E, 6, seed=per)
@@ -135,8 +134,8 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per):
           f" equal to the Triton fp8 path {torch.equal(out, triton_fp8)}")
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
     assert rel <= NORM_RTOL
-    monkeypatch.setattr(gg, "PAIR_PERSISTENT", False)
-    assert torch.equal(triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0), out)  # one program an item
+    monkeypatch.setattr(gg, "PAIR_SM_SHARE", 0.25)
+    assert torch.equal(triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0), out)  # 33 programs
     x2 = torch.randn(2, D, device="cuda", generator=g).bfloat16()
     w2_, ids2 = routing(2, E, 6, seed=per + 1)
     triton_moe.moe_experts(x2, w2_, ids2, *experts, block, 32, 10.0)

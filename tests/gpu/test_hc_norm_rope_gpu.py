@@ -341,29 +341,6 @@ def test_hc_pre_norm(T, dtype):
         assert torch.equal(_nr().hc_pre_norm(x[1:2], pre[1:2], w, NORM_EPS), fused[1:2])
 
 
-@pytest.mark.parametrize("T", TOKENS)
-@pytest.mark.parametrize("D", HIDDEN)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_hc_post_pre_norm_one_launch_is_the_two_kernels(monkeypatch, T, D, dtype):
-    """``hc_post_pre_norm`` in one launch (``FUSE_POST_PRE_NORM``) gives the streams of ``triton_hc.hc_post`` and
-    the normed input of ``hc_pre_norm``'s kernel on them, bit for bit; the dispatcher takes it only when on."""
-    g = _gen(T + D)
-    res = _stream(T, D, dtype, g)
-    y = torch.randn(T, D, device="cuda", generator=g).to(dtype)
-    post = 2 * torch.sigmoid(torch.randn(T, HC, device="cuda", generator=g))
-    comb = torch.rand(T, HC, HC, device="cuda", generator=g)
-    pre = torch.sigmoid(torch.randn(T, HC, device="cuda", generator=g)) + HC_EPS
-    w = 0.5 + torch.rand(D, device="cuda", generator=g)
-    args = (y, res, post, comb, pre, w, NORM_EPS)
-    assert kernels.chosen("hc_post_pre_norm", *args) == "composed"  # off by default
-    monkeypatch.setattr(_nr(), "FUSE_POST_PRE_NORM", True)
-    assert kernels.chosen("hc_post_pre_norm", *args) == "triton"
-    streams, h = kernels.hc_post_pre_norm(*args)
-    want = _hc().hc_post(y, res, post, comb)
-    assert torch.equal(streams, want)
-    assert torch.equal(h, _nr().hc_pre_norm(want, pre, w, NORM_EPS))
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rms_norm_heads_strided_bf16_weight(dtype):
     """Per-head weightless norm of q [T, 64, 512], a strided row view, a bf16 weight."""

@@ -1,5 +1,5 @@
-"""Triton top-k on CUDA: ``topk_lowest_index`` against the reference sort, ``topk_torch_order`` against torch.topk itself;
-both with 1 and 4 key bits decided a pass (``triton_topk.DIGIT_BITS``)."""
+"""Triton top-k on CUDA: ``topk_lowest_index`` against the reference sort, ``topk_torch_order`` against torch.topk
+itself."""
 
 from __future__ import annotations
 
@@ -7,20 +7,14 @@ import pytest
 import torch
 
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import reference, triton_topk
+from deepinfer_adapters.kernels import reference
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
 
 
-@pytest.fixture(params=[1, 4], ids=["bit", "radix4"])
-def digit(request, monkeypatch):
-    monkeypatch.setattr(triton_topk, "DIGIT_BITS", request.param)
-    return request.param
-
-
 @pytest.mark.parametrize("n,m,k", [(1, 2048, 512), (8, 4096, 512), (300, 1000, 64), (3, 16384, 2048), (5, 7, 7)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_topk_matches_reference(n, m, k, dtype, digit):
+def test_topk_matches_reference(n, m, k, dtype):
     g = torch.Generator(device="cuda").manual_seed(n + m)
     s = torch.randn(n, m, device="cuda", generator=g).to(dtype)
     s[:, ::9] = float("-inf")
@@ -53,7 +47,7 @@ def _bits(v: torch.Tensor) -> torch.Tensor:
                                    (8192, 2048, 512), (4096, 1024, 512), (3, 16384, 2048), (5, 7, 7)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("nan", [False, True])
-def test_topk_torch_order_takes_torch_topks_set(n, m, k, dtype, nan, digit):
+def test_topk_torch_order_takes_torch_topks_set(n, m, k, dtype, nan):
     s = _tie_heavy(n, m, dtype, nan)
     assert kernels.chosen("topk_torch_order", s, k) == "triton"
     idx, val = kernels.topk_torch_order(s, k)

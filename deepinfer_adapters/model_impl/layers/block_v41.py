@@ -13,8 +13,7 @@ from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase
 from deepinfer_adapters.model_impl.layers.attention_v41 import AttentionV41
 from deepinfer_adapters.model_impl.layers.engram import Engram
-from deepinfer_adapters.model_impl.layers.hyper_connection import (HyperConnection, hc_post, hc_post_pre_norm,
-                                                                   hc_pre_norm)
+from deepinfer_adapters.model_impl.layers.hyper_connection import HyperConnection, hc_post, hc_pre_norm
 from deepinfer_adapters.model_impl.layers.moe import MoE
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -67,11 +66,10 @@ class BlockV41(nn.Module):
             lambda: self.hc_attn.mixes(x))
         if keep is not None:
             y, x, attn_pre, post, comb = y[keep], x[keep], attn_pre[keep], post[keep], comb[keep]
-        # the attention's output written back and the FFN's input in one op: its pre weights are already here
-        x, h = hc_post_pre_norm(y, x, post, comb, attn_pre, self.ffn_norm)
+        x = hc_post(y, x, post, comb)
         y, (ffn_pre, post, comb) = side_by_side(
-            x, _normed(lambda: h, lambda h, _: self.ffn(h, numerics, input_ids, image_mask)),
-            lambda: self.hc_ffn.mixes(x))
+            x, _normed(lambda: hc_pre_norm(x, attn_pre, self.ffn_norm),
+                       lambda h, _: self.ffn(h, numerics, input_ids, image_mask)), lambda: self.hc_ffn.mixes(x))
         return hc_post(y, x, post, comb), ffn_pre
 
 
