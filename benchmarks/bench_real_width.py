@@ -322,6 +322,13 @@ AB_SWITCHES = {
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": (lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", False),
                       lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", True)),
+    # a V4.1 KV source's publishing started inside the keys' part after the query norm, not before the projection
+    # (overlap.PUBLISH_EARLY)
+    "publish_early": (lambda: setattr(overlap, "PUBLISH_EARLY", False),
+                      lambda: setattr(overlap, "PUBLISH_EARLY", True)),
+    # a decode step's batch-only index tensors built by the first layer that asks, not at the step's start on a
+    # stream of their own (overlap.PREFETCH)
+    "prefetch": (lambda: setattr(overlap, "PREFETCH", False), lambda: setattr(overlap, "PREFETCH", True)),
     # a compressed layer's window ring and compressed KV rows in the keys' stream, not on streams of their own
     # (overlap.KEYS_PARTS_ASIDE)
     "keys_parts": (lambda: setattr(overlap, "KEYS_PARTS_ASIDE", False),

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -716,6 +716,23 @@ if has s19pairs; then  # session 19 (~1 min; run by hand then, as one python -c 
   timeout 150 ${RW/--out $OUT/--out $OUT/s19pairs} --batches 1 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
     --base gluon_pairs --ab shared_through:1 gluon_share100:1 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s19pairs.log" 2>&1
   grep -E "^A/B|Error" "$OUT/real_width_s19pairs.log"
+  pack
+fi
+if has s20a; then  # session 20 (~6 min): a KV source's publishing started before the projection (overlap.PUBLISH_EARLY)
+  # and the batch-only index tensors built at the step's start (overlap.PREFETCH), both on; aside's joins by event,
+  # stream levels reused -- the GPU tests of the decode graphs and the overlap (bits with it on and off) and the
+  # pair GEMV's; V4.1 decode B = 1 / 8 with each off against the default, and one token's experts on the Gluon GEMV
+  # on 15/16 of the SMs, 5 alternating rounds; the B = 1 timeline with streams
+  timeout 240 python -m pytest -q tests/gpu/test_overlap_gpu.py tests/gpu/test_decode_graphs_gpu.py \
+    tests/gpu/test_model_flashmla_gpu.py tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -x \
+    > "$OUT/gpu_tests_s20a.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s20a.log")"; grep -E "FAILED|Error|REPORT overlap" "$OUT/gpu_tests_s20a.log" | head
+  pack
+  mkdir -p "$OUT/s20a"
+  timeout 260 ${RW/--out $OUT/--out $OUT/s20a} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
+    --ab publish_early:1,8 prefetch:1,8 gluon_pairs:1 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s20a.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s20a.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s20a.log"
+  head -1 "$OUT/s20a/timeline_graph_b1.txt"
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

@@ -11,8 +11,9 @@ and a source's compressed KV rows on streams of their own. The same kernels run 
 same inputs, so every value is the same bits as run one after the other; only the time
 changes. SGLang runs DeepSeek's shared experts this way in its decode graphs.
 
-Calls nest (the attention overlap runs inside the HC one's ``main``): each level takes a
-stream of its own, so an inner side part never queues behind an outer one.
+Calls nest (the attention overlap runs inside the HC one's ``main``): each side part not yet joined
+holds a stream of its own (the lowest free level), so an inner side part never queues behind an
+outer one; joins may come in any order, from any stream (``join`` makes the calling stream wait).
 
 CUDA graphs capture the fork and join (the side stream joins the capture through
 ``wait_stream``; its allocations go to the graph's pool). ``side``'s inputs must stay
@@ -48,9 +49,17 @@ INDEX_QUERIES_ASIDE = True
 # next to the publishing and the selection: B=8 4.959 -> 4.928 ms (H200, 5 alternating rounds, session 19), B=1
 # within its rounds' spread
 KEYS_PARTS_ASIDE = True
+# a V4.1 KV source's publishing (compressor, index keys, compressed KV rows: dozens of small kernels that need only
+# the attention's input) started on a stream of its own before the projection is issued (AttentionV41.decode_early),
+# instead of inside the keys' part after the query norm. Session 20, prepared
+PUBLISH_EARLY = True
+# a decode step's index tensors that depend on its batch alone (ring slots, row addresses, visible rows) built at the
+# step's start on a stream of their own (DecodeBatch.prefetch, AttentionV41.decode_prologue), not by the first
+# compressed layer that asks, on its critical path. Session 20, prepared
+PREFETCH = True
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 _STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
-_depth = 0  # side parts started (``aside``) and not yet joined: the nesting level of the running code
+_live: set[int] = set()  # the stream levels of side parts started (``aside``) and not yet joined
 
 
 def side_by_side(x: torch.Tensor, main: Callable[[], A], side: Callable[[], B], *, when: bool = True) -> tuple[A, B]:
@@ -66,36 +75,38 @@ def side_by_side(x: torch.Tensor, main: Callable[[], A], side: Callable[[], B], 
 
 
 def aside(x: torch.Tensor, side: Callable[[], B], *, when: bool = True) -> Callable[[], B]:
-    """Start side() as ``side_by_side`` does and return ``join``: join() makes the current stream
-    wait for it and returns side()'s value (the same value on later calls). What runs between
-    the two is the main part, however far down the call stack join() is called (the MoE hands
-    it to the experts' kernel, which calls it right before adding the shared expert's output)."""
+    """Start side() as ``side_by_side`` does and return ``join``: join() makes the calling stream wait
+    for side()'s work and returns its value (every call waits: a part read from several streams is
+    joined from each). What runs between the two is the main part, however far down the call stack
+    join() is called (the MoE hands it to the experts' kernel, which calls it right before adding the
+    shared expert's output)."""
     if not (ENABLED and when and x.is_cuda and x.shape[0] <= MAX_TOKENS) or torch.compiler.is_compiling():
         value = side()
         return lambda: value
-    global _depth
-    current = torch.cuda.current_stream(x.device)
-    key = (x.device, _depth)
+    level = min(set(range(len(_live) + 1)) - _live)
+    key = (x.device, level)
     stream = _STREAMS.get(key)
     if stream is None:
         stream = _STREAMS[key] = torch.cuda.Stream(x.device)
-    stream.wait_stream(current)
-    _depth += 1
+    stream.wait_stream(torch.cuda.current_stream(x.device))
+    _live.add(level)
     try:
         with torch.cuda.stream(stream):
             value = side()
+            done = torch.cuda.Event()
+            done.record(stream)
     except BaseException:
-        _depth -= 1
+        _live.discard(level)
         raise
+
     joined = False
 
-    def join() -> B:
+    def join(_inputs: Callable[[], B] = side) -> B:  # side() and what it closed over stay allocated with the join
         nonlocal joined
-        global _depth
-        if not joined:
+        if not joined:  # the level is free for the next part started; ``done`` marks this part's end on it
             joined = True
-            _depth -= 1
-            current.wait_stream(stream)
+            _live.discard(level)
+        torch.cuda.current_stream(x.device).wait_event(done)
         return value
 
     return join

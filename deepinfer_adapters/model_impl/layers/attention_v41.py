@@ -15,6 +15,7 @@ Compressed rows live in the source layer's state (rows fields, one row per
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -26,7 +27,8 @@ from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41, unseen_
 from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.overlap import aside
-from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address, step_row_address
+from deepinfer_adapters.model_impl.state import (StateCache, StateField, shared_row_address, step_row_address,
+                                                 step_slot_base)
 from deepinfer_adapters import kernels
 
 WINDOW_FP8_BLOCK = 32  # the whole post-RoPE window vector, blocks of 32
@@ -35,6 +37,14 @@ COMPRESSED_FP4_GROUP = 16  # stored compressed rows: FP4 with e4m3 scales per 16
 # (the same selections; index scores 7.25 -> 3.80 ms at 8192 tokens on the H200, session 16). False: every
 # key scored, then masked (an A/B switch of benchmarks/bench_real_width.py)
 CAUSAL_INDEX_SCORES = True
+
+
+@dataclass
+class EarlyDecode:
+    """What ``AttentionV41.decode_early`` issued: the projection's output, the publishing's join."""
+
+    projected: tuple[torch.Tensor, torch.Tensor] | None = None
+    publish: Callable[[], Callable[[], None] | None] | None = None
 
 
 class AttentionV41(AttentionBase):
@@ -73,17 +83,53 @@ class AttentionV41(AttentionBase):
             outs.append(self.attend(q[rows], keys, idx, numerics))
         return self.output(join_rows(outs), freqs, numerics)
 
+    def decode_early(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache,
+                     numerics: Numerics) -> "EarlyDecode":
+        """A decode step's first work, issued by the block before its HC mixes fork: a KV source's publishing
+        (compressor, index keys, compressed KV rows; it needs only ``x``) started on a stream of its own
+        where ``overlap.PUBLISH_EARLY`` -- ahead of the projection, so it waits for nothing but ``x`` -- then
+        the projection where ``overlap.PROJECT_BEFORE_MIXES``. ``decode`` takes the result."""
+        publish = None
+        if self.is_source and overlap.PUBLISH_EARLY:
+            publish = aside(x, lambda: self._publish_decode(x, batch, state, numerics,
+                                                            aside_kv=overlap.KEYS_PARTS_ASIDE))
+        return EarlyDecode(self.project(x, numerics) if overlap.PROJECT_BEFORE_MIXES else None, publish)
+
     def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics,
-               projected: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """``forward`` for one new token per sequence, batched on the device (model.decode)."""
+               early: "EarlyDecode | None" = None) -> torch.Tensor:
+        """``forward`` for one new token per sequence, batched on the device (model.decode); ``early``:
+        ``decode_early``'s result where the block issued it."""
+        early = early or EarlyDecode()
         return self.decode_step(x, batch, numerics,
-                                lambda qr, kv, freqs: self._decode_keys(x, qr, kv, freqs, batch, state, numerics),
-                                projected)
+                                lambda qr, kv, freqs: self._decode_keys(x, qr, kv, freqs, batch, state, numerics,
+                                                                        early.publish),
+                                early.projected)
+
+    def decode_prologue(self, batch: DecodeBatch, state: StateCache) -> None:
+        """Ask ``batch.shared`` now for the index tensors this layer's decode step takes that depend on the
+        step's batch alone (the publishing's ring slots and row addresses, the index keys' addresses, the
+        rows each query sees): the model builds them ahead for every layer (``DecodeBatch.prefetch``), so
+        their small kernels leave the critical paths of the compressed layers."""
+        if not self.ratio:
+            return
+        if self.is_source:
+            self._group_row_address(batch, state)
+            if self.ratio > 1:
+                self._group_rope(batch)
+                self.compressor.decode_slots(batch, state)
+        n_rows = self._index_rows(batch, state) if self.runs_indexer else 0
+        if n_rows:
+            self._index_key_address(batch, state, n_rows)
+            self._unseen(batch, n_rows)
+        step_slot_base(state, batch, self.source_key, "compressed_kv")  # the selected rows' addresses' slot part
 
     def _decode_keys(self, x: torch.Tensor, qr: torch.Tensor, kv: torch.Tensor, freqs: torch.Tensor,
-                     batch: DecodeBatch, state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+                     batch: DecodeBatch, state: StateCache, numerics: Numerics,
+                     publish: Callable[[], Callable[[], None] | None] | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A decode step's keys [B, K, d] and attention index: the window, then (compressed
-        layers) the selected rows, after publishing this layer's rows and selecting."""
+        layers) the selected rows, after publishing this layer's rows and selecting. ``publish``: the
+        join of the publishing where ``decode_early`` started it."""
         if not self.ratio:
             keys, window = self.decode_window(state, batch, kv)
             return keys, window.attend_index
@@ -98,7 +144,9 @@ class AttentionV41(AttentionBase):
         window_part = aside(x, lambda: self.decode_window(state, batch, kv), when=parts)
         compressed_part = None
         try:
-            if self.is_source:
+            if publish is not None:
+                compressed_part = publish()
+            elif self.is_source:
                 compressed_part = self._publish_decode(x, batch, state, numerics, aside_kv=parts)
             if self.runs_indexer:
                 batch.scratch["selections"] = self._select_decode(x, qr, freqs, batch, state, numerics, queries)
@@ -108,7 +156,7 @@ class AttentionV41(AttentionBase):
             rows, index = self._selected_rows(batch, state, window, numerics)
             return torch.cat([keys, rows], 1), index
         finally:  # already joined unless something failed: then no side stream is left open
-            for join in (compressed_part, window_part, queries):
+            for join in (publish, compressed_part, window_part, queries):
                 if join is not None:
                     join()
 
@@ -149,18 +197,25 @@ class AttentionV41(AttentionBase):
             scores = self.indexer.scores(x, qr, freqs, keys, numerics)
         else:
             scores = self.indexer.scores_of(*queries(), keys)
-        visible = batch.visible_rows(self.ratio)
-        unseen = batch.shared(("unseen_rows", self.ratio, n_rows),
-                              lambda: unseen_rows(visible, batch.arange(n_rows)))
-        picked, seen = self.indexer.pick(scores, visible, batch.scratch.setdefault("pool", {}), numerics, unseen)
+        picked, seen = self.indexer.pick(scores, batch.visible_rows(self.ratio), batch.scratch.setdefault("pool", {}),
+                                         numerics, self._unseen(batch, n_rows))
         return torch.where(seen, picked, -1), seen
+
+    def _unseen(self, batch: DecodeBatch, n_rows: int) -> torch.Tensor:
+        """[B, n_rows]: the index rows each sequence cannot see yet (``unseen_rows``), once per step per ratio."""
+        return batch.shared(("unseen_rows", self.ratio, n_rows),
+                            lambda: unseen_rows(batch.visible_rows(self.ratio), batch.arange(n_rows)))
 
     def _index_keys_decode(self, batch: DecodeBatch, state: StateCache, n_rows: int,
                            numerics: Numerics) -> torch.Tensor:
         """Rows 0 .. n_rows - 1 of every sequence's index keys: [B, n_rows, index_head_dim]."""
-        rows = batch.arange(n_rows).expand(batch.num_seqs, n_rows)
-        addr = shared_row_address(state, batch, self.source_key, "index_k", ("arange", n_rows), rows)
+        addr = self._index_key_address(batch, state, n_rows)
         return state.row_pool(self.source_key, "index_k")[addr].to(numerics.dtype)
+
+    def _index_key_address(self, batch: DecodeBatch, state: StateCache, n_rows: int) -> torch.Tensor:
+        """[B, n_rows] addresses of rows 0 .. n_rows - 1 of every sequence's index keys, once per step."""
+        rows = batch.arange(n_rows).expand(batch.num_seqs, n_rows)
+        return shared_row_address(state, batch, self.source_key, "index_k", ("arange", n_rows), rows)
 
     def _publish_decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics,
                         aside_kv: bool = False) -> Callable[[], None] | None:
@@ -168,18 +223,9 @@ class AttentionV41(AttentionBase):
         only those whose token completes the group store it (the others rewrite what is there).
         ``aside_kv``: the compressed KV rows are computed and stored on a side stream (overlap.py); returns its
         join, to call before they are read."""
-        r = self.ratio
         latent, complete = self.compressor.decode(x, numerics, state, batch)
-        # row and RoPE of each token's group: the same for every source of this ratio
-        if r == 1:  # every token is a group of its own, completed at once
-            row, freqs = batch.positions, self.decode_freqs(batch)
-        else:
-            row = batch.shared(("compressed_row", r), lambda: batch.positions // r)  # the row the group completes
-            freqs = batch.shared(("group_rope", r, self.rope.kind),  # a row sits at its group's first position
-                                 lambda: self.rope.lookup(group_start(batch, r), batch.max_len))
-        # the same for both fields (one ratio: one StateCache.address_space)
-        addr = shared_row_address(state, batch, self.key, "compressed_kv", ("compressed_row", r), row.unsqueeze(1))
-        addr = addr.squeeze(1)
+        freqs = self._group_rope(batch)
+        addr = self._group_row_address(batch, state)
 
         def store(name: str, value: torch.Tensor) -> None:
             pool = state.row_pool(self.key, name)
@@ -193,6 +239,23 @@ class AttentionV41(AttentionBase):
         join = aside(x, lambda: store("compressed_kv", self._compressed_kv(latent, freqs, numerics)))
         store("index_k", self.indexer.index_keys(latent, freqs, numerics))
         return join
+
+    def _group_rope(self, batch: DecodeBatch) -> torch.Tensor:
+        """RoPE of each token's group [B]: a row sits at its group's first position (every token is a group
+        of its own at ratio 1); the same for every source of this ratio."""
+        r = self.ratio
+        if r == 1:
+            return self.decode_freqs(batch)
+        return batch.shared(("group_rope", r, self.rope.kind), lambda: self.rope.lookup(group_start(batch, r),
+                                                                                        batch.max_len))
+
+    def _group_row_address(self, batch: DecodeBatch, state: StateCache) -> torch.Tensor:
+        """[B] addresses of the compressed row each token's group completes, ``positions // ratio``: the same
+        for both rows fields (one ratio: one StateCache.address_space) and every source of this ratio."""
+        r = self.ratio
+        row = batch.positions if r == 1 else batch.shared(("compressed_row", r), lambda: batch.positions // r)
+        return shared_row_address(state, batch, self.key, "compressed_kv", ("compressed_row", r),
+                                  row.unsqueeze(1)).squeeze(1)
 
     def _compressed(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: ForwardBatch, i: int,
                     state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:

@@ -50,16 +50,16 @@ class BlockV41(nn.Module):
     def decode(self, x: torch.Tensor, pre_mix: torch.Tensor, batch: DecodeBatch, state: StateCache,
                numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
         """``forward`` for one new token per sequence (model.decode)."""
-        return self._run(x, pre_mix, lambda a, projected: self.attn.decode(a, batch, state, numerics, projected),
+        return self._run(x, pre_mix, lambda a, early: self.attn.decode(a, batch, state, numerics, early),
                          numerics, batch.input_ids, None,
-                         early=lambda a: self.attn.project(a, numerics) if overlap.PROJECT_BEFORE_MIXES else None)
+                         early=lambda a: self.attn.decode_early(a, batch, state, numerics))
 
     def _run(self, x: torch.Tensor, pre_mix: torch.Tensor, attention: Callable[[torch.Tensor, Any], torch.Tensor],
              numerics: Numerics, input_ids: torch.Tensor, image_mask: torch.Tensor | None,
              keep: torch.Tensor | None = None,
              early: Callable[[torch.Tensor], Any] = lambda a: None) -> tuple[torch.Tensor, torch.Tensor]:
         """``attention(a, early(a))`` of the attention sublayer's input ``a``: ``early`` is its first work (the
-        decode step's projection), issued before the mixes fork with the pre-norm (``_normed``)."""
+        decode step's publishing and projection), issued before the mixes fork with the pre-norm (``_normed``)."""
         # each sublayer reads the previous mix, so this one's mixes run next to it (overlap.py)
         y, (attn_pre, post, comb) = side_by_side(
             x, _normed(lambda: hc_pre_norm(x, pre_mix, self.attn_norm), attention, early),

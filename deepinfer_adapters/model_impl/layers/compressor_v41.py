@@ -76,26 +76,31 @@ class CompressorV41(nn.Module):
         r = self.ratio
         if r == 1:
             return self.norm(self.wkv(x, numerics)), None
-        xf = x.float()
-        kv_state, score_state = state.fixed(self.key, "comp_kv"), state.fixed(self.key, "comp_score")
-        size = kv_state.shape[1]
-        at, group, complete = batch.shared(("group_slots", r, size), lambda: group_slots(batch, r, size))
-        kv, score = same_input(xf, numerics, self.kv_gate, self.wkv, self.wgate)
-        kv_state[batch.slots, at] = kv
-        score_state[batch.slots, at] = score
-        kv, score = kv_state[batch.slots.unsqueeze(1), group], score_state[batch.slots.unsqueeze(1), group]
+        kv, score = same_input(x.float(), numerics, self.kv_gate, self.wkv, self.wgate)
+        # the rings as rows (a view: state fields are contiguous), each written and read through one index
+        kv_rows, score_rows = (state.fixed(self.key, name).view(-1, kv.shape[-1]) for name in ("comp_kv", "comp_score"))
+        at, group, complete = self.decode_slots(batch, state)
+        kv_rows.index_copy_(0, at, kv)
+        score_rows.index_copy_(0, at, score)
+        kv, score = (rows.index_select(0, group.flatten()).view(*group.shape, -1) for rows in (kv_rows, score_rows))
         pooled = kernels.softmax_pool(kv, score)
         return self.norm(pooled.to(numerics.dtype)), complete
 
+    def decode_slots(self, batch: DecodeBatch, state: StateCache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``group_slots`` of this compressor's ring, once per step for every source of its ratio and ring size."""
+        r, size = self.ratio, state.fixed(self.key, "comp_kv").shape[1]
+        return batch.shared(("group_slots", r, size), lambda: group_slots(batch, r, size))
+
 
 def group_slots(batch: DecodeBatch, r: int, size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Ring slots (ring of ``size``) of each token [B] and of its group's ``r`` positions [B, r], and
-    whether the token completes its group [B]: the same for every source of one ratio, so a decode
-    step computes them once (``DecodeBatch.shared``)."""
+    """Rows of the compressor rings flattened to [slots x ``size``, d]: each token's [B] and its group's
+    ``r`` positions' [B, r]; and whether the token completes its group [B]. The same for every source
+    of one ratio, so a decode step computes them once (``DecodeBatch.shared``)."""
     at = batch.positions % size
     group = (group_start(batch, r).unsqueeze(1) + batch.arange(r)) % size
+    base = batch.slots * size
     # the token completes its group iff it sits in the group's last slot (rings hold >= r slots)
-    return at, group, group[:, -1] == at
+    return base + at, base.unsqueeze(1) + group, group[:, -1] == at
 
 
 def group_start(batch: DecodeBatch, r: int) -> torch.Tensor:
