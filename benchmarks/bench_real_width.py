@@ -314,10 +314,18 @@ AB_SWITCHES = {
     **{f"gluon_items{items}": (lambda items=items: setattr(gluon_gemv, "ITEMS", items),
                                lambda v=gluon_gemv.ITEMS: setattr(gluon_gemv, "ITEMS", v))
        for items in (99, 198, 297)},
-    # the A/B's other run takes one token's routed experts on the Gluon GEMV (off by default: gluon_gemv.GLUON_PAIRS;
-    # its grid on gluon_gemv.PAIR_SM_SHARE of the SMs)
-    "gluon_pairs": (lambda: setattr(gluon_gemv, "GLUON_PAIRS", True),
-                    lambda: setattr(gluon_gemv, "GLUON_PAIRS", False)),
+    # one token's routed experts on the MoE's Triton bf16 path, not on the Gluon GEMV (gluon_gemv.GLUON_PAIRS; its grid
+    # on gluon_gemv.PAIR_SM_SHARE of the SMs)
+    "gluon_pairs": (lambda: setattr(gluon_gemv, "GLUON_PAIRS", False),
+                    lambda: setattr(gluon_gemv, "GLUON_PAIRS", True)),
+    # the indexer's head weights computed after its queries on their stream, not in AttentionV41.decode_early
+    # (overlap.INDEX_WEIGHTS_EARLY)
+    "index_weights_early": (lambda: setattr(overlap, "INDEX_WEIGHTS_EARLY", False),
+                            lambda: setattr(overlap, "INDEX_WEIGHTS_EARLY", True)),
+    # a compressed layer's decode keys and index in torch (a gather, two cats, a where) instead of one Triton launch
+    # (kernels/triton_keys.py)
+    "selected_keys": (lambda: kernels.use_backend("selected_keys", "torch"),
+                      lambda: kernels.use_backend("selected_keys", None)),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": (lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", False),

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -733,6 +733,24 @@ if has s20a; then  # session 20 (~6 min): a KV source's publishing started befor
     --ab publish_early:1,8 prefetch:1,8 gluon_pairs:1 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s20a.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s20a.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s20a.log"
   head -1 "$OUT/s20a/timeline_graph_b1.txt"
+  pack
+fi
+if has s20b; then  # session 20 (~7 min): a compressed layer's decode keys and index in one Triton launch
+  # (kernels/triton_keys.py), the indexer's head weights started early (overlap.INDEX_WEIGHTS_EARLY), the window KV
+  # issued inside the window part, one token's experts on the Gluon GEMV (GLUON_PAIRS on, 15/16 of the SMs) -- the
+  # GPU tests of the new kernel, the decode graphs, the overlap, the MoE and the Gluon GEMV; V4.1 decode B = 1 / 8
+  # with each off against the default, 5 alternating rounds; the B = 1 timeline
+  timeout 300 python -m pytest -q tests/gpu/test_selected_keys_gpu.py tests/gpu/test_overlap_gpu.py \
+    tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_model_flashmla_gpu.py tests/gpu/test_moe_gpu.py \
+    tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider > "$OUT/gpu_tests_s20b.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s20b.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s20b.log" | head
+  pack
+  mkdir -p "$OUT/s20b"
+  timeout 260 ${RW/--out $OUT/--out $OUT/s20b} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
+    --ab selected_keys:1,8 index_weights_early:1,8 gluon_pairs:1 prefetch:1 --ab-rounds 5 --timeline 1 \
+    > "$OUT/real_width_s20b.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s20b.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s20b.log"
+  head -1 "$OUT/s20b/timeline_graph_b1.txt"
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

@@ -128,6 +128,10 @@ def softmax_pool(*args: Any, **kwargs: Any) -> Any:
     return call("softmax_pool", *args, **kwargs)
 
 
+def selected_keys(*args: Any, **kwargs: Any) -> Any:
+    return call("selected_keys", *args, **kwargs)
+
+
 def compressor_v4_gather(*args: Any, **kwargs: Any) -> Any:
     return call("compressor_v4_gather", *args, **kwargs)
 
@@ -180,4 +184,4 @@ from deepinfer_adapters.kernels import cublas_linear, flashmla_sparse, triton_in
 from deepinfer_adapters.kernels import gluon_gemv  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_linear, triton_quant, triton_route, triton_topk  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_engram, triton_hadamard  # noqa: E402,F401
-from deepinfer_adapters.kernels import triton_compressor, triton_pool  # noqa: E402,F401
+from deepinfer_adapters.kernels import triton_compressor, triton_keys, triton_pool  # noqa: E402,F401

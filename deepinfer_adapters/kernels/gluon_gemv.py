@@ -46,8 +46,10 @@ GLUON_GEMV = True
 # tolerance, rel 0.7-3.6e-3) but neutral in the model (H200, session 19, V4.1 B=1 2.212 vs 2.208 ms, 5 alternating
 # rounds): w13 40-46 us against the Triton bf16 path's 46-51 (floor 35), w2 28.6-31 against 26-31 (floor 18: 480
 # items on 115 programs, some take 5), while the shared expert's w2 GEMV, itself persistent on the side stream, ran
-# on the 17 SMs left (~13 -> ~39 us; joining the shared expert after the gate instead: 2.289 ms). Off
-GLUON_PAIRS = False
+# on the 17 SMs left (~13 -> ~39 us; joining the shared expert after the gate instead: 2.289 ms). On 15/16 of the SMs
+# (``PAIR_SM_SHARE``) it paid in both of session 20's runs (5 alternating rounds each): 2.195 vs 2.213 and 2.147 vs
+# 2.162 ms. On
+GLUON_PAIRS = True
 # the share of the SMs ``pair_gemm``'s persistent grid takes. w2's 480 items take 5 rounds on 7/8 of the SMs (115
 # programs) and 4 on 15/16 (123). H200, session 20, 5 alternating rounds each: pairs on 7/8 2.325 vs 2.317 ms off,
 # on 15/16 2.195 vs 2.213 off; one program an item (the GPU interleaving it with the shared expert's GEMV) 2.381 vs

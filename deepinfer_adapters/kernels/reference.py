@@ -18,7 +18,7 @@ from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "topk_torch_order", "swiglu", "moe_route", "softmax_pool",
-       "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather", "rms_norm_in_dtype")
+       "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather", "rms_norm_in_dtype", "selected_keys")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -294,6 +294,18 @@ def topk_torch_order(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.
     the k-th largest is torch's, per device (the Triton backend states CUDA's)."""
     picked = torch.sort(scores.topk(k, dim=-1, sorted=False).indices, dim=-1).values
     return picked, scores.gather(-1, picked)
+
+
+def selected_keys(window: torch.Tensor, window_valid: torch.Tensor, pool: torch.Tensor, addr: torch.Tensor,
+                  seen: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decode step's attention keys and index (V4.1 compressed layers): keys [B, W + k, d] = each
+    sequence's window keys [B, W, d] followed by the pool's rows at ``addr`` [B, k] (as the window's dtype),
+    and index [B, W + k] into those keys flattened to [B (W + k), d]: b (W + k) + j where the key exists
+    (``window_valid`` [B, W], then ``seen`` [B, k]), else -1."""
+    keys = torch.cat([window, pool[addr].to(window.dtype)], 1)
+    B, K = keys.shape[:2]
+    valid = torch.cat([window_valid, seen], 1)
+    return keys, torch.where(valid, torch.arange(B * K, device=keys.device).view(B, K), -1)
 
 
 def softmax_pool(kv: torch.Tensor, score: torch.Tensor) -> torch.Tensor:

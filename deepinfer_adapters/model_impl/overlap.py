@@ -53,6 +53,9 @@ KEYS_PARTS_ASIDE = True
 # the attention's input) started on a stream of its own before the projection is issued (AttentionV41.decode_early),
 # instead of inside the keys' part after the query norm. Session 20, prepared
 PUBLISH_EARLY = True
+# the V4.1 indexer's head weights (weights_proj, from the layer's input alone) started with the publishing in
+# AttentionV41.decode_early on a stream of their own, not after the index queries on theirs. Session 20, prepared
+INDEX_WEIGHTS_EARLY = True
 # a decode step's index tensors that depend on its batch alone (ring slots, row addresses, visible rows) built at the
 # step's start on a stream of their own (DecodeBatch.prefetch, AttentionV41.decode_prologue), not by the first
 # compressed layer that asks, on its critical path. Session 20, prepared

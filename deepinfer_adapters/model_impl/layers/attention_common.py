@@ -197,20 +197,21 @@ class AttentionBase(nn.Module):
         return same_input(x, numerics, self.q_kv, self.wq_a, self.wkv)
 
     def decode_step(self, x: torch.Tensor, batch: DecodeBatch, numerics: Numerics,
-                    keys_and_index: Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
+                    keys_and_index: Callable[[torch.Tensor, Callable[[], torch.Tensor], torch.Tensor],
                                              tuple[torch.Tensor, torch.Tensor]],
                     projected: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """One decode step's attention (``model.decode``): wq_a + wkv (``project``; ``projected``: its
         output where the caller issued it already), then the queries (wq_b, one large GEMV) next to
         ``keys_and_index(qr, window kv, freqs)`` -> (keys [B, K, d], their ``gathered_index``): the window
         ring, compressor and indexer, dozens of small kernels that need only qr and the KV (overlap.py),
-        then attention and the output."""
+        then attention and the output. The window KV comes as a callable: issued where the keys' part
+        needs it, not ahead of its other work."""
         freqs = self.decode_freqs(batch)
         q_low, kv = projected if projected is not None else self.project(x, numerics)
         qr = self.q_norm(q_low)
         q, (keys, index) = side_by_side(
             x, lambda: self.query_heads(qr, freqs, numerics),
-            lambda: keys_and_index(qr, self.window_kv(kv, freqs, numerics), freqs), when=overlap.DECODE_KEYS)
+            lambda: keys_and_index(qr, lambda: self.window_kv(kv, freqs, numerics), freqs), when=overlap.DECODE_KEYS)
         return self.output(self.attend_gathered(q, keys, index, numerics), freqs, numerics)
 
     def decode_freqs(self, batch: DecodeBatch) -> torch.Tensor:

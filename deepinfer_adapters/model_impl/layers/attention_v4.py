@@ -14,6 +14,8 @@ FP8 round trip of the non-rope KV dims in blocks of 64 (RoPE dims stay exact).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from deepinfer_adapters import kernels
@@ -73,14 +75,16 @@ class AttentionV4(AttentionBase):
         """``forward`` for one new token per sequence, batched on the device (model.decode):
         the window (W keys, oldest first), then the compressed rows it picks."""
         return self.decode_step(x, batch, numerics,
-                                lambda qr, kv, freqs: self._decode_keys(x, qr, kv, freqs, batch, state, numerics),
+                                lambda qr, window_kv, freqs: self._decode_keys(x, qr, window_kv, freqs, batch, state,
+                                                                               numerics),
                                 projected)
 
-    def _decode_keys(self, x: torch.Tensor, qr: torch.Tensor, kv: torch.Tensor, freqs: torch.Tensor,
-                     batch: DecodeBatch, state: StateCache, numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+    def _decode_keys(self, x: torch.Tensor, qr: torch.Tensor, window_kv: Callable[[], torch.Tensor],
+                     freqs: torch.Tensor, batch: DecodeBatch, state: StateCache,
+                     numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
         """A decode step's keys [B, K, d] and attention index: the window, then (compressed
         layers) the compressed rows picked, after storing a completed row."""
-        keys, window = self.decode_window(state, batch, kv)
+        keys, window = self.decode_window(state, batch, window_kv())
         if self.compressor is None:
             return keys, window.attend_index
         entries, complete = self.compressor.decode(x, numerics, state, batch)

@@ -21,7 +21,7 @@ import torch
 
 from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
-from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, WindowSlots, gathered_index, join_rows
+from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, join_rows
 from deepinfer_adapters.model_impl.layers.compressor_v41 import CompressorV41, group_start
 from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41, unseen_rows
 from deepinfer_adapters.model_impl import overlap
@@ -41,10 +41,12 @@ CAUSAL_INDEX_SCORES = True
 
 @dataclass
 class EarlyDecode:
-    """What ``AttentionV41.decode_early`` issued: the projection's output, the publishing's join."""
+    """What ``AttentionV41.decode_early`` issued: the projection's output, the publishing's and the indexer head
+    weights' joins."""
 
     projected: tuple[torch.Tensor, torch.Tensor] | None = None
     publish: Callable[[], Callable[[], None] | None] | None = None
+    weights: Callable[[], torch.Tensor] | None = None
 
 
 class AttentionV41(AttentionBase):
@@ -87,13 +89,16 @@ class AttentionV41(AttentionBase):
                      numerics: Numerics) -> "EarlyDecode":
         """A decode step's first work, issued by the block before its HC mixes fork: a KV source's publishing
         (compressor, index keys, compressed KV rows; it needs only ``x``) started on a stream of its own
-        where ``overlap.PUBLISH_EARLY`` -- ahead of the projection, so it waits for nothing but ``x`` -- then
-        the projection where ``overlap.PROJECT_BEFORE_MIXES``. ``decode`` takes the result."""
-        publish = None
+        where ``overlap.PUBLISH_EARLY`` -- ahead of the projection, so it waits for nothing but ``x`` -- and
+        the indexer's head weights (also from ``x`` alone) where ``overlap.INDEX_WEIGHTS_EARLY``, then the
+        projection where ``overlap.PROJECT_BEFORE_MIXES``. ``decode`` takes the result."""
+        publish = weights = None
         if self.is_source and overlap.PUBLISH_EARLY:
             publish = aside(x, lambda: self._publish_decode(x, batch, state, numerics,
                                                             aside_kv=overlap.KEYS_PARTS_ASIDE))
-        return EarlyDecode(self.project(x, numerics) if overlap.PROJECT_BEFORE_MIXES else None, publish)
+        if self.runs_indexer and overlap.INDEX_WEIGHTS_EARLY and self._index_rows(batch, state):
+            weights = aside(x, lambda: self.indexer.head_weights(x, numerics))
+        return EarlyDecode(self.project(x, numerics) if overlap.PROJECT_BEFORE_MIXES else None, publish, weights)
 
     def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics,
                early: "EarlyDecode | None" = None) -> torch.Tensor:
@@ -101,8 +106,8 @@ class AttentionV41(AttentionBase):
         ``decode_early``'s result where the block issued it."""
         early = early or EarlyDecode()
         return self.decode_step(x, batch, numerics,
-                                lambda qr, kv, freqs: self._decode_keys(x, qr, kv, freqs, batch, state, numerics,
-                                                                        early.publish),
+                                lambda qr, window_kv, freqs: self._decode_keys(x, qr, window_kv, freqs, batch, state,
+                                                                               numerics, early),
                                 early.projected)
 
     def decode_prologue(self, batch: DecodeBatch, state: StateCache) -> None:
@@ -123,29 +128,36 @@ class AttentionV41(AttentionBase):
             self._unseen(batch, n_rows)
         step_slot_base(state, batch, self.source_key, "compressed_kv")  # the selected rows' addresses' slot part
 
-    def _decode_keys(self, x: torch.Tensor, qr: torch.Tensor, kv: torch.Tensor, freqs: torch.Tensor,
-                     batch: DecodeBatch, state: StateCache, numerics: Numerics,
-                     publish: Callable[[], Callable[[], None] | None] | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _decode_keys(self, x: torch.Tensor, qr: torch.Tensor, window_kv: Callable[[], torch.Tensor],
+                     freqs: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics,
+                     early: EarlyDecode) -> tuple[torch.Tensor, torch.Tensor]:
         """A decode step's keys [B, K, d] and attention index: the window, then (compressed
-        layers) the selected rows, after publishing this layer's rows and selecting. ``publish``: the
-        join of the publishing where ``decode_early`` started it."""
+        layers) the selected rows, after publishing this layer's rows and selecting. ``early``: what
+        ``decode_early`` started (the publishing, the head weights), joined here."""
         if not self.ratio:
-            keys, window = self.decode_window(state, batch, kv)
+            keys, window = self.decode_window(state, batch, window_kv())
             return keys, window.attend_index
         queries = None
         if self.runs_indexer and self._index_rows(batch, state):
             # the indexer's query side needs no keys: on a stream of its own next to the window, the
             # compressor and the publishing (overlap.py), joined where the scores need it
-            queries = aside(x, lambda: self.indexer.queries(x, qr, freqs, numerics), when=overlap.INDEX_QUERIES_ASIDE)
+            if early.weights is None:
+                queries = aside(x, lambda: self.indexer.queries(x, qr, freqs, numerics),
+                                when=overlap.INDEX_QUERIES_ASIDE)
+            else:
+                index_queries = aside(x, lambda: self.indexer.index_queries(qr, freqs, numerics),
+                                      when=overlap.INDEX_QUERIES_ASIDE)
+
+                def queries() -> tuple[torch.Tensor, torch.Tensor]:  # both parts joined where the scores read them
+                    return index_queries(), early.weights()
         # the window ring, and a source's compressed KV rows, are not read before the selected rows: next to the
         # publishing and the selection on streams of their own where ``overlap.KEYS_PARTS_ASIDE``
         parts = overlap.KEYS_PARTS_ASIDE
-        window_part = aside(x, lambda: self.decode_window(state, batch, kv), when=parts)
+        window_part = aside(x, lambda: self.decode_window(state, batch, window_kv()), when=parts)
         compressed_part = None
         try:
-            if publish is not None:
-                compressed_part = publish()
+            if early.publish is not None:
+                compressed_part = early.publish()
             elif self.is_source:
                 compressed_part = self._publish_decode(x, batch, state, numerics, aside_kv=parts)
             if self.runs_indexer:
@@ -153,10 +165,11 @@ class AttentionV41(AttentionBase):
             if compressed_part is not None:
                 compressed_part()
             keys, window = window_part()
-            rows, index = self._selected_rows(batch, state, window, numerics)
-            return torch.cat([keys, rows], 1), index
+            addr, seen = self._selected_addresses(batch, state)
+            return kernels.selected_keys(keys, window.valid, state.row_pool(self.source_key, "compressed_kv"), addr,
+                                         seen)
         finally:  # already joined unless something failed: then no side stream is left open
-            for join in (publish, compressed_part, window_part, queries):
+            for join in (early.publish, compressed_part, window_part, queries):
                 if join is not None:
                     join()
 
@@ -164,19 +177,16 @@ class AttentionV41(AttentionBase):
         """How many compressed rows a decode step's indexer scans: the first max_len // ratio."""
         return min(batch.max_len // self.ratio, state.row_capacity(self.source_key, "index_k"))
 
-    def _selected_rows(self, batch: DecodeBatch, state: StateCache, window: WindowSlots,
-                       numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
-        """The compressed rows the step's selections pick [B, k, d] and the attention index over
-        the window keys followed by them. Gathered once per selections: the reuse layers after
-        an index layer read the same rows of the same source, which no layer in between writes."""
+    def _selected_addresses(self, batch: DecodeBatch, state: StateCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pool addresses of the compressed rows the step's selections pick [B, k], and which picks are
+        seen [B, k]: once per selections -- the reuse layers after an index layer read the same rows of the
+        same source, which no layer in between writes."""
         sel, seen = batch.scratch["selections"]
-        cached = batch.scratch.get("selected_rows")
+        cached = batch.scratch.get("selected_addresses")
         if cached is None or cached[0] is not sel or cached[1] != self.source_key:
-            pool = state.row_pool(self.source_key, "compressed_kv")
-            rows = pool[step_row_address(state, batch, self.source_key, "compressed_kv", sel)].to(numerics.dtype)
-            cached = (sel, self.source_key, rows, gathered_index(batch, torch.cat([window.valid, seen], 1)))
-            batch.scratch["selected_rows"] = cached
-        return cached[2], cached[3]
+            cached = (sel, self.source_key, step_row_address(state, batch, self.source_key, "compressed_kv", sel))
+            batch.scratch["selected_addresses"] = cached
+        return cached[2], seen
 
     def _select_decode(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: DecodeBatch,
                        state: StateCache, numerics: Numerics,

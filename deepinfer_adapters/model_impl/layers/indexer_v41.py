@@ -63,12 +63,19 @@ class IndexerV41(nn.Module):
                 numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
         """The scores' query side, which needs no keys: (index queries [n, H, dk], head weights [n, H]), both
         in the activation dtype."""
-        dt = numerics.dtype
+        return self.index_queries(qr, freqs, numerics), self.head_weights(x, numerics)
+
+    def index_queries(self, qr: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        """``queries``' first part, from the query latent: [n, H, dk]."""
         q = self.wq_b(qr, numerics).unflatten(-1, (self.n_heads, self.head_dim))
         q = kernels.apply_rope(q, freqs, overwrite=True)  # q is this call's own, as in AttentionBase.query_heads
         if numerics.kv_quant:
             q = kernels.fp4_roundtrip_e8m0(q, INDEX_FP4_BLOCK)
-        return q.to(dt), (self.weights_proj(x, numerics) * self.weight_scale).to(dt)
+        return q.to(numerics.dtype)
+
+    def head_weights(self, x: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        """``queries``' second part, from the layer's input alone: [n, H]."""
+        return (self.weights_proj(x, numerics) * self.weight_scale).to(numerics.dtype)
 
     @staticmethod
     def scores_of(q: torch.Tensor, w: torch.Tensor, keys: torch.Tensor,
