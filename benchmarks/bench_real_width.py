@@ -334,9 +334,6 @@ AB_SWITCHES = {
     # (overlap.PUBLISH_EARLY)
     "publish_early": (lambda: setattr(overlap, "PUBLISH_EARLY", False),
                       lambda: setattr(overlap, "PUBLISH_EARLY", True)),
-    # a decode step's batch-only index tensors built by the first layer that asks, not at the step's start on a
-    # stream of their own (overlap.PREFETCH)
-    "prefetch": (lambda: setattr(overlap, "PREFETCH", False), lambda: setattr(overlap, "PREFETCH", True)),
     # a compressed layer's window ring and compressed KV rows in the keys' stream, not on streams of their own
     # (overlap.KEYS_PARTS_ASIDE)
     "keys_parts": (lambda: setattr(overlap, "KEYS_PARTS_ASIDE", False),

@@ -719,7 +719,7 @@ if has s19pairs; then  # session 19 (~1 min; run by hand then, as one python -c 
   pack
 fi
 if has s20a; then  # session 20 (~6 min): a KV source's publishing started before the projection (overlap.PUBLISH_EARLY)
-  # and the batch-only index tensors built at the step's start (overlap.PREFETCH), both on; aside's joins by event,
+  # and the batch-only index tensors built at the step's start (PREFETCH, since removed: neutral), both on; aside's joins by event,
   # stream levels reused -- the GPU tests of the decode graphs and the overlap (bits with it on and off) and the
   # pair GEMV's; V4.1 decode B = 1 / 8 with each off against the default, and one token's experts on the Gluon GEMV
   # on 15/16 of the SMs, 5 alternating rounds; the B = 1 timeline with streams
@@ -730,7 +730,7 @@ if has s20a; then  # session 20 (~6 min): a KV source's publishing started befor
   pack
   mkdir -p "$OUT/s20a"
   timeout 260 ${RW/--out $OUT/--out $OUT/s20a} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --ab publish_early:1,8 prefetch:1,8 gluon_pairs:1 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s20a.log" 2>&1
+    --ab publish_early:1,8 gluon_pairs:1 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s20a.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s20a.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s20a.log"
   head -1 "$OUT/s20a/timeline_graph_b1.txt"
   pack
@@ -747,7 +747,7 @@ if has s20b; then  # session 20 (~7 min): a compressed layer's decode keys and i
   pack
   mkdir -p "$OUT/s20b"
   timeout 260 ${RW/--out $OUT/--out $OUT/s20b} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --ab selected_keys:1,8 index_weights_early:1,8 gluon_pairs:1 prefetch:1 --ab-rounds 5 --timeline 1 \
+    --ab selected_keys:1,8 index_weights_early:1,8 gluon_pairs:1 --ab-rounds 5 --timeline 1 \
     > "$OUT/real_width_s20b.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s20b.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s20b.log"
   head -1 "$OUT/s20b/timeline_graph_b1.txt"

@@ -68,13 +68,12 @@ def test_decode_refuses_draft_stages(ckpt):
 
 @pytest.mark.parametrize("switches", [{}, {"PROJECT_BEFORE_MIXES": False, "KEYS_PARTS_ASIDE": False,
                                            "NORM_BEFORE_MIXES": False, "INDEX_QUERIES_ASIDE": False,
-                                           "PUBLISH_EARLY": False, "PREFETCH": False, "INDEX_WEIGHTS_EARLY": False}],
+                                           "PUBLISH_EARLY": False, "INDEX_WEIGHTS_EARLY": False}],
                          ids=["defaults", "all_off"])
 def test_launch_order_switches_keep_decode_equal_to_forward(ckpt, monkeypatch, switches):
     """overlap.py's launch-order switches move where kernels are issued, never what they compute: decode
     still equals forward bit for bit with their defaults (on) and with all of them off (other code paths:
-    ``_publish_decode(aside_kv=False)``, ``decode`` without ``decode_early``'s work, every index tensor built
-    where a layer first asks)."""
+    ``_publish_decode(aside_kv=False)``, ``decode`` without ``decode_early``'s work)."""
     from deepinfer_adapters.model_impl import overlap
 
     for name, value in switches.items():

@@ -23,17 +23,3 @@ def test_aside_runs_once_and_join_returns_its_value():
     first, second = join(), join()
     assert first is second and calls == [1] and not overlap._live
 
-
-def test_prefetched_values_are_the_ones_later_asks_get():
-    """``DecodeBatch.prefetch`` builds ``shared`` values ahead: a later ``shared`` with the same key returns that
-    value without building again, a new key still builds, and ``end_prefetch`` ends the prefetch."""
-    from deepinfer_adapters.model_impl.batch import DecodeBatch
-
-    batch = DecodeBatch.build([5, 6], [3, 9], [0, 1])
-    built = []
-    batch.prefetch(batch.positions, lambda: batch.shared("twice", lambda: built.append(1) or batch.positions * 2))
-    value = batch.shared("twice", lambda: built.append(2) or None)
-    assert built == [1] and torch.equal(value, torch.tensor([6, 18]))
-    assert batch.shared("other", lambda: built.append(3) or 7) == 7 and built == [1, 3]
-    batch.end_prefetch()
-    assert set(batch.scratch) == {"twice", "other"}

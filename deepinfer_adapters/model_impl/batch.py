@@ -15,8 +15,6 @@ from typing import TypeVar
 
 import torch
 
-from deepinfer_adapters.model_impl.overlap import aside
-
 T = TypeVar("T")
 
 
@@ -103,7 +101,6 @@ class ForwardBatch:
 
 
 _ARANGES: dict[tuple[int, int, torch.device], torch.Tensor] = {}  # DecodeBatch.arange
-_PREFETCHED = object()  # DecodeBatch.scratch's key of (the keys ``prefetch`` built, their join)
 
 
 def cached_constant(cache: dict, key: Hashable, build: Callable[[], T], limit: int = 0) -> T:
@@ -158,30 +155,10 @@ class DecodeBatch:
     def shared(self, key: Hashable, build: Callable[[], T]) -> T:
         """``build()`` once per step for every layer that asks with the same ``key``: index
         tensors that depend only on the batch (ring slots, RoPE rows, visible rows) then cost
-        their few small kernels once per step, not once per layer. A value ``prefetch`` built
-        is waited for first."""
+        their few small kernels once per step, not once per layer."""
         if key not in self.scratch:
             self.scratch[key] = build()
-        else:
-            ahead = self.scratch.get(_PREFETCHED)
-            if ahead is not None and key in ahead[0]:
-                ahead[1]()
         return self.scratch[key]
-
-    def prefetch(self, x: torch.Tensor, build: Callable[[], None]) -> None:
-        """Run ``build`` (``shared`` calls) now, on a stream of its own (overlap.aside; ``x``: the step's
-        activations) next to the step's first layers: the index tensors of layers further down are then
-        ready before those layers ask, instead of their small kernels sitting on the layers' critical
-        path. Call ``end_prefetch`` before the step's last kernels."""
-        before = set(self.scratch)
-        join = aside(x, build)
-        self.scratch[_PREFETCHED] = (set(self.scratch) - before, join)
-
-    def end_prefetch(self) -> None:
-        """The step's stream waits for ``prefetch``'s work (a CUDA graph's capture ends joined)."""
-        ahead = self.scratch.pop(_PREFETCHED, None)
-        if ahead is not None:
-            ahead[1]()
 
     def arange(self, n: int, start: int = 0) -> torch.Tensor:
         """``torch.arange(start, start + n)`` on the batch's device (row numbers and ring offsets

@@ -15,7 +15,6 @@ from torch import nn
 from deepinfer_adapters.config import ModelConfig
 from deepinfer_adapters.model_impl.base import CausalLMBase, DraftOutput, ModelOutput, in_numerics_scope
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch, cached_constant
-from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.engram_hash import (BLOCKED, EngramHasher, compressed_ids, engram_hash_chunk,
                                                       engram_hash_decode, make_engram_hasher)
 from deepinfer_adapters.model_impl.layers.block_v41 import BlockV41
@@ -136,8 +135,6 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             self._require_hasher()
         num = self.numerics
         batch.scratch.clear()
-        if overlap.PREFETCH:
-            batch.prefetch(batch.positions, lambda: [block.attn.decode_prologue(batch, state) for block in self.layers])
         hash_ids = self._engram_ids_decode(batch, state)
         # hc copies of each embedding in one gather (an expanded index), not a gather and a repeat
         h = self.embed.weight[batch.input_ids.unsqueeze(1).expand(-1, self.cfg.hc_mult)].to(num.dtype)
@@ -146,7 +143,6 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             if block.engram is not None:
                 h = block.engram(h, hash_ids[:, block.engram.table_index], num)
             h, pre = block.decode(h, pre, batch, state, num)
-        batch.end_prefetch()
         return self.head(hc_pre_norm(h, pre, self.norm).float(), num)
 
     def _identity_pre_mix(self, num_seqs: int, device: torch.device) -> torch.Tensor:

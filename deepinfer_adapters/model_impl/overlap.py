@@ -56,10 +56,6 @@ PUBLISH_EARLY = True
 # the V4.1 indexer's head weights (weights_proj, from the layer's input alone) started with the publishing in
 # AttentionV41.decode_early on a stream of their own, not after the index queries on theirs. Session 20, prepared
 INDEX_WEIGHTS_EARLY = True
-# a decode step's index tensors that depend on its batch alone (ring slots, row addresses, visible rows) built at the
-# step's start on a stream of their own (DecodeBatch.prefetch, AttentionV41.decode_prologue), not by the first
-# compressed layer that asks, on its critical path. Session 20, prepared
-PREFETCH = True
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 _STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
 _live: set[int] = set()  # the stream levels of side parts started (``aside``) and not yet joined

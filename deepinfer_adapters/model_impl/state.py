@@ -190,15 +190,12 @@ class DenseStateCache(StateCache):
         t[slot, start : start + rows.shape[0]] = rows.to(t.dtype)
 
 
-def step_slot_base(state: StateCache, batch: DecodeBatch, key: str, name: str) -> torch.Tensor:
-    """``state.slot_base(key, name, batch.slots)``, once per step per address space."""
-    return batch.shared(("slot_base", state.address_space(key, name)), lambda: state.slot_base(key, name, batch.slots))
-
-
 def step_row_address(state: StateCache, batch: DecodeBatch, key: str, name: str, rows: torch.Tensor) -> torch.Tensor:
     """``state.row_address(key, name, batch.slots, rows)`` for any ``rows`` (e.g. a layer's
-    selections): the slots' part (``step_slot_base``) once per step per address space."""
-    return state.row_address_at(key, name, step_slot_base(state, batch, key, name), rows)
+    selections): the slots' part (``slot_base``) once per step per address space."""
+    base = batch.shared(("slot_base", state.address_space(key, name)),
+                        lambda: state.slot_base(key, name, batch.slots))
+    return state.row_address_at(key, name, base, rows)
 
 
 def shared_row_address(state: StateCache, batch: DecodeBatch, key: str, name: str, rows_key: Hashable,

@@ -52,8 +52,8 @@ def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch):
     monkeypatch.setattr(overlap, "ENABLED", True)
     on, state_on = _run(model)
     # each side part not yet joined holds the lowest free stream level. V4: the shared expert only (one level).
-    # V4.1: the step's prefetch, a source's publishing, the HC mixes, inside their main part attention's keys,
-    # inside those the indexer's query side, the window ring and the compressed KV rows: 5 or more at once
+    # V4.1: a source's publishing and the indexer's head weights, the HC mixes, inside their main part attention's
+    # keys, inside those the indexer's query side, the window ring and the compressed KV rows: 5 or more at once
     depths = {depth for _, depth in overlap._STREAMS}
     assert depths == set(range(len(depths))) and (len(depths) >= 5 if arch == "v41" else depths == {0}), depths
     assert not overlap._live  # every part joined

@@ -27,8 +27,7 @@ from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41, unseen_
 from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.overlap import aside
-from deepinfer_adapters.model_impl.state import (StateCache, StateField, shared_row_address, step_row_address,
-                                                 step_slot_base)
+from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address, step_row_address
 from deepinfer_adapters import kernels
 
 WINDOW_FP8_BLOCK = 32  # the whole post-RoPE window vector, blocks of 32
@@ -109,24 +108,6 @@ class AttentionV41(AttentionBase):
                                 lambda qr, window_kv, freqs: self._decode_keys(x, qr, window_kv, freqs, batch, state,
                                                                                numerics, early),
                                 early.projected)
-
-    def decode_prologue(self, batch: DecodeBatch, state: StateCache) -> None:
-        """Ask ``batch.shared`` now for the index tensors this layer's decode step takes that depend on the
-        step's batch alone (the publishing's ring slots and row addresses, the index keys' addresses, the
-        rows each query sees): the model builds them ahead for every layer (``DecodeBatch.prefetch``), so
-        their small kernels leave the critical paths of the compressed layers."""
-        if not self.ratio:
-            return
-        if self.is_source:
-            self._group_row_address(batch, state)
-            if self.ratio > 1:
-                self._group_rope(batch)
-                self.compressor.decode_slots(batch, state)
-        n_rows = self._index_rows(batch, state) if self.runs_indexer else 0
-        if n_rows:
-            self._index_key_address(batch, state, n_rows)
-            self._unseen(batch, n_rows)
-        step_slot_base(state, batch, self.source_key, "compressed_kv")  # the selected rows' addresses' slot part
 
     def _decode_keys(self, x: torch.Tensor, qr: torch.Tensor, window_kv: Callable[[], torch.Tensor],
                      freqs: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics,
