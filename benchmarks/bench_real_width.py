@@ -59,7 +59,7 @@ import torch
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
-from deepinfer_adapters.kernels import triton_sparse_attn, triton_support
+from deepinfer_adapters.kernels import triton_pool, triton_sparse_attn, triton_support
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -326,6 +326,9 @@ AB_SWITCHES = {
     # (kernels/triton_keys.py)
     "selected_keys": (lambda: kernels.use_backend("selected_keys", "torch"),
                       lambda: kernels.use_backend("selected_keys", None)),
+    # the A/B's other run has a V4.1 ratio-2 compressor's decode step (ring writes and reads, the pooling) in one
+    # launch (off by default: triton_pool.RING_POOL, prepared in session 20)
+    "ring_pool": (lambda: setattr(triton_pool, "RING_POOL", True), lambda: setattr(triton_pool, "RING_POOL", False)),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": (lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", False),

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -751,6 +751,20 @@ if has s20b; then  # session 20 (~7 min): a compressed layer's decode keys and i
     > "$OUT/real_width_s20b.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s20b.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s20b.log"
   head -1 "$OUT/s20b/timeline_graph_b1.txt"
+  pack
+fi
+if has s21check; then  # prepared at the end of session 20 (~3 min): a V4.1 ratio-2 compressor's decode step in one
+  # launch (triton_pool.RING_POOL, off) -- its GPU test (the composed path's bits, the rings too) with the pool and
+  # keys tests; V4.1 decode B = 1 / 8 with it on against the default, 5 alternating rounds; the B = 1 timeline
+  timeout 150 python -m pytest -q tests/gpu/test_pool_gpu.py tests/gpu/test_selected_keys_gpu.py -p no:cacheprovider \
+    > "$OUT/gpu_tests_s21check.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s21check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s21check.log" | head
+  pack
+  mkdir -p "$OUT/s21check"
+  timeout 200 ${RW/--out $OUT/--out $OUT/s21check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
+    --ab ring_pool:1,8 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s21check.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s21check.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s21check.log"
+  head -1 "$OUT/s21check/timeline_graph_b1.txt"
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

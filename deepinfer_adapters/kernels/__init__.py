@@ -132,6 +132,19 @@ def selected_keys(*args: Any, **kwargs: Any) -> Any:
     return call("selected_keys", *args, **kwargs)
 
 
+def ring_pool(*args: Any, **kwargs: Any) -> Any:
+    return call("ring_pool", *args, **kwargs)
+
+
+def _composed_ring_pool(kv: Any, score: Any, kv_ring: Any, score_ring: Any, at: Any, group: Any) -> Any:
+    """``ring_pool`` as torch's row copies and gathers around the ``softmax_pool`` op (its own backend): where no
+    backend takes the whole step in one launch."""
+    return softmax_pool(*reference.ring_rows(kv, score, kv_ring, score_ring, at, group))
+
+
+register("ring_pool", "composed", _composed_ring_pool, priority=0)
+
+
 def compressor_v4_gather(*args: Any, **kwargs: Any) -> Any:
     return call("compressor_v4_gather", *args, **kwargs)
 

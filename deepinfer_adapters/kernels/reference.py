@@ -18,7 +18,7 @@ from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "topk_torch_order", "swiglu", "moe_route", "softmax_pool",
-       "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather", "rms_norm_in_dtype", "selected_keys")
+       "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather", "rms_norm_in_dtype", "selected_keys", "ring_pool")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -312,6 +312,24 @@ def softmax_pool(kv: torch.Tensor, score: torch.Tensor) -> torch.Tensor:
     """The compressors' pooling: sum over rows (dim 1) of kv * softmax over rows of score, fp32
     (the softmax in fp64 in batch-invariant mode, as every fp32-valued reference step)."""
     return (kv * wide(score).softmax(dim=1).float()).sum(dim=1)
+
+
+def ring_pool(kv: torch.Tensor, score: torch.Tensor, kv_ring: torch.Tensor, score_ring: torch.Tensor,
+              at: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """A V4.1 ratio-r compressor's decode step: each token's new row (kv, score [B, C] fp32) written to row
+    ``at`` [B] of the rings (kv_ring, score_ring [rows, C] fp32, in place), then ``softmax_pool`` over its
+    group's ring rows ``group`` [B, r] (the row just written among them): [B, C] fp32."""
+    return softmax_pool(*ring_rows(kv, score, kv_ring, score_ring, at, group))
+
+
+def ring_rows(kv: torch.Tensor, score: torch.Tensor, kv_ring: torch.Tensor, score_ring: torch.Tensor,
+              at: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ring_pool``'s writes, and the group rows it pools: (kv, score) [B, r, C]."""
+    kv_ring.index_copy_(0, at, kv)
+    score_ring.index_copy_(0, at, score)
+    rows = group.flatten()
+    return (kv_ring.index_select(0, rows).view(*group.shape, -1),
+            score_ring.index_select(0, rows).view(*group.shape, -1))
 
 
 def compressor_v4_gather(kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, kv_state: torch.Tensor,

@@ -52,3 +52,28 @@ def test_compressor_v4_gather_matches_reference_bit_for_bit(ratio, overlap, w, B
     same = [torch.equal(a, b) for a, b in zip(got + got_state, want + want_state)]
     print(f"REPORT compressor_v4_gather r={ratio} overlap={overlap} w={w} B={B}: bit-equal {same}")
     assert all(same)
+
+
+@pytest.mark.parametrize("B,r,C", [(1, 2, 512), (8, 2, 512), (8, 4, 512), (5, 3, 40)])
+def test_ring_pool_one_launch_is_the_composed_path(monkeypatch, B, r, C):
+    """``ring_pool`` in one launch (``triton_pool.RING_POOL``) writes the rings and pools the groups with the
+    bits of the composed path (torch's row copies and gathers around the ``softmax_pool`` kernel)."""
+    from deepinfer_adapters.kernels import triton_pool
+
+    g = torch.Generator(device="cuda").manual_seed(B * r)
+    size, slots = r + 2, B + 1
+    rings = (torch.randn(slots * size, C, device="cuda", generator=g),
+             torch.randn(slots * size, C, device="cuda", generator=g))
+    kv, s = torch.randn(B, C, device="cuda", generator=g), torch.randn(B, C, device="cuda", generator=g)
+    slot = torch.randperm(slots, device="cuda", generator=g)[:B]
+    pos = torch.randint(0, 100, (B,), device="cuda", generator=g)
+    at = slot * size + pos % size
+    group = slot[:, None] * size + (pos - pos % r)[:, None].add(torch.arange(r, device="cuda")) % size
+    args = (kv, s, *(t.clone() for t in rings), at, group)
+    assert kernels.chosen("ring_pool", *args) == "composed"  # off by default
+    want = kernels.ring_pool(*args)
+    monkeypatch.setattr(triton_pool, "RING_POOL", True)
+    fused = (kv, s, *(t.clone() for t in rings), at, group)
+    assert kernels.chosen("ring_pool", *fused) == "triton"
+    got = kernels.ring_pool(*fused)
+    assert torch.equal(got, want) and torch.equal(fused[2], args[2]) and torch.equal(fused[3], args[3])

@@ -80,10 +80,7 @@ class CompressorV41(nn.Module):
         # the rings as rows (a view: state fields are contiguous), each written and read through one index
         kv_rows, score_rows = (state.fixed(self.key, name).view(-1, kv.shape[-1]) for name in ("comp_kv", "comp_score"))
         at, group, complete = self.decode_slots(batch, state)
-        kv_rows.index_copy_(0, at, kv)
-        score_rows.index_copy_(0, at, score)
-        kv, score = (rows.index_select(0, group.flatten()).view(*group.shape, -1) for rows in (kv_rows, score_rows))
-        pooled = kernels.softmax_pool(kv, score)
+        pooled = kernels.ring_pool(kv, score, kv_rows, score_rows, at, group)
         return self.norm(pooled.to(numerics.dtype)), complete
 
     def decode_slots(self, batch: DecodeBatch, state: StateCache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
