@@ -41,6 +41,26 @@ def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32) -> None:
                  divisible, f"fp8_gemv_kernel (STAGES={stages}, PAIRS={pairs}, W_BK={w_bk})")
 
 
+def compile_offline_bf16(stages: int, group_rows: int = 1024) -> None:
+    """``bf16_gemv_kernel``: a decode step's wo_a (bf16 products, weight scales per [32, 32], rows grouped)."""
+    from triton.experimental.gluon import language as gl
+
+    from benchmarks.gluon_offline import compile_sm90
+    from deepinfer_adapters.kernels import gluon_gemv
+    from deepinfer_adapters.kernels.gluon_gemv_jit import bf16_gemv_kernel
+
+    R, T = gluon_gemv.ROWS, gluon_gemv.TOKENS
+    w_layout = gl.NVMMASharedLayout.get_default_for([R, 128], gl.float8e4nv)
+    a_layout = gl.NVMMASharedLayout.get_default_for([T, 128], gl.bfloat16)
+    sig = {"w_desc": f"tensordesc<fp8e4nv[{R},128],{w_layout!r}>", "a_desc": f"tensordesc<bf16[{T},128],{a_layout!r}>",
+           "WS": "*i32", "OUT": "*fp32", "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32",
+           "n_items": "i32", "stride_wsn": "i32", "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr",
+           "W_BN": "constexpr", "GROUP_ROWS": "constexpr"}
+    divisible = ("WS", "OUT", "N", "K", "k_per_split", "stride_om", "stride_os")
+    compile_sm90(bf16_gemv_kernel, sig, {"STAGES": stages, "W_BN": 32, "GROUP_ROWS": group_rows}, divisible,
+                 f"bf16_gemv_kernel (STAGES={stages}, GROUP_ROWS={group_rows})")
+
+
 def gluon_gemv_stages() -> int:
     from deepinfer_adapters.kernels import gluon_gemv
 
@@ -60,6 +80,7 @@ def main():
             compile_offline(stages)
         compile_offline(gluon_gemv_stages(), pairs=True, w_bk=128)
         compile_offline(gluon_gemv_stages(), pairs=True, w_bk=32)
+        compile_offline_bf16(gluon_gemv_stages())
         return
 
     from benchmarks.bench_decode_gemv import BLOCK, LINEARS, PER_LAYER, random_weight

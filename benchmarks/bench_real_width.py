@@ -326,6 +326,10 @@ AB_SWITCHES = {
     # (kernels/triton_keys.py)
     "selected_keys": (lambda: kernels.use_backend("selected_keys", "torch"),
                       lambda: kernels.use_backend("selected_keys", None)),
+    # the A/B's other run takes a decode step's wo_a on the Gluon GEMV's ring with bf16 products (off by default:
+    # gluon_gemv.GLUON_GROUPED, prepared in session 20)
+    "gluon_grouped": (lambda: setattr(gluon_gemv, "GLUON_GROUPED", True),
+                      lambda: setattr(gluon_gemv, "GLUON_GROUPED", False)),
     # the A/B's other run has a V4.1 ratio-2 compressor's decode step (ring writes and reads, the pooling) in one
     # launch (off by default: triton_pool.RING_POOL, prepared in session 20)
     "ring_pool": (lambda: setattr(triton_pool, "RING_POOL", True), lambda: setattr(triton_pool, "RING_POOL", False)),

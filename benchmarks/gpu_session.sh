@@ -753,16 +753,19 @@ if has s20b; then  # session 20 (~7 min): a compressed layer's decode keys and i
   head -1 "$OUT/s20b/timeline_graph_b1.txt"
   pack
 fi
-if has s21check; then  # prepared at the end of session 20 (~3 min): a V4.1 ratio-2 compressor's decode step in one
-  # launch (triton_pool.RING_POOL, off) -- its GPU test (the composed path's bits, the rings too) with the pool and
-  # keys tests; V4.1 decode B = 1 / 8 with it on against the default, 5 alternating rounds; the B = 1 timeline
-  timeout 150 python -m pytest -q tests/gpu/test_pool_gpu.py tests/gpu/test_selected_keys_gpu.py -p no:cacheprovider \
+if has s21check; then  # prepared at the end of session 20 (~4 min): a V4.1 ratio-2 compressor's decode step in one
+  # launch (triton_pool.RING_POOL, off) and wo_a on the Gluon GEMV's ring with bf16 products (gluon_gemv.GLUON_GROUPED,
+  # off) -- their GPU tests (the composed path's bits, the rings too; wo_a within bf16 rounding of the reference and
+  # the Triton kernel) with the pool and keys tests; V4.1 decode B = 1 / 8 with each on against the default, 5
+  # alternating rounds; the B = 1 timeline
+  timeout 200 python -m pytest -q tests/gpu/test_pool_gpu.py tests/gpu/test_selected_keys_gpu.py \
+    tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider \
     > "$OUT/gpu_tests_s21check.log" 2>&1
   echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s21check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s21check.log" | head
   pack
   mkdir -p "$OUT/s21check"
   timeout 200 ${RW/--out $OUT/--out $OUT/s21check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --ab ring_pool:1,8 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s21check.log" 2>&1
+    --ab ring_pool:1,8 gluon_grouped:1,8 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s21check.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s21check.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s21check.log"
   head -1 "$OUT/s21check/timeline_graph_b1.txt"
   pack

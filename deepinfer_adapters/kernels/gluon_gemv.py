@@ -55,6 +55,11 @@ GLUON_PAIRS = True
 # on 15/16 2.195 vs 2.213 off; one program an item (the GPU interleaving it with the shared expert's GEMV) 2.381 vs
 # 2.319 (removed)
 PAIR_SM_SHARE = 0.94
+# a decode step's wo_a (``fp8_grouped_linear``: bf16 activations, no quantization) on the same persistent ring with
+# bf16 products (``grouped_linear``): the Triton grouped kernel takes 18.5 us a layer at V4.1's widths at B=1 (H200,
+# session 20's timeline) against an 8 us floor (33.5 MB). Prepared in session 20 (compiled offline for sm_90), not
+# yet run on a GPU: off
+GLUON_GROUPED = False
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
@@ -176,4 +181,52 @@ def pair_gemm(q: torch.Tensor, q_scale: torch.Tensor, a_rows: torch.Tensor, expe
                    w_bn=1, w_bk=block[1], pairs=(experts, a_rows), nt_kt=(NT, KT), share=PAIR_SM_SHARE)
 
 
+def grouped_fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], **_) -> bool:
+    """Whether ``grouped_linear`` takes a decode step's wo_a (where ``GLUON_GROUPED``): bf16 x [T <= 16, G, K],
+    E4M3 weight [G R, K] with E8M0 scales per [32, 32], R a multiple of 64 and K of 128, on an sm_90 GPU,
+    outside batch-invariant mode."""
+    if not (GLUON_GROUPED and x.is_cuda and not interpreting() and not invariance.enabled()):
+        return False
+    if not (x.dim() == 3 and x.dtype == torch.bfloat16 and 0 < x.shape[0] <= TOKENS and tuple(block) == (32, 32)):
+        return False
+    T, G, K = x.shape
+    if not (weight.dtype == torch.float8_e4m3fn and weight.dim() == 2 and weight.shape[1] == K and K % 128 == 0
+            and weight.shape[0] % (G * ROWS) == 0 and weight.is_contiguous() and weight.data_ptr() % 16 == 0):
+        return False
+    if scale.dtype not in (torch.uint8, torch.float8_e8m0fnu) or tuple(scale.shape) != (weight.shape[0] // 32, K // 32) \
+            or not scale.is_contiguous():
+        return False
+    return gluon_hopper(x.device)
+
+
+def grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
+                   **_) -> torch.Tensor:
+    """See ``reference_fp8.fp8_grouped_linear`` ([T, G, K] -> [T, G, R]): the decode GEMV's persistent ring
+    with bf16 products (``bf16_gemv_kernel``: the weight converted to bf16 with its block scales in registers,
+    the activations as they are), each group's rows reading their group's inputs; ``grouped_fits`` says where."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from deepinfer_adapters.kernels.gluon_gemv_jit import bf16_gemv_kernel
+
+    T, G, K = x.shape
+    N = weight.shape[0]
+    n_tiles = N // ROWS
+    split, k_per_split = split_k(n_tiles, K, 128, ITEMS)
+    n_items = n_tiles * split
+    out = torch.empty((split, T, N) if split > 1 else (T, N), device=x.device,
+                      dtype=torch.float32 if split > 1 else x.dtype)
+    a = x.contiguous().view(T, G * K)
+    w_desc = TensorDescriptor(weight, list(weight.shape), list(weight.stride()), [ROWS, 128],
+                              gl.NVMMASharedLayout.get_default_for([ROWS, 128], gl.float8e4nv))
+    a_desc = TensorDescriptor(a, list(a.shape), list(a.stride()), [TOKENS, 128],
+                              gl.NVMMASharedLayout.get_default_for([TOKENS, 128], gl.bfloat16))
+    words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
+    bf16_gemv_kernel[(_programs(n_items, x.device),)](
+        w_desc, a_desc, words, out, N, T, K, k_per_split, split, n_items, words.stride(0), out.stride(-2),
+        out.stride(0) if split > 1 else 0, STAGES=STAGES, W_BN=32, GROUP_ROWS=N // G, num_warps=4)
+    return (out if split == 1 else sum_splits(out, x.dtype)).view(T, G, N // G)
+
+
 register("fp8_linear", "gluon", fp8_linear, supports=fits, priority=20)  # above the Triton kernels (10)
+register("fp8_grouped_linear", "gluon", grouped_linear, supports=grouped_fits, priority=20)

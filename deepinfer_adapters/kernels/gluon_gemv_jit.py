@@ -58,12 +58,15 @@ def _pair(EXPERT, AROW, pair, PAIRS: gl.constexpr):
 
 @gluon.jit
 def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_items, n_splits, k_per_split, K,
-                 tiles_per_pair, NT, KT, STAGES: gl.constexpr, PAIRS: gl.constexpr):
+                 tiles_per_pair, NT, KT, STAGES: gl.constexpr, PAIRS: gl.constexpr, GROUP_ROWS: gl.constexpr = 0):
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     g = 0  # steps copied so far by this program: the ring's position runs on across items
     for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
         pair, row0, _, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles_per_pair, W_ROWS)
         expert, a_row = _pair(EXPERT, AROW, pair, PAIRS)
+        a_k0 = k0
+        if GROUP_ROWS:  # a grouped weight: each group of its rows reads its own K inputs of the activation rows
+            a_k0 = k0 + row0 // GROUP_ROWS * K
         for i in range(k_steps):
             s = g % STAGES
             free = ((g // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
@@ -74,7 +77,7 @@ def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_i
                 _tma_load(w_desc, [tile_row, 0], ready.index(s), w_smem.index(s))
             else:
                 _tma_load(w_desc, [row0, k0 + i * 128], ready.index(s), w_smem.index(s))
-            _tma_load(a_desc, [a_row, k0 + i * 128], ready.index(s), a_smem.index(s))
+            _tma_load(a_desc, [a_row, a_k0 + i * 128], ready.index(s), a_smem.index(s))
             g += 1
 
 
@@ -186,4 +189,70 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
                           PAIRS)),
         (_gemv_loader, (w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_items, n_splits, k_per_split,
                         K, tiles_per_pair, NT, KT, STAGES, PAIRS)),
+    ], [1], [24])
+
+
+@gluon.jit
+def _bf16_products(w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_per_split, K, N, M, stride_wsn,
+                   stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr):
+    """``bf16_gemv_kernel``'s warpgroup: a step's [64, 128] E4M3 weight tile read from shared memory in four
+    32-input slices, each times its rows' E8M0 block scale and rounded to bf16 in registers (the bf16 path's
+    values: ``dequant_bf16``'s, exact), as wgmma's register operand against the bf16 activation slice; the
+    products accumulate in fp32 across the item's K range."""
+    W_ROWS: gl.constexpr = w_smem.type.shape[1]
+    T: gl.constexpr = a_smem.type.shape[1]
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, T, 16])
+    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
+    out_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1])
+    tile_rows = gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, w_layout))
+    tiles = gl.cdiv(N, W_ROWS)
+    g = 0  # the ring's position, as the loader's
+    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+        _, row0, split, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles, W_ROWS)
+        wrow = WS + (gl.minimum(row0 + tile_rows, N - 1) // W_BN).to(gl.int64) * stride_wsn + k0 // 128
+        acc = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
+        words = gl.load(wrow).to(gl.int32)
+        for i in range(k_steps):
+            s = g % STAGES
+            nxt = gl.load(wrow + gl.minimum(i + 1, k_steps - 1)).to(gl.int32)  # the next step's, ahead
+            mbarrier.wait(ready.index(s), (g // STAGES) & 1)
+            w_tile = w_smem.index(s)
+            a_tile = a_smem.index(s)
+            for j in gl.static_range(4):
+                w = w_tile.slice(32 * j, 32, dim=1).load(w_layout)
+                wb = (w.to(gl.float32) * gl.expand_dims(_block_scale(words, j), 1)).to(gl.bfloat16)
+                acc = warpgroup_mma(wb, a_tile.slice(32 * j, 32, dim=1).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            mbarrier.arrive(empty.index(s), count=1)
+            words = nxt
+            g += 1
+        res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
+        orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, out_layout))
+        otoks = gl.arange(0, T, layout=gl.SliceLayout(0, out_layout))
+        mask = gl.expand_dims(orows < N, 1) & gl.expand_dims(otoks < M, 0)
+        ptrs = OUT + split.to(gl.int64) * stride_os + gl.expand_dims(otoks.to(gl.int64) * stride_om, 0) \
+            + gl.expand_dims(orows, 1)
+        gl.store(ptrs, res, mask=mask)
+
+
+@gluon.jit
+def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_items, stride_wsn, stride_om,
+                     stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr, GROUP_ROWS: gl.constexpr):
+    """Persistent, as ``fp8_gemv_kernel``: OUT[split][token, row] = sum over the split's K range of A[token]
+    (bf16, not quantized) times the weight row converted to bf16 with its [W_BN, 32] E8M0 block scales (int32
+    words: four blocks a 128-input step). GROUP_ROWS > 0: a grouped weight (wo_a), rows g GROUP_ROWS .. read
+    activation inputs g K .. (g + 1) K - 1 (A as [tokens, groups x K])."""
+    W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    T: gl.constexpr = a_desc.block_type.shape[0]
+    w_smem = gl.allocate_shared_memory(w_desc.dtype, [STAGES, W_ROWS, 128], w_desc.layout)
+    a_smem = gl.allocate_shared_memory(a_desc.dtype, [STAGES, T, 128], a_desc.layout)
+    ready = _barriers(STAGES)
+    empty = _barriers(STAGES)
+    tiles = gl.cdiv(N, W_ROWS)
+    gl.warp_specialize([
+        (_bf16_products, (w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
+                          stride_wsn, stride_om, stride_os, STAGES, W_BN)),
+        (_gemv_loader, (w_desc, a_desc, w_smem, a_smem, ready, empty, WS, WS, n_items, n_splits, k_per_split, K,
+                        tiles, 1, 1, STAGES, False, GROUP_ROWS)),
     ], [1], [24])
