@@ -26,6 +26,11 @@ tested for the Triton tiles).
 
 Takes: bf16 activations [M <= 16, K] (quantized per 32 by ``act_quant`` first, one launch), E4M3 weights
 [N, K] with E8M0 scales per [32, 32] (V4.1's dense linears), K a multiple of 128.
+
+Also here: one token's routed experts (``pair_gemm``, FP8 products as above), and a decode step's wo_a
+(``grouped_linear``, off: ``GLUON_GROUPED``) on the same ring with bf16 products, as the reference's wo_a does
+not quantize its activations: ``bf16_gemv_kernel`` converts the weight tile with its block scales to bf16 in
+registers (``dequant_bf16``'s values) as wgmma's register operand.
 """
 
 from __future__ import annotations
@@ -57,8 +62,9 @@ GLUON_PAIRS = True
 PAIR_SM_SHARE = 0.94
 # a decode step's wo_a (``fp8_grouped_linear``: bf16 activations, no quantization) on the same persistent ring with
 # bf16 products (``grouped_linear``): the Triton grouped kernel takes 18.5 us a layer at V4.1's widths at B=1 (H200,
-# session 20's timeline) against an 8 us floor (33.5 MB). Prepared in session 20 (compiled offline for sm_90), not
-# yet run on a GPU: off
+# session 20's timeline) against an 8 us floor (33.5 MB). Prepared in session 20: its GPU tests passed on the first
+# run (rel 4-5e-6 against the reference at V4.1's widths, RESULTS_gluon_grouped_s20.log); a 3-round A/B in the model
+# was inconclusive. Off until measured
 GLUON_GROUPED = False
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
@@ -193,7 +199,8 @@ def grouped_fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, blo
     if not (weight.dtype == torch.float8_e4m3fn and weight.dim() == 2 and weight.shape[1] == K and K % 128 == 0
             and weight.shape[0] % (G * ROWS) == 0 and weight.is_contiguous() and weight.data_ptr() % 16 == 0):
         return False
-    if scale.dtype not in (torch.uint8, torch.float8_e8m0fnu) or tuple(scale.shape) != (weight.shape[0] // 32, K // 32) \
+    scale_shape = (weight.shape[0] // 32, K // 32)
+    if scale.dtype not in (torch.uint8, torch.float8_e8m0fnu) or tuple(scale.shape) != scale_shape \
             or not scale.is_contiguous():
         return False
     return gluon_hopper(x.device)

@@ -85,7 +85,7 @@ class AttentionV41(AttentionBase):
         return self.output(join_rows(outs), freqs, numerics)
 
     def decode_early(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache,
-                     numerics: Numerics) -> "EarlyDecode":
+                     numerics: Numerics) -> EarlyDecode:
         """A decode step's first work, issued by the block before its HC mixes fork: a KV source's publishing
         (compressor, index keys, compressed KV rows; it needs only ``x``) started on a stream of its own
         where ``overlap.PUBLISH_EARLY`` -- ahead of the projection, so it waits for nothing but ``x`` -- and
@@ -100,7 +100,7 @@ class AttentionV41(AttentionBase):
         return EarlyDecode(self.project(x, numerics) if overlap.PROJECT_BEFORE_MIXES else None, publish, weights)
 
     def decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics,
-               early: "EarlyDecode | None" = None) -> torch.Tensor:
+               early: EarlyDecode | None = None) -> torch.Tensor:
         """``forward`` for one new token per sequence, batched on the device (model.decode); ``early``:
         ``decode_early``'s result where the block issued it."""
         early = early or EarlyDecode()
