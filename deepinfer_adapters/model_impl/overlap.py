@@ -7,7 +7,8 @@ mix), the shared expert next to the MoE gate, routing and routed experts (``asid
 where its output is added), at decode an attention layer's
 window KV, compressor and indexer next to its query projection, and inside that the V4.1 indexer's
 query side next to the window, compressor and publishing, and (``KEYS_PARTS_ASIDE``) the window ring
-and a source's compressed KV rows on streams of their own. The same kernels run on the
+and a source's compressed KV rows on streams of their own; a V4.1 KV source's publishing and the indexer's
+head weights start before the projection (``PUBLISH_EARLY``, ``INDEX_WEIGHTS_EARLY``). The same kernels run on the
 same inputs, so every value is the same bits as run one after the other; only the time
 changes. SGLang runs DeepSeek's shared experts this way in its decode graphs.
 
@@ -51,10 +52,12 @@ INDEX_QUERIES_ASIDE = True
 KEYS_PARTS_ASIDE = True
 # a V4.1 KV source's publishing (compressor, index keys, compressed KV rows: dozens of small kernels that need only
 # the attention's input) started on a stream of its own before the projection is issued (AttentionV41.decode_early),
-# instead of inside the keys' part after the query norm. Session 20, prepared
+# instead of inside the keys' part after the query norm: B=1 2.197 -> 2.182 ms, B=8 within the rounds (H200, 5
+# alternating rounds, session 20; the KV source's attention 228 -> 182 us in the timelines, with the next two)
 PUBLISH_EARLY = True
-# the V4.1 indexer's head weights (weights_proj, from the layer's input alone) started with the publishing in
-# AttentionV41.decode_early on a stream of their own, not after the index queries on theirs. Session 20, prepared
+# the V4.1 indexer's head weights (weights_proj, from the layer's input alone) started in AttentionV41.decode_early
+# on a stream of their own, not after the index queries on theirs: B=1 2.141 -> 2.123 ms, B=8 4.849 -> 4.835 (session
+# 20, 5 rounds; 3 rounds in another run: 2.186 / 2.190, 4.702 / 4.695)
 INDEX_WEIGHTS_EARLY = True
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 _STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
