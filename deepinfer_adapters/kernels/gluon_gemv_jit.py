@@ -37,6 +37,17 @@ def _barriers(STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _ring(w_desc, a_desc, STAGES: gl.constexpr):
+    """The ring's STAGES slots of a weight tile and an activation tile (the descriptors' boxes), with their
+    ready and empty barriers."""
+    W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    T: gl.constexpr = a_desc.block_type.shape[0]
+    w_smem = gl.allocate_shared_memory(w_desc.dtype, [STAGES, W_ROWS, 128], w_desc.layout)
+    a_smem = gl.allocate_shared_memory(a_desc.dtype, [STAGES, T, 128], a_desc.layout)
+    return w_smem, a_smem, _barriers(STAGES), _barriers(STAGES)
+
+
+@gluon.jit
 def _item(item, n_splits, k_per_split, K, tiles_per_pair, W_ROWS: gl.constexpr):
     """Work item -> (pair, first weight row, K split, its first input, its 128-input steps): items run
     tile-major, a tile's K splits next to each other; the last split may be shorter. Without PAIRS one pair
@@ -177,12 +188,7 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
     as bytes (W_BK), ``stride_wsn`` in those; AS: the activations' fp32 scales per 32 inputs. PAIRS: pair r
     (M = 1) is OUT[split][r] = A[AROW[r]] W_EXPERT[r]^T, N and the scale rows per expert, NT / KT its 128-row
     and 128-input tiles."""
-    W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
-    T: gl.constexpr = a_desc.block_type.shape[0]
-    w_smem = gl.allocate_shared_memory(w_desc.dtype, [STAGES, W_ROWS, 128], w_desc.layout)
-    a_smem = gl.allocate_shared_memory(a_desc.dtype, [STAGES, T, 128], a_desc.layout)
-    ready = _barriers(STAGES)
-    empty = _barriers(STAGES)
+    w_smem, a_smem, ready, empty = _ring(w_desc, a_desc, STAGES)
     gl.warp_specialize([
         (_gemv_products, (w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K,
                           N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
@@ -243,13 +249,8 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
     (bf16, not quantized) times the weight row converted to bf16 with its [W_BN, 32] E8M0 block scales (int32
     words: four blocks a 128-input step). GROUP_ROWS > 0: a grouped weight (wo_a), rows g GROUP_ROWS .. read
     activation inputs g K .. (g + 1) K - 1 (A as [tokens, groups x K])."""
-    W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
-    T: gl.constexpr = a_desc.block_type.shape[0]
-    w_smem = gl.allocate_shared_memory(w_desc.dtype, [STAGES, W_ROWS, 128], w_desc.layout)
-    a_smem = gl.allocate_shared_memory(a_desc.dtype, [STAGES, T, 128], a_desc.layout)
-    ready = _barriers(STAGES)
-    empty = _barriers(STAGES)
-    tiles = gl.cdiv(N, W_ROWS)
+    w_smem, a_smem, ready, empty = _ring(w_desc, a_desc, STAGES)
+    tiles = gl.cdiv(N, w_desc.block_type.shape[0])
     gl.warp_specialize([
         (_bf16_products, (w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
                           stride_wsn, stride_om, stride_os, STAGES, W_BN)),
