@@ -57,3 +57,7 @@ def test_ring_pool_writes_the_rows_and_pools_the_group():
         w = torch.softmax(torch.tensor([[-1.0, 0.0], [-1.0, 1.0]]), dim=1)  # per column: row 0, then the new row
         torch.testing.assert_close(out, torch.stack([w[0, 1] * 2.0, w[1, 1] * 4.0])[None], rtol=1e-6, atol=1e-6)
     assert kernels.chosen("ring_pool", kv, s, kv_ring, s_ring, at, group) == "composed"
+    rounded = [fn(kv, s, kv_ring.clone(), s_ring.clone(), at, group, torch.bfloat16)
+               for fn in (reference.ring_pool, kernels.ring_pool)]
+    assert rounded[0].dtype == torch.bfloat16 and torch.equal(rounded[0], rounded[1])
+    assert torch.equal(rounded[0], out.bfloat16())

@@ -136,10 +136,12 @@ def ring_pool(*args: Any, **kwargs: Any) -> Any:
     return call("ring_pool", *args, **kwargs)
 
 
-def _composed_ring_pool(kv: Any, score: Any, kv_ring: Any, score_ring: Any, at: Any, group: Any) -> Any:
+def _composed_ring_pool(kv: Any, score: Any, kv_ring: Any, score_ring: Any, at: Any, group: Any,
+                        out_dtype: Any = None) -> Any:
     """``ring_pool`` as torch's row copies and gathers around the ``softmax_pool`` op (its own backend): where no
     backend takes the whole step in one launch."""
-    return softmax_pool(*reference.ring_rows(kv, score, kv_ring, score_ring, at, group))
+    pooled = softmax_pool(*reference.ring_rows(kv, score, kv_ring, score_ring, at, group))
+    return pooled if out_dtype is None else pooled.to(out_dtype)
 
 
 register("ring_pool", "composed", _composed_ring_pool, priority=0)

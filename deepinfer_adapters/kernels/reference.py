@@ -315,11 +315,11 @@ def softmax_pool(kv: torch.Tensor, score: torch.Tensor) -> torch.Tensor:
 
 
 def ring_pool(kv: torch.Tensor, score: torch.Tensor, kv_ring: torch.Tensor, score_ring: torch.Tensor,
-              at: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+              at: torch.Tensor, group: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """A V4.1 ratio-r compressor's decode step: each token's new row (kv, score [B, C] fp32) written to row
     ``at`` [B] of the rings (kv_ring, score_ring [rows, C] fp32, in place), then ``softmax_pool`` over its
-    group's ring rows ``group`` [B, r] (the row just written among them): [B, C] fp32."""
-    return softmax_pool(*ring_rows(kv, score, kv_ring, score_ring, at, group))
+    group's ring rows ``group`` [B, r] (the row just written among them): [B, C], rounded to ``out_dtype``."""
+    return softmax_pool(*ring_rows(kv, score, kv_ring, score_ring, at, group)).to(out_dtype)
 
 
 def ring_rows(kv: torch.Tensor, score: torch.Tensor, kv_ring: torch.Tensor, score_ring: torch.Tensor,

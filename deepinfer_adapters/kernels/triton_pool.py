@@ -25,7 +25,7 @@ from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, 
 TILE = 8192  # values of a [R, BLOCK_C] tile (32 per thread at 8 warps)
 MAX_ROWS = 1024
 # ``ring_pool`` in one launch (``ring_pool_kernel``): a V4.1 ratio-2 compressor's decode step was two ring writes,
-# two ring reads, this pooling and a cast, ~20 us on a KV source's critical path at B=1 (H200, session 20's
+# two ring reads, this pooling and the cast after, ~20 us on a KV source's critical path at B=1 (H200, session 20's
 # timeline). Prepared in session 20, not yet run on a GPU: off (then ``kernels`` composes torch's row copies
 # and the ``softmax_pool`` kernel)
 RING_POOL = False
@@ -86,7 +86,7 @@ def _kernel():
         kv = tl.load(KV_RING + ring_row[:, None] * stride_kr + cols[None, :], mask=old, other=0.0)
         s = tl.where(new, s_new[None, :], s)
         kv = tl.where(new, kv_new[None, :], kv)
-        tl.store(OUT + n * stride_on + cols, _pool(s, kv, INTERPRET), mask=cmask)
+        tl.store(OUT + n * stride_on + cols, _pool(s, kv, INTERPRET).to(OUT.dtype.element_ty), mask=cmask)
 
     return triton, softmax_pool_kernel, ring_pool_kernel
 
@@ -115,12 +115,12 @@ def _tile(R: int, C: int) -> tuple[int, int]:
 
 
 def ring_pool(kv: torch.Tensor, score: torch.Tensor, kv_ring: torch.Tensor, score_ring: torch.Tensor,
-              at: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-    """See ``reference.ring_pool``: one launch for the rings' writes, their reads and the pooling (where
-    ``RING_POOL``), each column pooled as ``softmax_pool`` pools it, so the same bits."""
+              at: torch.Tensor, group: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """See ``reference.ring_pool``: one launch for the rings' writes, their reads, the pooling and the rounding to
+    ``out_dtype`` (where ``RING_POOL``), each column pooled as ``softmax_pool`` pools it, so the same bits."""
     triton, _, kernel = _kernel()
     (B, C), R = kv.shape, group.shape[1]
-    out = torch.empty(B, C, device=kv.device, dtype=torch.float32)
+    out = torch.empty(B, C, device=kv.device, dtype=out_dtype)
     if B and C:
         r_pad, block_c = _tile(R, C)
         kernel[(B, triton.cdiv(C, block_c))](
@@ -131,10 +131,10 @@ def ring_pool(kv: torch.Tensor, score: torch.Tensor, kv_ring: torch.Tensor, scor
 
 
 def supports_ring_pool(kv: torch.Tensor, score: torch.Tensor, kv_ring: torch.Tensor, score_ring: torch.Tensor,
-                       at: torch.Tensor, group: torch.Tensor) -> bool:
-    tensors = (kv, score, kv_ring, score_ring)
-    return (RING_POOL and all(t.is_cuda and t.dim() == 2 and t.dtype == torch.float32 and t.stride(1) == 1
-                              for t in tensors)
+                       at: torch.Tensor, group: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> bool:
+    fp32_rows = all(t.is_cuda and t.dim() == 2 and t.dtype == torch.float32 and t.stride(1) == 1
+                    for t in (kv, score, kv_ring, score_ring))
+    return (RING_POOL and fp32_rows and out_dtype in (torch.float32, torch.bfloat16, torch.float16)
             and kv.shape == score.shape and kv_ring.shape == score_ring.shape and kv.shape[1] == kv_ring.shape[1]
             and at.dtype == group.dtype == torch.long and at.shape == kv.shape[:1] and group.dim() == 2
             and group.shape[0] == kv.shape[0] and group.stride(1) == 1 and at.stride(0) == 1

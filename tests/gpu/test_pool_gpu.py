@@ -55,9 +55,11 @@ def test_compressor_v4_gather_matches_reference_bit_for_bit(ratio, overlap, w, B
 
 
 @pytest.mark.parametrize("B,r,C", [(1, 2, 512), (8, 2, 512), (8, 4, 512), (5, 3, 40)])
-def test_ring_pool_one_launch_is_the_composed_path(monkeypatch, B, r, C):
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+def test_ring_pool_one_launch_is_the_composed_path(monkeypatch, B, r, C, out_dtype):
     """``ring_pool`` in one launch (``triton_pool.RING_POOL``) writes the rings and pools the groups with the
-    bits of the composed path (torch's row copies and gathers around the ``softmax_pool`` kernel)."""
+    bits of the composed path (torch's row copies and gathers around the ``softmax_pool`` kernel, then the
+    cast)."""
     from deepinfer_adapters.kernels import triton_pool
 
     g = torch.Generator(device="cuda").manual_seed(B * r)
@@ -69,11 +71,12 @@ def test_ring_pool_one_launch_is_the_composed_path(monkeypatch, B, r, C):
     pos = torch.randint(0, 100, (B,), device="cuda", generator=g)
     at = slot * size + pos % size
     group = slot[:, None] * size + (pos - pos % r)[:, None].add(torch.arange(r, device="cuda")) % size
-    args = (kv, s, *(t.clone() for t in rings), at, group)
+    args = (kv, s, *(t.clone() for t in rings), at, group, out_dtype)
     assert kernels.chosen("ring_pool", *args) == "composed"  # off by default
     want = kernels.ring_pool(*args)
     monkeypatch.setattr(triton_pool, "RING_POOL", True)
-    fused = (kv, s, *(t.clone() for t in rings), at, group)
+    fused = (kv, s, *(t.clone() for t in rings), at, group, out_dtype)
     assert kernels.chosen("ring_pool", *fused) == "triton"
     got = kernels.ring_pool(*fused)
-    assert torch.equal(got, want) and torch.equal(fused[2], args[2]) and torch.equal(fused[3], args[3])
+    assert got.dtype == out_dtype and torch.equal(got, want)
+    assert torch.equal(fused[2], args[2]) and torch.equal(fused[3], args[3])

@@ -80,8 +80,7 @@ class CompressorV41(nn.Module):
         # the rings as rows (a view: state fields are contiguous), each written and read through one index
         kv_rows, score_rows = (state.fixed(self.key, name).view(-1, kv.shape[-1]) for name in ("comp_kv", "comp_score"))
         at, group, complete = self.decode_slots(batch, state)
-        pooled = kernels.ring_pool(kv, score, kv_rows, score_rows, at, group)
-        return self.norm(pooled.to(numerics.dtype)), complete
+        return self.norm(kernels.ring_pool(kv, score, kv_rows, score_rows, at, group, numerics.dtype)), complete
 
     def decode_slots(self, batch: DecodeBatch, state: StateCache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``group_slots`` of this compressor's ring, once per step for every source of its ratio and ring size."""
