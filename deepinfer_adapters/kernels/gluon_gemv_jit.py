@@ -137,6 +137,22 @@ def _step(acc, zero, w_smem, a_smem, ready, empty, g, words, a0, a1, a2, a3, STA
 
 
 @gluon.jit
+def _store_tile(acc, OUT, row0, out_row0, split, N, M, stride_om, stride_os):
+    """An item's [64 weight rows, T tokens] result into OUT[split][out_row0 + token, row0 + row] (rows past N and
+    tokens past M left out), in OUT's dtype."""
+    W_ROWS: gl.constexpr = acc.shape[0]
+    T: gl.constexpr = acc.shape[1]
+    out_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1])
+    res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
+    orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, out_layout))
+    otoks = gl.arange(0, T, layout=gl.SliceLayout(0, out_layout))
+    mask = gl.expand_dims(orows < N, 1) & gl.expand_dims(otoks < M, 0)
+    ptrs = OUT + split.to(gl.int64) * stride_os + gl.expand_dims((out_row0 + otoks).to(gl.int64) * stride_om, 0) \
+        + gl.expand_dims(orows, 1)
+    gl.store(ptrs, res, mask=mask)
+
+
+@gluon.jit
 def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K, N,
                    M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr,
                    W_BN: gl.constexpr, W_BK: gl.constexpr, PAIRS: gl.constexpr):
@@ -144,7 +160,6 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_it
     T: gl.constexpr = a_smem.type.shape[1]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, T, 32])
-    out_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1])
     tile_rows = gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, mma_layout))
     toks = gl.arange(0, T, layout=gl.SliceLayout(0, mma_layout))
     zero = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
@@ -169,13 +184,7 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_it
             if i + 1 < k_steps:
                 acc = _step(acc, zero, w_smem, a_smem, ready, empty, g + i + 1, wb, b0, b1, b2, b3, STAGES, W_BK)
         g += k_steps
-        res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
-        orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, out_layout))
-        otoks = gl.arange(0, T, layout=gl.SliceLayout(0, out_layout))
-        mask = gl.expand_dims(orows < N, 1) & gl.expand_dims(otoks < M, 0)
-        ptrs = OUT + split.to(gl.int64) * stride_os + gl.expand_dims((pair + otoks).to(gl.int64) * stride_om, 0) \
-            + gl.expand_dims(orows, 1)
-        gl.store(ptrs, res, mask=mask)
+        _store_tile(acc, OUT, row0, pair, split, N, M, stride_om, stride_os)
 
 
 @gluon.jit
@@ -210,7 +219,6 @@ def _bf16_products(w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_p
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, T, 16])
     w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
-    out_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1])
     tile_rows = gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, w_layout))
     tiles = gl.cdiv(N, W_ROWS)
     g = 0  # the ring's position, as the loader's
@@ -233,13 +241,7 @@ def _bf16_products(w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_p
             mbarrier.arrive(empty.index(s), count=1)
             words = nxt
             g += 1
-        res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
-        orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, out_layout))
-        otoks = gl.arange(0, T, layout=gl.SliceLayout(0, out_layout))
-        mask = gl.expand_dims(orows < N, 1) & gl.expand_dims(otoks < M, 0)
-        ptrs = OUT + split.to(gl.int64) * stride_os + gl.expand_dims(otoks.to(gl.int64) * stride_om, 0) \
-            + gl.expand_dims(orows, 1)
-        gl.store(ptrs, res, mask=mask)
+        _store_tile(acc, OUT, row0, 0, split, N, M, stride_om, stride_os)
 
 
 @gluon.jit
