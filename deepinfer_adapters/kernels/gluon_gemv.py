@@ -122,26 +122,39 @@ def _programs(n_items: int, device: torch.device, share: float | None = None) ->
     return min(n_items, max(1, int(_sm_count(device) * (SM_SHARE if share is None else share))) * PROGRAMS_PER_SM)
 
 
+def _split_output(n_tiles: int, K: int, rows: int, N: int, device: torch.device,
+                  out_dtype: torch.dtype) -> tuple[int, int, torch.Tensor]:
+    """(K splits, K per split, the output) for ``n_tiles`` 64-row tiles: K is split while fewer than ``ITEMS``
+    tiles run; the output holds the fp32 partials [split, rows, N] where K is split (``sum_splits`` adds them),
+    else [rows, N] in ``out_dtype``."""
+    split, k_per_split = split_k(n_tiles, K, 128, ITEMS)
+    out = torch.empty((split, rows, N) if split > 1 else (rows, N), device=device,
+                      dtype=torch.float32 if split > 1 else out_dtype)
+    return split, k_per_split, out
+
+
+def _tma(t: torch.Tensor, box_rows: int):
+    """A TMA descriptor over the rows of a 2-D ``t`` (E4M3 or bf16), boxes of ``box_rows`` x 128 values."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    dtype = gl.float8e4nv if t.dtype == torch.float8_e4m3fn else gl.bfloat16
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [box_rows, 128],
+                            gl.NVMMASharedLayout.get_default_for([box_rows, 128], dtype))
+
+
 def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: torch.Tensor, out_rows: int, N: int,
             K: int, n_tiles: int, tiles_per_pair: int, out_dtype: torch.dtype, *, w_bn: int, w_bk: int,
             pairs: tuple[torch.Tensor, torch.Tensor] | None = None, nt_kt: tuple[int, int] = (1, 1),
             share: float | None = None) -> torch.Tensor:
     """Split K, allocate the output, build the TMA descriptors (weight boxes of ROWS x 128 from ``w_rows``,
     activation boxes of TOKENS x 128) and launch ``fp8_gemv_kernel``; ``pairs``: (experts, activation rows)."""
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
     from deepinfer_adapters.kernels.gluon_gemv_jit import fp8_gemv_kernel
 
-    split, k_per_split = split_k(n_tiles, K, 128, ITEMS)
+    split, k_per_split, out = _split_output(n_tiles, K, out_rows, N, q.device, out_dtype)
     n_items = n_tiles * split
-    out = torch.empty((split, out_rows, N) if split > 1 else (out_rows, N), device=q.device,
-                      dtype=torch.float32 if split > 1 else out_dtype)
-    w_layout = gl.NVMMASharedLayout.get_default_for([ROWS, 128], gl.float8e4nv)
-    a_layout = gl.NVMMASharedLayout.get_default_for([TOKENS, 128], gl.float8e4nv)
-    w_desc = TensorDescriptor(w_rows, list(w_rows.shape), list(w_rows.stride()), [ROWS, 128], w_layout)
     q = q if q.is_contiguous() else q.contiguous()
-    a_desc = TensorDescriptor(q, list(q.shape), list(q.stride()), [TOKENS, 128], a_layout)
+    w_desc, a_desc = _tma(w_rows, ROWS), _tma(q, TOKENS)
     experts, a_rows = pairs if pairs is not None else (ws, ws)  # unused pointers without pairs
     programs = _programs(n_items, q.device, share)
     fp8_gemv_kernel[(programs,)](
@@ -211,23 +224,14 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, b
     """See ``reference_fp8.fp8_grouped_linear`` ([T, G, K] -> [T, G, R]): the decode GEMV's persistent ring
     with bf16 products (``bf16_gemv_kernel``: the weight converted to bf16 with its block scales in registers,
     the activations as they are), each group's rows reading their group's inputs; ``grouped_fits`` says where."""
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
     from deepinfer_adapters.kernels.gluon_gemv_jit import bf16_gemv_kernel
 
     T, G, K = x.shape
     N = weight.shape[0]
     n_tiles = N // ROWS
-    split, k_per_split = split_k(n_tiles, K, 128, ITEMS)
+    split, k_per_split, out = _split_output(n_tiles, K, T, N, x.device, x.dtype)
     n_items = n_tiles * split
-    out = torch.empty((split, T, N) if split > 1 else (T, N), device=x.device,
-                      dtype=torch.float32 if split > 1 else x.dtype)
-    a = x.contiguous().view(T, G * K)
-    w_desc = TensorDescriptor(weight, list(weight.shape), list(weight.stride()), [ROWS, 128],
-                              gl.NVMMASharedLayout.get_default_for([ROWS, 128], gl.float8e4nv))
-    a_desc = TensorDescriptor(a, list(a.shape), list(a.stride()), [TOKENS, 128],
-                              gl.NVMMASharedLayout.get_default_for([TOKENS, 128], gl.bfloat16))
+    w_desc, a_desc = _tma(weight, ROWS), _tma(x.contiguous().view(T, G * K), TOKENS)
     words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
     bf16_gemv_kernel[(_programs(n_items, x.device),)](
         w_desc, a_desc, words, out, N, T, K, k_per_split, split, n_items, words.stride(0), out.stride(-2),
