@@ -53,6 +53,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -261,108 +262,95 @@ def pin_reference(on: bool):
         kernels.use_backend(op, "torch" if on else None)
 
 
+def flag(module, name: str, other) -> tuple[Callable[[], None], Callable[[], None]]:
+    """An A/B switch: ``module.name`` set to ``other`` for the A/B's other run, then back to its value at import."""
+    default = getattr(module, name)
+    return lambda: setattr(module, name, other), lambda: setattr(module, name, default)
+
+
+def torch_backend(op: str) -> tuple[Callable[[], None], Callable[[], None]]:
+    """An A/B switch: ``op`` pinned to its torch reference for the A/B's other run, then chosen as usual again."""
+    return lambda: kernels.use_backend(op, "torch"), lambda: kernels.use_backend(op, None)
+
+
 # decode switches an A/B run (--ab) turns off and back on: the side stream (model_impl/overlap.py),
 # the routed experts' bf16 decode path (triton_moe.DECODE_PATH) and packed E2M1 experts' fp8 decode
 # path (triton_moe.FP4_DECODE_PATH; with --expert-block 0), programmatic dependent launch (triton_support.PDL)
 AB_SWITCHES = {
-    "overlap": (lambda: setattr(overlap, "ENABLED", False), lambda: setattr(overlap, "ENABLED", True)),
+    "overlap": flag(overlap, "ENABLED", False),
     # only attention's keys next to its queries (overlap.DECODE_KEYS)
-    "decode_keys": (lambda: setattr(overlap, "DECODE_KEYS", False), lambda: setattr(overlap, "DECODE_KEYS", True)),
+    "decode_keys": flag(overlap, "DECODE_KEYS", False),
     # the shared expert joined after the gate, not at the routed experts' combine (overlap.SHARED_THROUGH_EXPERTS)
-    "shared_through": (lambda: setattr(overlap, "SHARED_THROUGH_EXPERTS", False),
-                       lambda: setattr(overlap, "SHARED_THROUGH_EXPERTS", True)),
-    "moe_bf16": (lambda: setattr(triton_moe, "DECODE_PATH", "fp8"), lambda: setattr(triton_moe, "DECODE_PATH", "bf16")),
-    "fp4_fp8": (lambda: setattr(triton_moe, "FP4_DECODE_PATH", "bf16"),
-                lambda: setattr(triton_moe, "FP4_DECODE_PATH", "fp8")),
+    "shared_through": flag(overlap, "SHARED_THROUGH_EXPERTS", False),
+    "moe_bf16": flag(triton_moe, "DECODE_PATH", "fp8"),
+    "fp4_fp8": flag(triton_moe, "FP4_DECODE_PATH", "bf16"),
     # hc_mixes: the partials' merge and the Sinkhorn passes in two launches (triton_hc.MERGE_SINKHORN)
-    "merge_sinkhorn": (lambda: setattr(triton_hc, "MERGE_SINKHORN", False),
-                       lambda: setattr(triton_hc, "MERGE_SINKHORN", True)),
+    "merge_sinkhorn": flag(triton_hc, "MERGE_SINKHORN", False),
     # the A/B's other run turns PDL on (off by default: triton_support.PDL)
-    "pdl": (lambda: setattr(triton_support, "PDL", True), lambda: setattr(triton_support, "PDL", False)),
+    "pdl": flag(triton_support, "PDL", True),
     # decode GEMVs with few weight row tiles: FP8 steps instead of bf16 steps (triton_fp8_gemm.BF16_STEPS)
-    "bf16_steps": (lambda: setattr(triton_fp8_gemm, "BF16_STEPS", False),
-                   lambda: setattr(triton_fp8_gemm, "BF16_STEPS", True)),
+    "bf16_steps": flag(triton_fp8_gemm, "BF16_STEPS", False),
     # one-token MoE routing's per-token sort: torch's sort + gather instead of one Triton launch
-    "pair_sort": (lambda: setattr(triton_moe, "PAIR_SORT_KERNEL", False),
-                  lambda: setattr(triton_moe, "PAIR_SORT_KERNEL", True)),
+    "pair_sort": flag(triton_moe, "PAIR_SORT_KERNEL", False),
     # V4's compressor decode step: the torch version (~20 launches) instead of one Triton kernel
-    "compressor_gather": (lambda: kernels.use_backend("compressor_v4_gather", "torch"),
-                          lambda: kernels.use_backend("compressor_v4_gather", None)),
+    "compressor_gather": torch_backend("compressor_v4_gather"),
     # packed E2M1 experts span by span instead of per 128-input block (triton_fp8_gemm.FP4_BLOCK_ACCUMULATE;
     # with --expert-block 0, or at V4 widths: bench_v4_width --ab-off)
-    "fp4_block_acc": (lambda: setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", False),
-                      lambda: setattr(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", True)),
+    "fp4_block_acc": flag(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", False),
     # prefill: the MoE's bf16-path GEMMs on the Triton kernel instead of the Gluon one (kernels/gluon_moe.py)
-    "gluon_moe": (lambda: setattr(gluon_moe, "GLUON_MOE", False), lambda: setattr(gluon_moe, "GLUON_MOE", True)),
+    "gluon_moe": flag(gluon_moe, "GLUON_MOE", False),
     # prefill: wo_a's grouped GEMM on the Triton kernel instead of cuBLAS (triton_fp8_gemm.GROUPED_CUBLAS)
-    "grouped_cublas": (lambda: setattr(triton_fp8_gemm, "GROUPED_CUBLAS", False),
-                       lambda: setattr(triton_fp8_gemm, "GROUPED_CUBLAS", True)),
+    "grouped_cublas": flag(triton_fp8_gemm, "GROUPED_CUBLAS", False),
     # prefill: hc_mix_logits splits its weight in every program instead of loading cached pieces
-    "mix_pieces": (lambda: setattr(triton_hc, "PRESPLIT_FN", False), lambda: setattr(triton_hc, "PRESPLIT_FN", True)),
+    "mix_pieces": flag(triton_hc, "PRESPLIT_FN", False),
     # prefill: the indexer scores every key and masks after (attention_v41.CAUSAL_INDEX_SCORES)
-    "causal_index": (lambda: setattr(attention_v41, "CAUSAL_INDEX_SCORES", False),
-                     lambda: setattr(attention_v41, "CAUSAL_INDEX_SCORES", True)),
+    "causal_index": flag(attention_v41, "CAUSAL_INDEX_SCORES", False),
     # the Gluon decode GEMV off: the Triton FP8 GEMV (gluon_gemv.GLUON_GEMV)
-    "gluon_gemv": (lambda: setattr(gluon_gemv, "GLUON_GEMV", False), lambda: setattr(gluon_gemv, "GLUON_GEMV", True)),
+    "gluon_gemv": flag(gluon_gemv, "GLUON_GEMV", False),
     # the Gluon GEMV's persistent grid on another share of the SMs than gluon_gemv.SM_SHARE (the rest stay free for
     # the side streams' kernels)
-    **{f"gluon_share{round(share * 100)}": (lambda share=share: setattr(gluon_gemv, "SM_SHARE", share),
-                                          lambda v=gluon_gemv.SM_SHARE: setattr(gluon_gemv, "SM_SHARE", v))
+    **{f"gluon_share{round(share * 100)}": flag(gluon_gemv, "SM_SHARE", share)
        for share in (0.5, 0.625, 0.75, 0.875, 0.94, 1.0)},
     # ... with another work-item target than gluon_gemv.ITEMS (K splits: other bits): 99 programs on 3/4 of the SMs
     # take 264 items in 2.7 rounds
-    **{f"gluon_items{items}": (lambda items=items: setattr(gluon_gemv, "ITEMS", items),
-                               lambda v=gluon_gemv.ITEMS: setattr(gluon_gemv, "ITEMS", v))
+    **{f"gluon_items{items}": flag(gluon_gemv, "ITEMS", items)
        for items in (99, 198, 297)},
     # one token's routed experts on the MoE's Triton bf16 path, not on the Gluon GEMV (gluon_gemv.GLUON_PAIRS; its grid
     # on gluon_gemv.PAIR_SM_SHARE of the SMs)
-    "gluon_pairs": (lambda: setattr(gluon_gemv, "GLUON_PAIRS", False),
-                    lambda: setattr(gluon_gemv, "GLUON_PAIRS", True)),
+    "gluon_pairs": flag(gluon_gemv, "GLUON_PAIRS", False),
     # the indexer's head weights computed after its queries on their stream, not in AttentionV41.decode_early
     # (overlap.INDEX_WEIGHTS_EARLY)
-    "index_weights_early": (lambda: setattr(overlap, "INDEX_WEIGHTS_EARLY", False),
-                            lambda: setattr(overlap, "INDEX_WEIGHTS_EARLY", True)),
+    "index_weights_early": flag(overlap, "INDEX_WEIGHTS_EARLY", False),
     # a compressed layer's decode keys and index in torch (a gather, two cats, a where) instead of one Triton launch
     # (kernels/triton_keys.py)
-    "selected_keys": (lambda: kernels.use_backend("selected_keys", "torch"),
-                      lambda: kernels.use_backend("selected_keys", None)),
+    "selected_keys": torch_backend("selected_keys"),
     # the A/B's other run takes a decode step's wo_a on the Gluon GEMV's ring with bf16 products (off by default:
     # gluon_gemv.GLUON_GROUPED, prepared in session 20)
-    "gluon_grouped": (lambda: setattr(gluon_gemv, "GLUON_GROUPED", True),
-                      lambda: setattr(gluon_gemv, "GLUON_GROUPED", False)),
+    "gluon_grouped": flag(gluon_gemv, "GLUON_GROUPED", True),
     # the A/B's other run has a V4.1 ratio-2 compressor's decode step (ring writes and reads, the pooling) in one
     # launch (off by default: triton_pool.RING_POOL, prepared in session 20)
-    "ring_pool": (lambda: setattr(triton_pool, "RING_POOL", True), lambda: setattr(triton_pool, "RING_POOL", False)),
+    "ring_pool": flag(triton_pool, "RING_POOL", True),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
-    "project_first": (lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", False),
-                      lambda: setattr(overlap, "PROJECT_BEFORE_MIXES", True)),
+    "project_first": flag(overlap, "PROJECT_BEFORE_MIXES", False),
     # a V4.1 KV source's publishing started inside the keys' part after the query norm, not before the projection
     # (overlap.PUBLISH_EARLY)
-    "publish_early": (lambda: setattr(overlap, "PUBLISH_EARLY", False),
-                      lambda: setattr(overlap, "PUBLISH_EARLY", True)),
+    "publish_early": flag(overlap, "PUBLISH_EARLY", False),
     # a compressed layer's window ring and compressed KV rows in the keys' stream, not on streams of their own
     # (overlap.KEYS_PARTS_ASIDE)
-    "keys_parts": (lambda: setattr(overlap, "KEYS_PARTS_ASIDE", False),
-                   lambda: setattr(overlap, "KEYS_PARTS_ASIDE", True)),
+    "keys_parts": flag(overlap, "KEYS_PARTS_ASIDE", False),
     # the V4.1 indexer's query side in the keys' stream, not a stream of its own (overlap.INDEX_QUERIES_ASIDE)
-    "index_queries": (lambda: setattr(overlap, "INDEX_QUERIES_ASIDE", False),
-                      lambda: setattr(overlap, "INDEX_QUERIES_ASIDE", True)),
+    "index_queries": flag(overlap, "INDEX_QUERIES_ASIDE", False),
     # the A/B's other run has the HC merge add 256 K splits a load instead of 64 (triton_hc.MERGE_CHUNK): a decode
     # step's 160 splits in one round of loads, not three dependent ones (other bits, the same for every T)
-    "merge_chunk": (lambda: setattr(triton_hc, "MERGE_CHUNK", 256),
-                    lambda v=triton_hc.MERGE_CHUNK: setattr(triton_hc, "MERGE_CHUNK", v)),
+    "merge_chunk": flag(triton_hc, "MERGE_CHUNK", 256),
     # a sublayer's pre-norm issued after its mixes' side stream forks, not before (overlap.NORM_BEFORE_MIXES)
-    "norm_first": (lambda: setattr(overlap, "NORM_BEFORE_MIXES", False),
-                   lambda: setattr(overlap, "NORM_BEFORE_MIXES", True)),
+    "norm_first": flag(overlap, "NORM_BEFORE_MIXES", False),
     # decode attention: FlashMLA (one program a query) instead of the split decode config
     # (triton_sparse_attn.DECODE_SPLIT_QUERIES)
-    "decode_split_attn": (lambda: setattr(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),
-                          lambda v=triton_sparse_attn.DECODE_SPLIT_QUERIES: setattr(
-                              triton_sparse_attn, "DECODE_SPLIT_QUERIES", v)),
+    "decode_split_attn": flag(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
-    "topk_torch_order": (lambda: kernels.use_backend("topk_torch_order", "torch"),
-                         lambda: kernels.use_backend("topk_torch_order", None)),
+    "topk_torch_order": torch_backend("topk_torch_order"),
 }
 
 
