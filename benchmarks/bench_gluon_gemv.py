@@ -10,6 +10,7 @@ venv) and prints its shared memory, registers and wgmma count.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 
@@ -41,7 +42,7 @@ def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32) -> None:
                  divisible, f"fp8_gemv_kernel (STAGES={stages}, PAIRS={pairs}, W_BK={w_bk})")
 
 
-def compile_offline_bf16(stages: int, group_rows: int = 1024) -> None:
+def compile_offline_bf16(stages: int, group_rows: int = 1024, lanes: int = 2) -> None:
     """``bf16_gemv_kernel``: a decode step's wo_a (bf16 products, weight scales per [32, 32], rows grouped)."""
     from triton.experimental.gluon import language as gl
 
@@ -55,10 +56,10 @@ def compile_offline_bf16(stages: int, group_rows: int = 1024) -> None:
     sig = {"w_desc": f"tensordesc<fp8e4nv[{R},128],{w_layout!r}>", "a_desc": f"tensordesc<bf16[{T},128],{a_layout!r}>",
            "WS": "*i32", "OUT": "*fp32", "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32",
            "n_items": "i32", "stride_wsn": "i32", "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr",
-           "W_BN": "constexpr", "GROUP_ROWS": "constexpr"}
+           "W_BN": "constexpr", "GROUP_ROWS": "constexpr", "LANES": "constexpr"}
     divisible = ("WS", "OUT", "N", "K", "k_per_split", "stride_om", "stride_os")
-    compile_sm90(bf16_gemv_kernel, sig, {"STAGES": stages, "W_BN": 32, "GROUP_ROWS": group_rows}, divisible,
-                 f"bf16_gemv_kernel (STAGES={stages}, GROUP_ROWS={group_rows})")
+    compile_sm90(bf16_gemv_kernel, sig, {"STAGES": stages, "W_BN": 32, "GROUP_ROWS": group_rows, "LANES": lanes},
+                 divisible, f"bf16_gemv_kernel (STAGES={stages}, GROUP_ROWS={group_rows}, LANES={lanes})")
 
 
 def gluon_gemv_stages() -> int:
@@ -74,13 +75,18 @@ def main():
     ap.add_argument("--stages", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--items", type=int, nargs="+", default=[264, 528, 1056],
                     help="K-split targets: work items shared out over one persistent program an SM")
+    ap.add_argument("--grouped", action="store_true",
+                    help="time wo_a instead: the Triton grouped kernel against bf16_gemv_kernel")
+    ap.add_argument("--lanes", type=int, nargs="+", default=[1, 2], help="bf16_gemv_kernel's warpgroups (--grouped)")
     args = ap.parse_args()
     if args.compile_only:
+        from deepinfer_adapters.kernels import gluon_gemv
+
         for stages in args.stages:
             compile_offline(stages)
         compile_offline(gluon_gemv_stages(), pairs=True, w_bk=128)
         compile_offline(gluon_gemv_stages(), pairs=True, w_bk=32)
-        compile_offline_bf16(gluon_gemv_stages())
+        compile_offline_bf16(gluon_gemv.GROUPED_STAGES, lanes=gluon_gemv.GROUPED_LANES)
         return
 
     from benchmarks.bench_decode_gemv import BLOCK, LINEARS, PER_LAYER, random_weight
@@ -92,6 +98,8 @@ def main():
     bw = ceilings()["copy_bw"]
     print(f"INFO {info} copy {bw / 1e12:.2f} TB/s", flush=True)
     g = torch.Generator(device="cuda").manual_seed(0)
+    if args.grouped:
+        return time_grouped(args, bw, g)
     totals: dict[tuple[int, str], float] = {}
     for M in ROWS:
         for name in (*PER_LAYER, "engram_wkv"):
@@ -126,6 +134,37 @@ def main():
     print("\nSUMMARY a CSA layer's dense GEMVs (us, CUDA-graph replays): " + ", ".join(PER_LAYER))
     for M in ROWS:
         print(f"M={M}: " + ", ".join(f"{k} {v:.1f}" for (m, k), v in sorted(totals.items()) if m == M))
+
+
+def time_grouped(args, bw: float, g: torch.Generator) -> None:
+    """wo_a (8 groups of 1024 rows over 4096 inputs, bf16 activations): the Triton grouped kernel against
+    ``bf16_gemv_kernel`` over the ring depths, K-split targets and warpgroups, at 1 and 8 rows."""
+    from benchmarks.bench_decode_gemv import BLOCK, random_weight
+    from benchmarks.timing import L2_BYTES, rel, time_graph
+    from deepinfer_adapters.kernels import gluon_gemv, reference_fp8
+    from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+
+    G, R, K = 8, 1024, 4096
+    sets = max(1, min(32, math.ceil(4 * L2_BYTES / (G * R * K))))
+    ws = [random_weight(G * R, K, g) for _ in range(sets)]
+    for M in ROWS:
+        xs = [torch.randn(M, G, K, device="cuda", generator=g).bfloat16() for _ in range(sets)]
+        ref = reference_fp8.fp8_grouped_linear(xs[0], *ws[0], BLOCK)
+        floor = (G * R * K * (1 + 1 / 1024) + M * G * (K + R) * 2) / bw * 1e6
+        row = {"triton": time_graph([lambda x=x, w=w: tg.fp8_grouped_linear(x, *w, BLOCK) for x, w in zip(xs, ws)])}
+        rels = {"triton": rel(tg.fp8_grouped_linear(xs[0], *ws[0], BLOCK), ref)}
+        for stages, items, lanes in itertools.product(args.stages, args.items, args.lanes):
+            gluon_gemv.GROUPED_STAGES, gluon_gemv.ITEMS, gluon_gemv.GROUPED_LANES = stages, items, lanes
+            key = f"s{stages}_i{items}_l{lanes}"
+            try:
+                rels[key] = rel(gluon_gemv.grouped_linear(xs[0], *ws[0], BLOCK), ref)
+                row[key] = time_graph([lambda x=x, w=w: gluon_gemv.grouped_linear(x, *w, BLOCK)
+                                       for x, w in zip(xs, ws)])
+            except Exception as e:  # a variant that does not compile or run: say so, go on
+                row[key] = float("nan")
+                print(f"wo_a M={M} {key}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        print(f"wo_a M={M:2d} floor {floor:6.1f} us | " + " ".join(f"{k} {v:6.1f}" for k, v in row.items())
+              + f" | rel vs ref max {max(rels.values()):.1e}", flush=True)
 
 
 if __name__ == "__main__":

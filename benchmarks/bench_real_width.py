@@ -329,7 +329,7 @@ AB_SWITCHES = {
     "gluon_grouped": flag(gluon_gemv, "GLUON_GROUPED", True),
     # the A/B's other run has a V4.1 ratio-2 compressor's decode step (ring writes and reads, the pooling) in one
     # launch (off by default: triton_pool.RING_POOL, prepared in session 20)
-    "ring_pool": flag(triton_pool, "RING_POOL", True),
+    "ring_pool": flag(triton_pool, "RING_POOL", False),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": flag(overlap, "PROJECT_BEFORE_MIXES", False),

@@ -66,6 +66,11 @@ PAIR_SM_SHARE = 0.94
 # run (rel 4-5e-6 against the reference at V4.1's widths, RESULTS_gluon_grouped_s20.log); a 3-round A/B in the model
 # was inconclusive. Off until measured
 GLUON_GROUPED = False
+# its warpgroups (each with a loader warp and a ring of GROUPED_STAGES slots, 12 KB each): alone, one warpgroup
+# took 25 us for wo_a (H200, session 21), bound by the conversion to bf16 (~0.8 us a step against ~0.26 us for
+# the step's copies); a second converts while the first waits
+GROUPED_LANES = 2
+GROUPED_STAGES = 6
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
@@ -235,7 +240,8 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, b
     words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
     bf16_gemv_kernel[(_programs(n_items, x.device),)](
         w_desc, a_desc, words, out, N, T, K, k_per_split, split, n_items, words.stride(0), out.stride(-2),
-        out.stride(0) if split > 1 else 0, STAGES=STAGES, W_BN=32, GROUP_ROWS=N // G, num_warps=4)
+        out.stride(0) if split > 1 else 0, STAGES=GROUPED_STAGES, W_BN=32, GROUP_ROWS=N // G, LANES=GROUPED_LANES,
+        num_warps=4)
     return (out if split == 1 else sum_splits(out, x.dtype)).view(T, G, N // G)
 
 

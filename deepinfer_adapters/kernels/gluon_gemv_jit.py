@@ -69,10 +69,12 @@ def _pair(EXPERT, AROW, pair, PAIRS: gl.constexpr):
 
 @gluon.jit
 def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_items, n_splits, k_per_split, K,
-                 tiles_per_pair, NT, KT, STAGES: gl.constexpr, PAIRS: gl.constexpr, GROUP_ROWS: gl.constexpr = 0):
+                 tiles_per_pair, NT, KT, STAGES: gl.constexpr, PAIRS: gl.constexpr, GROUP_ROWS: gl.constexpr = 0,
+                 LANE: gl.constexpr = 0, LANES: gl.constexpr = 1):
+    """Copies the steps of the items of the program's lane LANE (of LANES, each with its ring) into the ring."""
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     g = 0  # steps copied so far by this program: the ring's position runs on across items
-    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+    for item in range(gl.program_id(0) * LANES + LANE, n_items, gl.num_programs(0) * LANES):
         pair, row0, _, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles_per_pair, W_ROWS)
         expert, a_row = _pair(EXPERT, AROW, pair, PAIRS)
         a_k0 = k0
@@ -208,12 +210,29 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
 
 
 @gluon.jit
+def _bf16_step(acc, w_smem, a_smem, ready, empty, g, words, STAGES: gl.constexpr, w_layout: gl.constexpr):
+    """acc plus the program's step g: the [64, 128] E4M3 weight tile read from shared memory in four 32-input
+    slices, each times its rows' E8M0 block scale and rounded to bf16 in registers (the bf16 path's values:
+    ``dequant_bf16``'s, exact), as wgmma's register operand against the bf16 activation slice, in K order."""
+    s = g % STAGES
+    mbarrier.wait(ready.index(s), (g // STAGES) & 1)
+    w_tile = w_smem.index(s)
+    a_tile = a_smem.index(s)
+    for j in gl.static_range(4):
+        w = w_tile.slice(32 * j, 32, dim=1).load(w_layout)
+        wb = (w.to(gl.float32) * gl.expand_dims(_block_scale(words, j), 1)).to(gl.bfloat16)
+        acc = warpgroup_mma(wb, a_tile.slice(32 * j, 32, dim=1).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    mbarrier.arrive(empty.index(s), count=1)
+    return acc
+
+
+@gluon.jit
 def _bf16_products(w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_per_split, K, N, M, stride_wsn,
-                   stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr):
-    """``bf16_gemv_kernel``'s warpgroup: a step's [64, 128] E4M3 weight tile read from shared memory in four
-    32-input slices, each times its rows' E8M0 block scale and rounded to bf16 in registers (the bf16 path's
-    values: ``dequant_bf16``'s, exact), as wgmma's register operand against the bf16 activation slice; the
-    products accumulate in fp32 across the item's K range."""
+                   stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr, LANE: gl.constexpr,
+                   LANES: gl.constexpr):
+    """A warpgroup of ``bf16_gemv_kernel``: ``_bf16_step`` over the K range of each item of its lane, the
+    products accumulated in fp32."""
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
     T: gl.constexpr = a_smem.type.shape[1]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -222,40 +241,54 @@ def _bf16_products(w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_p
     tile_rows = gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, w_layout))
     tiles = gl.cdiv(N, W_ROWS)
     g = 0  # the ring's position, as the loader's
-    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+    for item in range(gl.program_id(0) * LANES + LANE, n_items, gl.num_programs(0) * LANES):
         _, row0, split, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles, W_ROWS)
         wrow = WS + (gl.minimum(row0 + tile_rows, N - 1) // W_BN).to(gl.int64) * stride_wsn + k0 // 128
         acc = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
-        words = gl.load(wrow).to(gl.int32)
-        for i in range(k_steps):
-            s = g % STAGES
-            nxt = gl.load(wrow + gl.minimum(i + 1, k_steps - 1)).to(gl.int32)  # the next step's, ahead
-            mbarrier.wait(ready.index(s), (g // STAGES) & 1)
-            w_tile = w_smem.index(s)
-            a_tile = a_smem.index(s)
-            for j in gl.static_range(4):
-                w = w_tile.slice(32 * j, 32, dim=1).load(w_layout)
-                wb = (w.to(gl.float32) * gl.expand_dims(_block_scale(words, j), 1)).to(gl.bfloat16)
-                acc = warpgroup_mma(wb, a_tile.slice(32 * j, 32, dim=1).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-            mbarrier.arrive(empty.index(s), count=1)
-            words = nxt
-            g += 1
+        # two steps an iteration, each step's scale words loaded a step ahead into registers not live then, as
+        # _gemv_products does: with one step an iteration and the next words carried, ptxas copied the carried
+        # registers at the iteration's end, and the copy waited for the load every step (offline SASS)
+        wa = gl.load(wrow).to(gl.int32)
+        for i in range(0, k_steps, 2):
+            wb = gl.load(wrow + gl.minimum(i + 1, k_steps - 1)).to(gl.int32)
+            acc = _bf16_step(acc, w_smem, a_smem, ready, empty, g + i, wa, STAGES, w_layout)
+            wa = gl.load(wrow + gl.minimum(i + 2, k_steps - 1)).to(gl.int32)
+            if i + 1 < k_steps:
+                acc = _bf16_step(acc, w_smem, a_smem, ready, empty, g + i + 1, wb, STAGES, w_layout)
+        g += k_steps
         _store_tile(acc, OUT, row0, 0, split, N, M, stride_om, stride_os)
 
 
 @gluon.jit
 def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_items, stride_wsn, stride_om,
-                     stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr, GROUP_ROWS: gl.constexpr):
+                     stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr, GROUP_ROWS: gl.constexpr,
+                     LANES: gl.constexpr):
     """Persistent, as ``fp8_gemv_kernel``: OUT[split][token, row] = sum over the split's K range of A[token]
     (bf16, not quantized) times the weight row converted to bf16 with its [W_BN, 32] E8M0 block scales (int32
     words: four blocks a 128-input step). GROUP_ROWS > 0: a grouped weight (wo_a), rows g GROUP_ROWS .. read
-    activation inputs g K .. (g + 1) K - 1 (A as [tokens, groups x K])."""
-    w_smem, a_smem, ready, empty = _ring(w_desc, a_desc, STAGES)
+    activation inputs g K .. (g + 1) K - 1 (A as [tokens, groups x K]).
+
+    LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots, take alternate items. The
+    conversion to bf16 holds one warpgroup to ~0.8 us a step against ~0.26 us for the step's copies (session
+    21): a second one converts while the first waits."""
     tiles = gl.cdiv(N, w_desc.block_type.shape[0])
-    gl.warp_specialize([
-        (_bf16_products, (w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
-                          stride_wsn, stride_om, stride_os, STAGES, W_BN)),
-        (_gemv_loader, (w_desc, a_desc, w_smem, a_smem, ready, empty, WS, WS, n_items, n_splits, k_per_split, K,
-                        tiles, 1, 1, STAGES, False, GROUP_ROWS)),
-    ], [1], [24])
+    w0, a0, ready0, empty0 = _ring(w_desc, a_desc, STAGES)
+    if LANES == 1:
+        gl.warp_specialize([
+            (_bf16_products, (w0, a0, ready0, empty0, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
+                              stride_wsn, stride_om, stride_os, STAGES, W_BN, 0, 1)),
+            (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
+                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 1)),
+        ], [1], [24])
+    else:
+        w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
+        gl.warp_specialize([
+            (_bf16_products, (w0, a0, ready0, empty0, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
+                              stride_wsn, stride_om, stride_os, STAGES, W_BN, 0, 2)),
+            (_bf16_products, (w1, a1, ready1, empty1, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
+                              stride_wsn, stride_om, stride_os, STAGES, W_BN, 1, 2)),
+            (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
+                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 2)),
+            (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, WS, WS, n_items, n_splits, k_per_split, K,
+                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 1, 2)),
+        ], [4, 1, 1], [224, 24, 24])

@@ -144,14 +144,16 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per):
     assert len(calls) == 4  # two for each grid
 
 
+@pytest.mark.parametrize("lanes", [1, 2])
 @pytest.mark.parametrize("T", [1, 5, 16])
 @pytest.mark.parametrize("G,R,K", [(8, 1024, 4096), (2, 128, 256)])
-def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K):
+def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
     """``gluon_gemv.grouped_linear`` (where ``GLUON_GROUPED``): a decode step's wo_a on the persistent ring with bf16
     products -- the weight converted with its [32, 32] block scales in registers, each group's rows reading their
     group's inputs -- within bf16 GEMM rounding of the reference and of the Triton grouped kernel. K split at the
-    small widths; batch-invariant mode keeps the Triton kernel."""
+    small widths; batch-invariant mode keeps the Triton kernel. One warpgroup or two (each with its ring)."""
     gg = _gg()
+    monkeypatch.setattr(gg, "GROUPED_LANES", lanes)
     g = torch.Generator(device="cuda").manual_seed(T + G)
     w = torch.randn(G * R, K, device="cuda", generator=g) / K**0.5
     w8, scale = quant_fp8_blocks(w * torch.logspace(-2, 1, K, device="cuda"), BLOCK)
@@ -162,7 +164,8 @@ def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K):
     assert kernels.chosen("fp8_grouped_linear", x, w8, scale, BLOCK) == "gluon"
     got = kernels.fp8_grouped_linear(x, w8, scale, BLOCK)
     ref = reference_fp8.fp8_grouped_linear(x, w8, scale, BLOCK)
-    print(f"REPORT gluon grouped T={T} G={G} R={R} K={K}: rel={_rel(got, ref):.2e} (Triton {_rel(triton, ref):.2e})")
+    print(f"REPORT gluon grouped lanes={lanes} T={T} G={G} R={R} K={K}: rel={_rel(got, ref):.2e} "
+          f"(Triton {_rel(triton, ref):.2e})")
     assert got.shape == (T, G, R) and torch.isfinite(got).all()
     for other in (ref, triton):
         torch.testing.assert_close(got.float(), other.float(), rtol=2.0**-7,

@@ -71,12 +71,12 @@ def test_ring_pool_one_launch_is_the_composed_path(monkeypatch, B, r, C, out_dty
     pos = torch.randint(0, 100, (B,), device="cuda", generator=g)
     at = slot * size + pos % size
     group = slot[:, None] * size + (pos - pos % r)[:, None].add(torch.arange(r, device="cuda")) % size
-    args = (kv, s, *(t.clone() for t in rings), at, group, out_dtype)
-    assert kernels.chosen("ring_pool", *args) == "composed"  # off by default
-    want = kernels.ring_pool(*args)
-    monkeypatch.setattr(triton_pool, "RING_POOL", True)
     fused = (kv, s, *(t.clone() for t in rings), at, group, out_dtype)
-    assert kernels.chosen("ring_pool", *fused) == "triton"
+    assert kernels.chosen("ring_pool", *fused) == "triton"  # on by default
     got = kernels.ring_pool(*fused)
+    monkeypatch.setattr(triton_pool, "RING_POOL", False)
+    args = (kv, s, *(t.clone() for t in rings), at, group, out_dtype)
+    assert kernels.chosen("ring_pool", *args) == "composed"
+    want = kernels.ring_pool(*args)
     assert got.dtype == out_dtype and torch.equal(got, want)
     assert torch.equal(fused[2], args[2]) and torch.equal(fused[3], args[3])
