@@ -78,6 +78,8 @@ def main():
     ap.add_argument("--grouped", action="store_true",
                     help="time wo_a instead: the Triton grouped kernel against bf16_gemv_kernel")
     ap.add_argument("--lanes", type=int, nargs="+", default=[1, 2], help="bf16_gemv_kernel's warpgroups (--grouped)")
+    ap.add_argument("--shares", type=float, nargs="+", default=[1.0, 0.875],
+                    help="bf16_gemv_kernel's share of the SMs (--grouped)")
     args = ap.parse_args()
     if args.compile_only:
         from deepinfer_adapters.kernels import gluon_gemv
@@ -138,7 +140,7 @@ def main():
 
 def time_grouped(args, bw: float, g: torch.Generator) -> None:
     """wo_a (8 groups of 1024 rows over 4096 inputs, bf16 activations): the Triton grouped kernel against
-    ``bf16_gemv_kernel`` over the ring depths, K-split targets and warpgroups, at 1 and 8 rows."""
+    ``bf16_gemv_kernel`` over the ring depths, K-split targets, warpgroups and SM shares, at 1 and 8 rows."""
     from benchmarks.bench_decode_gemv import BLOCK, random_weight
     from benchmarks.timing import L2_BYTES, rel, time_graph
     from deepinfer_adapters.kernels import gluon_gemv, reference_fp8
@@ -153,9 +155,10 @@ def time_grouped(args, bw: float, g: torch.Generator) -> None:
         floor = (G * R * K * (1 + 1 / 1024) + M * G * (K + R) * 2) / bw * 1e6
         row = {"triton": time_graph([lambda x=x, w=w: tg.fp8_grouped_linear(x, *w, BLOCK) for x, w in zip(xs, ws)])}
         rels = {"triton": rel(tg.fp8_grouped_linear(xs[0], *ws[0], BLOCK), ref)}
-        for stages, items, lanes in itertools.product(args.stages, args.items, args.lanes):
-            gluon_gemv.GROUPED_STAGES, gluon_gemv.ITEMS, gluon_gemv.GROUPED_LANES = stages, items, lanes
-            key = f"s{stages}_i{items}_l{lanes}"
+        for stages, items, lanes, share in itertools.product(args.stages, args.items, args.lanes, args.shares):
+            gluon_gemv.GROUPED_STAGES, gluon_gemv.ITEMS = stages, items
+            gluon_gemv.GROUPED_LANES, gluon_gemv.GROUPED_SM_SHARE = lanes, share
+            key = f"s{stages}_i{items}_l{lanes}_sh{share:g}"
             try:
                 rels[key] = rel(gluon_gemv.grouped_linear(xs[0], *ws[0], BLOCK), ref)
                 row[key] = time_graph([lambda x=x, w=w: gluon_gemv.grouped_linear(x, *w, BLOCK)

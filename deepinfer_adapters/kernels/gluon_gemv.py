@@ -71,6 +71,7 @@ GLUON_GROUPED = False
 # the step's copies); a second converts while the first waits
 GROUPED_LANES = 2
 GROUPED_STAGES = 6
+GROUPED_SM_SHARE = 1.0
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
@@ -238,7 +239,7 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, b
     n_items = n_tiles * split
     w_desc, a_desc = _tma(weight, ROWS), _tma(x.contiguous().view(T, G * K), TOKENS)
     words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
-    bf16_gemv_kernel[(_programs(n_items, x.device),)](
+    bf16_gemv_kernel[(_programs(n_items, x.device, GROUPED_SM_SHARE),)](
         w_desc, a_desc, words, out, N, T, K, k_per_split, split, n_items, words.stride(0), out.stride(-2),
         out.stride(0) if split > 1 else 0, STAGES=GROUPED_STAGES, W_BN=32, GROUP_ROWS=N // G, LANES=GROUPED_LANES,
         num_warps=4)

@@ -74,7 +74,7 @@ def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_i
     """Copies the steps of the items of the program's lane LANE (of LANES, each with its ring) into the ring."""
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     g = 0  # steps copied so far by this program: the ring's position runs on across items
-    for item in range(gl.program_id(0) * LANES + LANE, n_items, gl.num_programs(0) * LANES):
+    for item in range(gl.program_id(0) + LANE * gl.num_programs(0), n_items, gl.num_programs(0) * LANES):
         pair, row0, _, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles_per_pair, W_ROWS)
         expert, a_row = _pair(EXPERT, AROW, pair, PAIRS)
         a_k0 = k0
@@ -241,7 +241,7 @@ def _bf16_products(w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_p
     tile_rows = gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, w_layout))
     tiles = gl.cdiv(N, W_ROWS)
     g = 0  # the ring's position, as the loader's
-    for item in range(gl.program_id(0) * LANES + LANE, n_items, gl.num_programs(0) * LANES):
+    for item in range(gl.program_id(0) + LANE * gl.num_programs(0), n_items, gl.num_programs(0) * LANES):
         _, row0, split, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles, W_ROWS)
         wrow = WS + (gl.minimum(row0 + tile_rows, N - 1) // W_BN).to(gl.int64) * stride_wsn + k0 // 128
         acc = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
