@@ -326,7 +326,7 @@ AB_SWITCHES = {
     "selected_keys": torch_backend("selected_keys"),
     # the A/B's other run takes a decode step's wo_a on the Gluon GEMV's ring with bf16 products (off by default:
     # gluon_gemv.GLUON_GROUPED, prepared in session 20)
-    "gluon_grouped": flag(gluon_gemv, "GLUON_GROUPED", True),
+    "gluon_grouped": flag(gluon_gemv, "GLUON_GROUPED", False),
     # the A/B's other run has a V4.1 ratio-2 compressor's decode step (ring writes and reads, the pooling) in one
     # launch (off by default: triton_pool.RING_POOL, prepared in session 20)
     "ring_pool": flag(triton_pool, "RING_POOL", False),

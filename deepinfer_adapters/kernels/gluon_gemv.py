@@ -28,9 +28,10 @@ Takes: bf16 activations [M <= 16, K] (quantized per 32 by ``act_quant`` first, o
 [N, K] with E8M0 scales per [32, 32] (V4.1's dense linears), K a multiple of 128.
 
 Also here: one token's routed experts (``pair_gemm``, FP8 products as above), and a decode step's wo_a
-(``grouped_linear``, off: ``GLUON_GROUPED``) on the same ring with bf16 products, as the reference's wo_a does
+(``grouped_linear``, ``GLUON_GROUPED``) on the same ring with bf16 products, as the reference's wo_a does
 not quantize its activations: ``bf16_gemv_kernel`` converts the weight tile with its block scales to bf16 in
-registers (``dequant_bf16``'s values) as wgmma's register operand.
+registers (``dequant_bf16``'s values) as wgmma's register operand, in two lanes (a warpgroup, a loader warp and
+a ring each) an SM.
 """
 
 from __future__ import annotations
@@ -61,17 +62,16 @@ GLUON_PAIRS = True
 # 2.319 (removed)
 PAIR_SM_SHARE = 0.94
 # a decode step's wo_a (``fp8_grouped_linear``: bf16 activations, no quantization) on the same persistent ring with
-# bf16 products (``grouped_linear``): the Triton grouped kernel takes 18.5 us a layer at V4.1's widths at B=1 (H200,
-# session 20's timeline) against an 8 us floor (33.5 MB). Prepared in session 20: its GPU tests passed on the first
-# run (rel 4-5e-6 against the reference at V4.1's widths, RESULTS_gluon_grouped_s20.log); a 3-round A/B in the model
-# was inconclusive. Off until measured
-GLUON_GROUPED = False
-# its warpgroups (each with a loader warp and a ring of GROUPED_STAGES slots, 12 KB each): alone, one warpgroup
-# took 25 us for wo_a (H200, session 21), bound by the conversion to bf16 (~0.8 us a step against ~0.26 us for
-# the step's copies); a second converts while the first waits
+# bf16 products (``grouped_linear``): the Triton grouped kernel takes 20 us at V4.1's widths (33.5 MB, floor 8 us).
+# One warpgroup converting the weights to bf16 took 25 us, bound by the conversion (issue slots ~24% busy, ~6
+# cycles a warp between instructions; Nsight Compute, session 21); two (``GROUPED_LANES``), each with its loader
+# warp and ring, on every SM: 17.9 us. In the model (H200, session 21, 5 alternating rounds): B=1 2.056 vs 2.079 ms,
+# B=8 4.761 vs 4.775. Moving the conversion off the conversion pipe (byte shuffles and bf16 products) was slower
+# (20.3 vs 19.3 us): the instruction count stayed
+GLUON_GROUPED = True
 GROUPED_LANES = 2
-GROUPED_STAGES = 6
-GROUPED_SM_SHARE = 1.0
+GROUPED_STAGES = 4  # slots a lane (12 KB each); 6: 18.3 us
+GROUPED_SM_SHARE = 1.0  # 7/8: 19.1 us (items left over for some lanes)
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight

@@ -148,7 +148,7 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per):
 @pytest.mark.parametrize("T", [1, 5, 16])
 @pytest.mark.parametrize("G,R,K", [(8, 1024, 4096), (2, 128, 256)])
 def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
-    """``gluon_gemv.grouped_linear`` (where ``GLUON_GROUPED``): a decode step's wo_a on the persistent ring with bf16
+    """``gluon_gemv.grouped_linear`` (where ``GLUON_GROUPED``, on): a decode step's wo_a on the persistent ring with bf16
     products -- the weight converted with its [32, 32] block scales in registers, each group's rows reading their
     group's inputs -- within bf16 GEMM rounding of the reference and of the Triton grouped kernel. K split at the
     small widths; batch-invariant mode keeps the Triton kernel. One warpgroup or two (each with its ring)."""
@@ -158,10 +158,11 @@ def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
     w = torch.randn(G * R, K, device="cuda", generator=g) / K**0.5
     w8, scale = quant_fp8_blocks(w * torch.logspace(-2, 1, K, device="cuda"), BLOCK)
     x = (torch.randn(T, G, K, device="cuda", generator=g) * torch.logspace(-2, 1, K, device="cuda")).bfloat16()
-    assert kernels.chosen("fp8_grouped_linear", x, w8, scale, BLOCK) != "gluon"  # off by default
+    assert kernels.chosen("fp8_grouped_linear", x, w8, scale, BLOCK) == "gluon"  # on by default
+    monkeypatch.setattr(gg, "GLUON_GROUPED", False)
+    assert kernels.chosen("fp8_grouped_linear", x, w8, scale, BLOCK) != "gluon"
     triton = kernels.fp8_grouped_linear(x, w8, scale, BLOCK)
     monkeypatch.setattr(gg, "GLUON_GROUPED", True)
-    assert kernels.chosen("fp8_grouped_linear", x, w8, scale, BLOCK) == "gluon"
     got = kernels.fp8_grouped_linear(x, w8, scale, BLOCK)
     ref = reference_fp8.fp8_grouped_linear(x, w8, scale, BLOCK)
     print(f"REPORT gluon grouped lanes={lanes} T={T} G={G} R={R} K={K}: rel={_rel(got, ref):.2e} "
