@@ -303,7 +303,7 @@ AB_SWITCHES = {
     "grouped_cublas": flag(triton_fp8_gemm, "GROUPED_CUBLAS", False),
     # prefill: hc_mix_logits splits its weight in every program instead of loading cached pieces
     "mix_pieces": flag(triton_hc, "PRESPLIT_FN", False),
-    # prefill: the indexer scores every key and masks after (attention_v41.CAUSAL_INDEX_SCORES)
+    # prefill and decode: the indexer scores every key and masks after (attention_v41.CAUSAL_INDEX_SCORES)
     "causal_index": flag(attention_v41, "CAUSAL_INDEX_SCORES", False),
     # the Gluon decode GEMV off: the Triton FP8 GEMV (gluon_gemv.GLUON_GEMV)
     "gluon_gemv": flag(gluon_gemv, "GLUON_GEMV", False),

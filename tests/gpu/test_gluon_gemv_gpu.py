@@ -148,8 +148,8 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per):
 @pytest.mark.parametrize("T", [1, 5, 16])
 @pytest.mark.parametrize("G,R,K", [(8, 1024, 4096), (2, 128, 256)])
 def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
-    """``gluon_gemv.grouped_linear`` (where ``GLUON_GROUPED``, on): a decode step's wo_a on the persistent ring with bf16
-    products -- the weight converted with its [32, 32] block scales in registers, each group's rows reading their
+    """``gluon_gemv.grouped_linear`` (where ``GLUON_GROUPED``, on): a decode step's wo_a on the persistent ring,
+    bf16 products -- the weight converted with its [32, 32] block scales in registers, each group's rows reading their
     group's inputs -- within bf16 GEMM rounding of the reference and of the Triton grouped kernel. K split at the
     small widths; batch-invariant mode keeps the Triton kernel. One warpgroup or two (each with its ring)."""
     gg = _gg()

@@ -23,7 +23,7 @@ from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, join_rows
 from deepinfer_adapters.model_impl.layers.compressor_v41 import CompressorV41, group_start
-from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41, unseen_rows
+from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41
 from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.overlap import aside
@@ -32,9 +32,9 @@ from deepinfer_adapters import kernels
 
 WINDOW_FP8_BLOCK = 32  # the whole post-RoPE window vector, blocks of 32
 COMPRESSED_FP4_GROUP = 16  # stored compressed rows: FP4 with e4m3 scales per 16
-# prefill: the indexer's scores take each query's visible row count, so a backend skips the keys past it
-# (the same selections; index scores 7.25 -> 3.80 ms at 8192 tokens on the H200, session 16). False: every
-# key scored, then masked (an A/B switch of benchmarks/bench_real_width.py)
+# the indexer's scores take each query's visible row count, so a backend skips the keys past it (the same
+# selections; prefill: index scores 7.25 -> 3.80 ms at 8192 tokens on the H200, session 16; decode since session
+# 21: no masking launch). False: every key scored, then masked (an A/B switch of benchmarks/bench_real_width.py)
 CAUSAL_INDEX_SCORES = True
 
 
@@ -159,9 +159,9 @@ class AttentionV41(AttentionBase):
         return min(batch.max_len // self.ratio, state.row_capacity(self.source_key, "index_k"))
 
     def _selected_addresses(self, batch: DecodeBatch, state: StateCache) -> tuple[torch.Tensor, torch.Tensor]:
-        """The pool addresses of the compressed rows the step's selections pick [B, k], and which picks are
-        seen [B, k]: once per selections -- the reuse layers after an index layer read the same rows of the
-        same source, which no layer in between writes."""
+        """The pool addresses of the compressed rows the step's selections pick [B, k] (meaningless where a pick
+        is not seen), and which picks are seen [B, k]: once per selections -- the reuse layers after an index
+        layer read the same rows of the same source, which no layer in between writes."""
         sel, seen = batch.scratch["selections"]
         cached = batch.scratch.get("selected_addresses")
         if cached is None or cached[0] is not sel or cached[1] != self.source_key:
@@ -173,8 +173,9 @@ class AttentionV41(AttentionBase):
                        state: StateCache, numerics: Numerics,
                        queries: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, k] selected compressed rows (ascending, -1 = none) over the first
-        max_len // ratio rows of each sequence's index keys, and [B, k] which are selected (>= 0).
+        """[B, k] picked compressed rows (ascending) over the first max_len // ratio rows of each sequence's
+        index keys, and [B, k] which of them are selected (seen by the sequence; ``select`` would give the
+        others as -1, which the attention's index masks anyway: not written here, two launches fewer).
         ``queries``: joins the indexer's query side where it was started already."""
         n_rows = self._index_rows(batch, state)
         B = batch.num_seqs
@@ -184,18 +185,14 @@ class AttentionV41(AttentionBase):
         # a reindex layer scans the keys its source just published: gathered once per step
         keys = batch.shared(("index_keys", self.source_key, n_rows),
                             lambda: self._index_keys_decode(batch, state, n_rows, numerics))
+        visible = batch.visible_rows(self.ratio)
+        causal = visible if CAUSAL_INDEX_SCORES else None
         if queries is None:
-            scores = self.indexer.scores(x, qr, freqs, keys, numerics)
+            scores = self.indexer.scores(x, qr, freqs, keys, numerics, causal)
         else:
-            scores = self.indexer.scores_of(*queries(), keys)
-        picked, seen = self.indexer.pick(scores, batch.visible_rows(self.ratio), batch.scratch.setdefault("pool", {}),
-                                         numerics, self._unseen(batch, n_rows))
-        return torch.where(seen, picked, -1), seen
-
-    def _unseen(self, batch: DecodeBatch, n_rows: int) -> torch.Tensor:
-        """[B, n_rows]: the index rows each sequence cannot see yet (``unseen_rows``), once per step per ratio."""
-        return batch.shared(("unseen_rows", self.ratio, n_rows),
-                            lambda: unseen_rows(batch.visible_rows(self.ratio), batch.arange(n_rows)))
+            scores = self.indexer.scores_of(*queries(), keys, causal)
+        return self.indexer.pick(scores, visible, batch.scratch.setdefault("pool", {}), numerics,
+                                 masked=CAUSAL_INDEX_SCORES)
 
     def _index_keys_decode(self, batch: DecodeBatch, state: StateCache, n_rows: int,
                            numerics: Numerics) -> torch.Tensor:

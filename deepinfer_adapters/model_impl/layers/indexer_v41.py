@@ -84,30 +84,25 @@ class IndexerV41(nn.Module):
         return kernels.index_scores(q, keys, w, visible=visible)
 
     def select(self, scores: torch.Tensor, visible: torch.Tensor, scratch: dict,
-               numerics: Numerics = Numerics(), unseen: torch.Tensor | None = None,
-               masked: bool = False) -> torch.Tensor:
+               numerics: Numerics = Numerics(), masked: bool = False) -> torch.Tensor:
         """Masked top-k. scores [n, m]; visible [n] rows each query can see.
 
         Returns row indices [n, k] ascending, -1 where the pick is not visible.
         ``scratch['candidates']`` carries the candidate pool to the layers after the source.
-        ``unseen``: ``unseen_rows(visible, arange(m))`` where the caller has it (a decode step
-        builds it once for every layer of a ratio). ``masked``: the unseen rows are -inf already
-        (``scores(..., visible)``).
+        ``masked``: the unseen rows are -inf already (``scores(..., visible)``).
         """
-        picked, seen = self.pick(scores, visible, scratch, numerics, unseen, masked)
+        picked, seen = self.pick(scores, visible, scratch, numerics, masked)
         return torch.where(seen, picked, -1)
 
     def pick(self, scores: torch.Tensor, visible: torch.Tensor, scratch: dict, numerics: Numerics = Numerics(),
-             unseen: torch.Tensor | None = None, masked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+             masked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``select`` as (the top-k rows [n, k] ascending, which of them are visible): a decode
         step keeps the mask for its attention index (``select``'s result is >= 0 exactly there)."""
         m = scores.shape[-1]
         if not masked:
-            if unseen is None:
-                unseen = unseen_rows(visible, torch.arange(m, device=scores.device))
             # masks and top-k are exact in the scores' own dtype (the activation dtype, which
             # ``topk_select`` ranks in anyway)
-            scores = scores.masked_fill(unseen, -torch.inf)
+            scores = scores.masked_fill(unseen_rows(visible, torch.arange(m, device=scores.device)), -torch.inf)
         if self.is_candidate_source:
             scratch["candidates"] = self._candidate_pool(scores, visible, numerics)
         elif self.uses_pool and scratch["candidates"] is not None:
