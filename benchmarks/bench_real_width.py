@@ -324,6 +324,9 @@ AB_SWITCHES = {
     # a compressed layer's decode keys and index in torch (a gather, two cats, a where) instead of one Triton launch
     # (kernels/triton_keys.py)
     "selected_keys": torch_backend("selected_keys"),
+    # decode: a source's compressed rows stored in one Triton launch (kernels/triton_store.py), or torch's gather,
+    # where and index_put
+    "store_rows": torch_backend("store_rows"),
     # the A/B's other run takes a decode step's wo_a on the Gluon GEMV's ring with bf16 products (off by default:
     # gluon_gemv.GLUON_GROUPED, prepared in session 20)
     "gluon_grouped": flag(gluon_gemv, "GLUON_GROUPED", False),

@@ -18,7 +18,8 @@ from deepinfer_adapters.kernels.invariance import wide
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "topk_torch_order", "swiglu", "moe_route", "softmax_pool",
-       "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather", "rms_norm_in_dtype", "selected_keys", "ring_pool")
+       "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather", "rms_norm_in_dtype", "selected_keys", "ring_pool",
+       "store_rows")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -306,6 +307,14 @@ def selected_keys(window: torch.Tensor, window_valid: torch.Tensor, pool: torch.
     B, K = keys.shape[:2]
     valid = torch.cat([window_valid, seen], 1)
     return keys, torch.where(valid, torch.arange(B * K, device=keys.device).view(B, K), -1)
+
+
+def store_rows(pool: torch.Tensor, addr: torch.Tensor, value: torch.Tensor, keep: torch.Tensor | None = None) -> None:
+    """In place: ``pool[addr[b]] = value[b]`` (rounded to the pool's dtype) for each b where ``keep[b]`` (every b
+    where ``keep`` is None), the other rows of ``pool`` as they are. pool [R, C]; addr [B] distinct; value
+    [B, C]; keep [B] bool -- a decode step's compressed rows, stored where the token completes its group."""
+    value = value.to(pool.dtype)
+    pool[addr] = value if keep is None else torch.where(keep.unsqueeze(1), value, pool[addr])
 
 
 def softmax_pool(kv: torch.Tensor, score: torch.Tensor) -> torch.Tensor:

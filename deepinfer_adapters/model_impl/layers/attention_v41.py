@@ -216,9 +216,7 @@ class AttentionV41(AttentionBase):
         addr = self._group_row_address(batch, state)
 
         def store(name: str, value: torch.Tensor) -> None:
-            pool = state.row_pool(self.key, name)
-            value = value.to(pool.dtype)
-            pool[addr] = value if complete is None else torch.where(complete.unsqueeze(1), value, pool[addr])
+            kernels.store_rows(state.row_pool(self.key, name), addr, value, complete)
 
         if not aside_kv:
             for name, value in self._cache_rows(latent, freqs, numerics).items():
