@@ -324,14 +324,14 @@ AB_SWITCHES = {
     # a compressed layer's decode keys and index in torch (a gather, two cats, a where) instead of one Triton launch
     # (kernels/triton_keys.py)
     "selected_keys": torch_backend("selected_keys"),
-    # decode: a source's compressed rows stored in one Triton launch (kernels/triton_store.py), or torch's gather,
-    # where and index_put
+    # a source's compressed rows stored in torch (a gather, a where, an index_put) instead of one Triton launch
+    # (kernels/triton_store.py)
     "store_rows": torch_backend("store_rows"),
-    # the A/B's other run takes a decode step's wo_a on the Gluon GEMV's ring with bf16 products (off by default:
-    # gluon_gemv.GLUON_GROUPED, prepared in session 20)
+    # a decode step's wo_a on the Triton grouped kernel instead of the Gluon GEMV's ring with bf16 products
+    # (gluon_gemv.GLUON_GROUPED)
     "gluon_grouped": flag(gluon_gemv, "GLUON_GROUPED", False),
-    # the A/B's other run has a V4.1 ratio-2 compressor's decode step (ring writes and reads, the pooling) in one
-    # launch (off by default: triton_pool.RING_POOL, prepared in session 20)
+    # a V4.1 ratio-2 compressor's decode step (ring writes and reads, the pooling) as torch's row copies around the
+    # pooling kernel instead of one launch (triton_pool.RING_POOL)
     "ring_pool": flag(triton_pool, "RING_POOL", False),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
