@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -785,6 +785,21 @@ if has s21a; then  # session 21 (~4 min): wo_a's bf16_gemv_kernel in two lanes (
     --ab gluon_grouped:1,8 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s21a.log" 2>&1
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s21a.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s21a.log"
   head -1 "$OUT/s21a/timeline_graph_b1.txt"
+  pack
+fi
+if has s21b; then  # session 21 (~4 min): a source's compressed rows stored in one launch (store_rows) and the decode
+  # indexer's scores taking the visible rows (CAUSAL_INDEX_SCORES, no masking launch) -- the GPU tests of the
+  # store and the index scores, then V4.1 decode B = 1 / 8 with each against its other run, 5 alternating rounds;
+  # the B = 1 timeline
+  timeout 150 python -m pytest -q tests/gpu/test_store_rows_gpu.py tests/gpu/test_index_scores_gpu.py \
+    -p no:cacheprovider > "$OUT/gpu_tests_s21b.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s21b.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s21b.log" | head
+  pack
+  mkdir -p "$OUT/s21b"
+  timeout 220 ${RW/--out $OUT/--out $OUT/s21b} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
+    --ab store_rows:1,8 causal_index:1,8 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s21b.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s21b.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s21b.log"
+  head -1 "$OUT/s21b/timeline_graph_b1.txt"
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
