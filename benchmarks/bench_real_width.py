@@ -60,7 +60,7 @@ import torch
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
-from deepinfer_adapters.kernels import triton_pool, triton_sparse_attn, triton_support
+from deepinfer_adapters.kernels import triton_pool, triton_sparse_attn, triton_support, triton_topk
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -333,6 +333,9 @@ AB_SWITCHES = {
     # a V4.1 ratio-2 compressor's decode step (ring writes and reads, the pooling) as torch's row copies around the
     # pooling kernel instead of one launch (triton_pool.RING_POOL)
     "ring_pool": flag(triton_pool, "RING_POOL", False),
+    # the index top-k's programs with 64 scores a thread (fewer warps: cheaper counts across them), not 16
+    # (triton_topk.ROW_PER_THREAD)
+    "topk_per_thread": flag(triton_topk, "ROW_PER_THREAD", 64),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": flag(overlap, "PROJECT_BEFORE_MIXES", False),

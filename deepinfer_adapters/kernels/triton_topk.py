@@ -38,6 +38,9 @@ from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 MAX_ROW = 16384  # the row must fit the registers of one program
+# scores a thread holds: the program's warps (1 to 16) follow from the row's block. Each of the 16 or 32 serial
+# passes ends in a count over the row, a reduction across the program's warps
+ROW_PER_THREAD = 16
 
 
 @functools.cache
@@ -93,7 +96,7 @@ def _topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor
         block = max(16, triton.next_power_of_2(m))
         kernel[(n,)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0), BLOCK=block,
                      TORCH_ORDER=torch_order, KEY_BITS=16 if scores.dtype == torch.bfloat16 else 32,
-                     num_warps=max(1, min(16, block // 512)), **pdl_launch())
+                     num_warps=max(1, min(16, block // (32 * ROW_PER_THREAD))), **pdl_launch())
     return idx.view(*lead, k), val.view(*lead, k)
 
 

@@ -1,0 +1,48 @@
+"""The index top-k (``kernels/triton_topk.py``) alone at a decode step's shapes: rows of the indexer's scores
+(1 or 8 of them; 1026, 2052 and 4104 scores, fp32 and bf16; k = 512) over the scores a thread holds
+(``ROW_PER_THREAD``, which sets the program's warps), each against the default's picks.
+
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_topk.py [--per-thread 16 32 64 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+ROWS = (1, 8)
+WIDTHS = (1026, 2052, 4104)
+K = 512
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--per-thread", type=int, nargs="+", default=[16, 32, 64, 128])
+    args = ap.parse_args()
+    from benchmarks.timing import run_info, time_graph
+    from deepinfer_adapters.kernels import triton_topk
+
+    print(f"INFO {run_info()}", flush=True)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    default = triton_topk.ROW_PER_THREAD
+    for dtype in (torch.float32, torch.bfloat16):
+        for n in ROWS:
+            for m in WIDTHS:
+                sets = [torch.randn(n, m, device="cuda", generator=g).to(dtype) for _ in range(4)]
+                triton_topk.ROW_PER_THREAD = default
+                want = triton_topk.topk_torch_order(sets[0], K)
+                row = {}
+                for per in args.per_thread:
+                    triton_topk.ROW_PER_THREAD = per
+                    got = triton_topk.topk_torch_order(sets[0], K)
+                    same = torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+                    row[per] = (time_graph([lambda s=s: triton_topk.topk_torch_order(s, K) for s in sets]), same)
+                triton_topk.ROW_PER_THREAD = default
+                print(f"topk {str(dtype)[6:]:8s} rows {n} x {m:5d}: "
+                      + " ".join(f"{per}/thread {us:5.1f} us{'' if same else ' (OTHER PICKS)'}"
+                                 for per, (us, same) in row.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
