@@ -268,9 +268,9 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
     words: four blocks a 128-input step). GROUP_ROWS > 0: a grouped weight (wo_a), rows g GROUP_ROWS .. read
     activation inputs g K .. (g + 1) K - 1 (A as [tokens, groups x K]).
 
-    LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots, take alternate items. The
-    conversion to bf16 holds one warpgroup to ~0.8 us a step against ~0.26 us for the step's copies (session
-    21): a second one converts while the first waits."""
+    LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots; of P programs, program p's
+    lane l takes items p + l P, p + (l + 2) P, ... The conversion to bf16 holds one warpgroup to ~0.7 us a step
+    against ~0.26 us for the step's copies (session 21): a second one converts while the first waits."""
     tiles = gl.cdiv(N, w_desc.block_type.shape[0])
     w0, a0, ready0, empty0 = _ring(w_desc, a_desc, STAGES)
     if LANES == 1:
@@ -291,4 +291,6 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 2)),
             (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 1, 2)),
+        # registers a thread: the CTA's 64K hold the first warpgroup at 256, the second at 224 and the loaders
+        # (with the two warps Triton pads them with) at 24; ptxas then launches the 12 warps at 168 each
         ], [4, 1, 1], [224, 24, 24])
