@@ -80,3 +80,14 @@ def test_launch_order_switches_keep_decode_equal_to_forward(ckpt, monkeypatch, s
         monkeypatch.setattr(overlap, name, value)
     model = _model(ckpt, Numerics.reference().invariant())
     assert_decode_equals_forward(model, _dense(model), SLOTS, PROMPTS, STEPS, MAX_LEN)
+
+
+def test_decode_equals_forward_with_the_index_scores_masked_after(ckpt, monkeypatch):
+    """``attention_v41.CAUSAL_INDEX_SCORES`` off: every index row scored, then the unseen ones masked before the
+    top-k (the default passes the visible rows to the scores instead) -- decode still equals forward bit for bit,
+    so both give the same selections."""
+    from deepinfer_adapters.model_impl.layers import attention_v41
+
+    monkeypatch.setattr(attention_v41, "CAUSAL_INDEX_SCORES", False)
+    model = _model(ckpt, Numerics.reference().invariant())
+    assert_decode_equals_forward(model, _dense(model), SLOTS, PROMPTS, STEPS, MAX_LEN)
