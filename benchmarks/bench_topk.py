@@ -1,9 +1,10 @@
 """The index top-k (``kernels/triton_topk.py``) alone at a decode step's shapes: rows of the indexer's scores
-(1 or 8 of them; 1026, 2052 and 4104 scores, fp32 and bf16; k = 512) over the scores a thread holds
+(1 or 8 of them; 1026, 2052 and 4104 scores; k = 512) over the scores a thread holds
 (``ROW_PER_THREAD``, which sets the program's warps), each against the default's picks.
 
-Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_topk.py [--per-thread 4 8 16 32]
-Each setting compiles the kernel anew for each width and dtype: ~100 s covered 8 of the 48 in session 21.
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_topk.py [--per-thread 4 8 16 32] [--widths ...]
+[--dtypes bf16 fp32] [--rows 1 8]. Each setting compiles the kernel anew for each width and dtype: ~100 s covered
+8 of the 48 cases of session 21's defaults (a decode step's scores are bf16 in the model).
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ import torch
 ROWS = (1, 8)
 WIDTHS = (1026, 2052, 4104)
 K = 512
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-thread", type=int, nargs="+", default=[4, 8, 16, 32])
+    ap.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
+    ap.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["bf16"])
+    ap.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
     args = ap.parse_args()
     from benchmarks.timing import run_info, time_graph
     from deepinfer_adapters.kernels import triton_topk
@@ -27,9 +32,9 @@ def main():
     print(f"INFO {run_info()}", flush=True)
     g = torch.Generator(device="cuda").manual_seed(0)
     default = triton_topk.ROW_PER_THREAD
-    for dtype in (torch.float32, torch.bfloat16):
-        for n in ROWS:
-            for m in WIDTHS:
+    for dtype in (DTYPES[d] for d in args.dtypes):
+        for n in args.rows:
+            for m in args.widths:
                 sets = [torch.randn(n, m, device="cuda", generator=g).to(dtype) for _ in range(4)]
                 triton_topk.ROW_PER_THREAD = default
                 want = triton_topk.topk_torch_order(sets[0], K)

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -816,6 +816,24 @@ if has s21c; then  # session 21 (~3 min): the index top-k's warps (triton_topk.R
   timeout 100 python -m pytest -q tests/gpu/test_topk_gpu.py -p no:cacheprovider > "$OUT/gpu_tests_s21c.log" 2>&1
   echo "GPU top-k tests at $(grep '^ROW_PER_THREAD' deepinfer_adapters/kernels/triton_topk.py): $(tail -1 "$OUT/gpu_tests_s21c.log")"
   grep -E "FAILED|Error" "$OUT/gpu_tests_s21c.log" | head
+  pack
+fi
+if has s22check; then  # prepared at the end of session 21 (~4 min): the index top-k with more warps
+  # (triton_topk.ROW_PER_THREAD 8 and 4 against 16) alone on a decode step's bf16 rows, Nsight Compute on one
+  # default call (where its ~9-16 us go), then V4.1 decode B = 1 / 8 with 8 a thread against 16, 5 rounds
+  timeout 120 python benchmarks/bench_topk.py --per-thread 4 8 16 --rows 1 --widths 1026 4104 \
+    > "$OUT/topk_s22check.log" 2>&1; grep -E "^topk|Error" "$OUT/topk_s22check.log"
+  pack
+  timeout 120 ncu --clock-control none --kernel-name regex:topk_kernel --launch-count 1 --section SpeedOfLight \
+    --section WarpStateStats --section SchedulerStats --section InstructionStats --section SourceCounters \
+    python benchmarks/bench_topk.py --per-thread 16 --rows 1 --widths 1026 > "$OUT/ncu_topk_s22check.log" 2>&1
+  grep -E "Duration|Issue Slots Busy|Warp Cycles Per Issued|Executed Instructions  |No Eligible|stall" \
+    "$OUT/ncu_topk_s22check.log" | head -12
+  pack
+  mkdir -p "$OUT/s22check"
+  timeout 150 ${RW/--out $OUT/--out $OUT/s22check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
+    --reps 2 --ab topk_per_thread:1,8 --ab-rounds 5 > "$OUT/real_width_s22check.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s22check.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s22check.log"
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
