@@ -333,9 +333,9 @@ AB_SWITCHES = {
     # a V4.1 ratio-2 compressor's decode step (ring writes and reads, the pooling) as torch's row copies around the
     # pooling kernel instead of one launch (triton_pool.RING_POOL)
     "ring_pool": flag(triton_pool, "RING_POOL", False),
-    # the index top-k's programs with 8 scores a thread (more warps), not 16 (triton_topk.ROW_PER_THREAD; 64, fewer
-    # warps: slower, session 21)
-    "topk_per_thread": flag(triton_topk, "ROW_PER_THREAD", 8),
+    # the index top-k's programs with 64 scores a thread (fewer warps), not 16 (triton_topk.ROW_PER_THREAD): slower
+    # (session 21)
+    "topk_per_thread": flag(triton_topk, "ROW_PER_THREAD", 64),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": flag(overlap, "PROJECT_BEFORE_MIXES", False),

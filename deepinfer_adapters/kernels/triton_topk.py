@@ -38,10 +38,10 @@ from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 MAX_ROW = 16384  # the row must fit the registers of one program
-# scores a thread holds: the program's warps (1 to 16) follow from the row's block. Each of the 16 or 32 serial
-# passes ends in a count over the row, a reduction across the program's warps; fewer warps made the counts no
-# cheaper: one row of 1026 fp32 scores took 9.6 us at 16 a thread, 12.9 at 32, 32.6 at 64, and V4.1 B=1 2.18 ms at
-# 64 against 2.03 (H200, session 21). Fewer than 16 a thread is not measured yet
+# scores a thread holds: the program's warps (1 to 16) follow from the row's block. Fewer warps were slower (one row
+# of 1026 fp32 scores 9.6 us at 16 a thread, 12.9 at 32, 32.6 at 64; V4.1 B=1 2.18 ms at 64 against 2.03), more
+# no faster (bf16 rows of 1026 / 4104: 7.5 / 16.8 us at 4, 6.7 / 17.4 at 8, 7.3 / 17.4 at 16; H200, session 21):
+# the time follows the row's block, not the warps
 ROW_PER_THREAD = 16
 
 
