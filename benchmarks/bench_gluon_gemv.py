@@ -1,6 +1,6 @@
 """The decode GEMV on FP8 products in Gluon (``kernels/gluon_gemv.py``) against the Triton decode GEMV
 (``triton_fp8_gemm.fp8_linear``, as dispatched), same inputs: time and bits, V4.1's dense linears at 1 and 8
-rows, with the ring depth and the K-split target (work items) swept.
+rows, with the ring depth, the K-split target (work items) and the lanes (warpgroups an SM) swept.
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_gluon_gemv.py
 ``--compile-only`` compiles the kernel for sm_90 with no GPU (Triton 3.6, the GPU machine's, in a scratch
@@ -19,7 +19,7 @@ import torch
 ROWS = (1, 8)
 
 
-def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32) -> None:
+def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32, lanes: int = 1) -> None:
     """The dense GEMV (weight scales per [32, 32]) or, ``pairs``, one token's experts (per (1, ``w_bk``))."""
     from triton.experimental.gluon import language as gl
 
@@ -36,10 +36,11 @@ def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32) -> None:
            "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32", "n_items": "i32",
            "tiles_per_pair": "i32", "NT": "i32", "KT": "i32", "stride_wsn": "i32", "stride_asm": "i32",
            "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr", "W_BN": "constexpr", "W_BK": "constexpr",
-           "PAIRS": "constexpr"}
+           "PAIRS": "constexpr", "LANES": "constexpr"}
     divisible = ("WS", "AS", "OUT", "K", "k_per_split", "stride_asm", "stride_om", "stride_os")
-    compile_sm90(fp8_gemv_kernel, sig, {"STAGES": stages, "W_BN": 1 if pairs else 32, "W_BK": w_bk, "PAIRS": pairs},
-                 divisible, f"fp8_gemv_kernel (STAGES={stages}, PAIRS={pairs}, W_BK={w_bk})")
+    compile_sm90(fp8_gemv_kernel, sig, {"STAGES": stages, "W_BN": 1 if pairs else 32, "W_BK": w_bk, "PAIRS": pairs,
+                                        "LANES": lanes},
+                 divisible, f"fp8_gemv_kernel (STAGES={stages}, PAIRS={pairs}, W_BK={w_bk}, LANES={lanes})")
 
 
 def compile_offline_bf16(stages: int, group_rows: int = 1024, lanes: int = 2) -> None:
@@ -77,15 +78,15 @@ def main():
                     help="K-split targets: work items shared out over one persistent program an SM")
     ap.add_argument("--grouped", action="store_true",
                     help="time wo_a instead: the Triton grouped kernel against bf16_gemv_kernel")
-    ap.add_argument("--lanes", type=int, nargs="+", default=[1, 2], help="bf16_gemv_kernel's warpgroups (--grouped)")
+    ap.add_argument("--lanes", type=int, nargs="+", default=[1, 2], help="the kernels' warpgroups an SM")
     ap.add_argument("--shares", type=float, nargs="+", default=[1.0, 0.875],
                     help="bf16_gemv_kernel's share of the SMs (--grouped)")
     args = ap.parse_args()
     if args.compile_only:
         from deepinfer_adapters.kernels import gluon_gemv
 
-        for stages in args.stages:
-            compile_offline(stages)
+        for stages, lanes in itertools.product(args.stages, args.lanes):
+            compile_offline(stages, lanes=lanes)
         compile_offline(gluon_gemv_stages(), pairs=True, w_bk=128)
         compile_offline(gluon_gemv_stages(), pairs=True, w_bk=32)
         compile_offline_bf16(gluon_gemv.GROUPED_STAGES, lanes=gluon_gemv.GROUPED_LANES)
@@ -114,18 +115,17 @@ def main():
             row = {"triton": time_graph([lambda x=x, w=w: tg.fp8_linear(x, *w, BLOCK, 32)
                                          for x, w in zip(xs, ws)])}
             rels = {}
-            for stages in args.stages:
-                for items in args.items:
-                    gluon_gemv.STAGES, gluon_gemv.ITEMS = stages, items
-                    key = f"gluon_s{stages}_i{items}"
-                    try:
-                        out = gluon_gemv.fp8_linear(xs[0], *ws[0], BLOCK, 32)
-                        rels[key] = rel(out, ref)
-                        row[key] = time_graph([lambda x=x, w=w: gluon_gemv.fp8_linear(x, *w, BLOCK, 32)
-                                               for x, w in zip(xs, ws)])
-                    except Exception as e:  # a variant that does not compile or run: say so, go on
-                        row[key] = float("nan")
-                        print(f"{name} M={M} {key}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            for stages, items, lanes in itertools.product(args.stages, args.items, args.lanes):
+                gluon_gemv.STAGES, gluon_gemv.ITEMS, gluon_gemv.LANES = stages, items, lanes
+                key = f"gluon_s{stages}_i{items}_l{lanes}"
+                try:
+                    out = gluon_gemv.fp8_linear(xs[0], *ws[0], BLOCK, 32)
+                    rels[key] = rel(out, ref)
+                    row[key] = time_graph([lambda x=x, w=w: gluon_gemv.fp8_linear(x, *w, BLOCK, 32)
+                                           for x, w in zip(xs, ws)])
+                except Exception as e:  # a variant that does not compile or run: say so, go on
+                    row[key] = float("nan")
+                    print(f"{name} M={M} {key}: {type(e).__name__}: {str(e)[:200]}", flush=True)
             for key, us in row.items():
                 if name in PER_LAYER:
                     totals[M, key] = totals.get((M, key), 0.0) + us

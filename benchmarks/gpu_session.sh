@@ -818,16 +818,25 @@ if has s21c; then  # session 21 (~3 min): the index top-k's warps (triton_topk.R
   grep -E "FAILED|Error" "$OUT/gpu_tests_s21c.log" | head
   pack
 fi
-if has s22check; then  # prepared at the end of session 21 (~2 min): where the index top-k's 7-17 us go. Its warps
-  # do not matter (4-16 scores a thread within noise, session 21) and its time follows the row's block: Nsight
-  # Compute on one call at each width (bf16 rows of 1026 and 4104 scores, k = 512)
-  for W in 1026 4104; do
-    timeout 100 ncu --clock-control none --kernel-name regex:topk_kernel --launch-count 1 --section SpeedOfLight \
-      --section WarpStateStats --section SchedulerStats --section InstructionStats --section SourceCounters \
-      python benchmarks/bench_topk.py --per-thread 16 --rows 1 --widths $W > "$OUT/ncu_topk_${W}_s22check.log" 2>&1
-    echo "width $W"; grep -E "Duration|Issue Slots Busy|Warp Cycles Per Issued|Executed Instructions  |No Eligible" \
-      "$OUT/ncu_topk_${W}_s22check.log" | head -8
-  done
+if has s22check; then  # prepared at the end of session 21 (~5 min): the Gluon decode GEMV in two lanes (gluon_gemv.LANES
+  # 2: two warpgroups an SM, each with its loader warp and ring, as wo_a's kernel, which paid there) -- its GPU tests
+  # (the Triton FP8 steps' bits in either), alone against one lane, then V4.1 decode B = 1 / 8, 5 rounds; last,
+  # Nsight Compute on the index top-k (where its ~7-17 us go; its warps do not matter, session 21)
+  timeout 150 python -m pytest -q tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider > "$OUT/gpu_tests_s22check.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s22check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s22check.log" | head
+  timeout 120 python benchmarks/bench_gluon_gemv.py --stages 8 --items 264 --lanes 1 2 > "$OUT/gluon_gemv_s22check.log" 2>&1
+  grep -E "M= ?[0-9]|^M=|Error" "$OUT/gluon_gemv_s22check.log"
+  pack
+  mkdir -p "$OUT/s22check"
+  timeout 150 ${RW/--out $OUT/--out $OUT/s22check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
+    --reps 2 --ab gemv_lanes:1,8 --ab-rounds 5 > "$OUT/real_width_s22check.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s22check.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s22check.log"
+  pack
+  timeout 60 ncu --clock-control none --kernel-name regex:topk_kernel --launch-count 1 --section SpeedOfLight \
+    --section WarpStateStats --section SchedulerStats --section InstructionStats --section SourceCounters \
+    python benchmarks/bench_topk.py --per-thread 16 --rows 1 --widths 4104 > "$OUT/ncu_topk_s22check.log" 2>&1
+  grep -E "Duration|Issue Slots Busy|Warp Cycles Per Issued|Executed Instructions  |No Eligible" \
+    "$OUT/ncu_topk_s22check.log" | head -8
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

@@ -77,6 +77,9 @@ TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA'
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
 ITEMS = 264  # K is split while fewer weight row tiles than this: ~2 work items a program
 PROGRAMS_PER_SM = 1  # the kernel takes ~255 registers a thread for its 256 (ptxas): one program fits an SM
+# warpgroups an SM for the FP8 products (each with its loader warp and ring of STAGES slots, as wo_a's kernel's two
+# lanes, which paid there: bench_gluon_gemv.py --lanes). Prepared in session 21, not yet measured: 1
+LANES = 1
 # the share of the SMs the persistent grid takes: below 1, SMs stay free for the side streams' kernels
 SM_SHARE = 0.875
 
@@ -167,7 +170,7 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
         w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, 1 if pairs is not None else q.shape[0], K, k_per_split,
         split, n_items, tiles_per_pair, *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2),
         out.stride(0) if split > 1 else 0, STAGES=STAGES, W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None,
-        num_warps=4)
+        LANES=LANES, num_warps=4)
     return out if split == 1 else sum_splits(out, out_dtype)
 
 

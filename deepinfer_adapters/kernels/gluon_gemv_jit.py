@@ -13,6 +13,11 @@ weight under ~64 MB, session 18).
   model's. The weight scales of a step come as one int32 word a row (its four 32-input blocks), or with
   weight scales per 128 inputs (W_BK 128) one byte.
 
+LANES 2 (``gluon_gemv.LANES`` for the FP8 kernel, not yet measured; ``GROUPED_LANES`` for wo_a's
+``bf16_gemv_kernel``, on): two warpgroups an SM, each with its loader warp and its ring, take the program's items
+lane-major -- one warpgroup's step is latency-bound (wo_a: ~0.7 us a
+step against ~0.26 for its copies, session 21).
+
 PAIRS (one token's routed experts, ``gluon_gemv.pair_gemm``): the items are (pair, 64-row tile, K split); pair r
 reads expert EXPERT[r]'s weights, held in 128 x 128 tiles (quant.to_e4m3_tiles, viewed as rows of 128 inputs:
 a step's [64, 128] box starts at its tile's row), against activation row AROW[r], and writes output row r.
@@ -157,7 +162,9 @@ def _store_tile(acc, OUT, row0, out_row0, split, N, M, stride_om, stride_os):
 @gluon.jit
 def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K, N,
                    M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr,
-                   W_BN: gl.constexpr, W_BK: gl.constexpr, PAIRS: gl.constexpr):
+                   W_BN: gl.constexpr, W_BK: gl.constexpr, PAIRS: gl.constexpr, LANE: gl.constexpr = 0,
+                   LANES: gl.constexpr = 1):
+    """A warpgroup of ``fp8_gemv_kernel``: ``_step`` over the K range of each item of its lane."""
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
     T: gl.constexpr = a_smem.type.shape[1]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -166,7 +173,7 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_it
     toks = gl.arange(0, T, layout=gl.SliceLayout(0, mma_layout))
     zero = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
     g = 0  # the ring's position, as the loader's
-    for item in range(gl.program_id(0), n_items, gl.num_programs(0)):
+    for item in range(gl.program_id(0) + LANE * gl.num_programs(0), n_items, gl.num_programs(0) * LANES):
         pair, row0, split, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles_per_pair, W_ROWS)
         expert, a_row = _pair(EXPERT, AROW, pair, PAIRS)
         # rows past N read the last row's scales, tokens past M the last token's: their products are zeros.
@@ -192,21 +199,37 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_it
 @gluon.jit
 def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_split, n_splits, n_items, tiles_per_pair,
                     NT, KT, stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr,
-                    W_BK: gl.constexpr, PAIRS: gl.constexpr):
+                    W_BK: gl.constexpr, PAIRS: gl.constexpr, LANES: gl.constexpr = 1):
     """Persistent: program p takes work items p, p + programs, ... (an item: a 64-row tile x one K split) and
     writes OUT[split][token, row] = sum over the split's K range of A[token] W[row] with both operands'
     block scales. WS: the weight's E8M0 scales, per 32 inputs as int32 words (four blocks a word) or per 128
     as bytes (W_BK), ``stride_wsn`` in those; AS: the activations' fp32 scales per 32 inputs. PAIRS: pair r
     (M = 1) is OUT[split][r] = A[AROW[r]] W_EXPERT[r]^T, N and the scale rows per expert, NT / KT its 128-row
-    and 128-input tiles."""
-    w_smem, a_smem, ready, empty = _ring(w_desc, a_desc, STAGES)
-    gl.warp_specialize([
-        (_gemv_products, (w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K,
-                          N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
-                          PAIRS)),
-        (_gemv_loader, (w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_items, n_splits, k_per_split,
-                        K, tiles_per_pair, NT, KT, STAGES, PAIRS)),
-    ], [1], [24])
+    and 128-input tiles. LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots, as
+    ``bf16_gemv_kernel``'s."""
+    w0, a0, ready0, empty0 = _ring(w_desc, a_desc, STAGES)
+    if LANES == 1:
+        gl.warp_specialize([
+            (_gemv_products, (w0, a0, ready0, empty0, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K,
+                              N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
+                              PAIRS)),
+            (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, EXPERT, AROW, n_items, n_splits, k_per_split,
+                            K, tiles_per_pair, NT, KT, STAGES, PAIRS)),
+        ], [1], [24])
+    else:
+        w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
+        gl.warp_specialize([
+            (_gemv_products, (w0, a0, ready0, empty0, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K,
+                              N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
+                              PAIRS, 0, 2)),
+            (_gemv_products, (w1, a1, ready1, empty1, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K,
+                              N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
+                              PAIRS, 1, 2)),
+            (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, EXPERT, AROW, n_items, n_splits, k_per_split,
+                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 2)),
+            (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, EXPERT, AROW, n_items, n_splits, k_per_split,
+                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 1, 2)),
+        ], [4, 1, 1], [224, 24, 24])  # registers as bf16_gemv_kernel's
 
 
 @gluon.jit

@@ -48,10 +48,13 @@ def _rel(a, b):
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
+@pytest.mark.parametrize("lanes", [1, 2])
 @pytest.mark.parametrize("M", [1, 5, 16])
 @pytest.mark.parametrize("N,K", [(1792, 5120), (1824, 5120), (4096, 1280), (5120, 8192), (5120, 2304)])
-def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(M, N, K):
+def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(monkeypatch, M, N, K, lanes):
+    """With one warpgroup an SM or two (``LANES``: each with its ring), the same bits."""
     gg = _gg()
+    monkeypatch.setattr(gg, "LANES", lanes)
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 
     x, w8, scale = _inputs(M, N, K, N + M)
@@ -61,7 +64,7 @@ def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(M, N, K):
     rel = _rel(got, ref)
     same_split = tg.GemmConfig(16, gg.ROWS, 4, 4, 4, programs=gg.ITEMS)
     triton = tg.gemm(q, s, 32, w8, scale, BLOCK, torch.bfloat16, config=same_split, swapped=True, bf16_steps=False)
-    print(f"REPORT gluon gemv M={M} N={N} K={K}: rel={rel:.2e}, bits of the Triton FP8 steps: "
+    print(f"REPORT gluon gemv lanes={lanes} M={M} N={N} K={K}: rel={rel:.2e}, bits of the Triton FP8 steps: "
           f"{torch.equal(got, triton)} (rel {_rel(got, triton):.1e})")
     assert got.shape == (M, N) and torch.isfinite(got).all()
     assert rel <= 2e-3
@@ -69,12 +72,14 @@ def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(M, N, K):
     assert torch.equal(got, triton)
 
 
+@pytest.mark.parametrize("lanes", [1, 2])
 @pytest.mark.parametrize("programs", [1, 3, 7])
-def test_few_programs_take_many_items_each(monkeypatch, programs):
+def test_few_programs_take_many_items_each(monkeypatch, programs, lanes):
     """A persistent program's ring runs on across its items (phases included): with 1, 3 or 7 programs each
     takes tens of items of 1 to 3 steps (the last K split of 5120 in 384s is one step), so the ring wraps
-    mid-item. The bits must not depend on how the items are shared out."""
+    mid-item, in one lane or two. The bits must not depend on how the items are shared out."""
     gg = _gg()
+    monkeypatch.setattr(gg, "LANES", lanes)
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 
     x, w8, scale = _inputs(3, 1792, 5120, 11)
@@ -101,9 +106,10 @@ def test_dispatch_takes_it_where_it_fits(monkeypatch):
         assert kernels.chosen("fp8_linear", x, w8, scale, BLOCK, 32) != "gluon"
 
 
+@pytest.mark.parametrize("lanes", [1, 2])
 @pytest.mark.parametrize("E,D,I", [(32, 512, 256), (16, 5120, 2304)], ids=["small_split_k", "real_widths"])
 @pytest.mark.parametrize("per", [32, 128])
-def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per):
+def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     """``gluon_gemv.pair_gemm`` (where ``GLUON_PAIRS``) runs one token's routed experts as the MoE's fp8 path
     does: within the MoE tolerance of the reference, for E4M3 tiles with scales per (1, 32) and (1, 128); K
     split where few tiles run (the small widths), not at the real ones. Two tokens and batch-invariant mode
@@ -114,6 +120,7 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per):
     from tests.gpu.test_moe_gpu import NORM_RTOL, _experts_128
 
     gg = _gg()
+    monkeypatch.setattr(gg, "LANES", lanes)
     per32, per128 = _experts_128(E, D, I, seed=E + per)
     w13, s13, w2, s2 = per32 if per == 32 else per128
     experts = (to_e4m3_tiles(w13), s13, to_e4m3_tiles(w2), s2)
@@ -130,8 +137,8 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per):
     triton_fp8 = triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0, path="fp8")
     ref = reference_fp8.moe_experts(x, w, ids, *experts, block, 32, 10.0)
     rel = _rel(out, ref)
-    print(f"REPORT pair gemv E={E} D={D} I={I} per={per}: rel={rel:.2e} (Triton fp8 path {_rel(triton_fp8, ref):.2e}),"
-          f" equal to the Triton fp8 path {torch.equal(out, triton_fp8)}")
+    print(f"REPORT pair gemv lanes={lanes} E={E} D={D} I={I} per={per}: rel={rel:.2e} "
+          f"(Triton fp8 path {_rel(triton_fp8, ref):.2e}), equal to the Triton fp8 path {torch.equal(out, triton_fp8)}")
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
     assert rel <= NORM_RTOL
     monkeypatch.setattr(gg, "PAIR_SM_SHARE", 0.25)
