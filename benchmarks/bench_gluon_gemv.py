@@ -87,8 +87,8 @@ def main():
 
         for stages, lanes in itertools.product(args.stages, args.lanes):
             compile_offline(stages, lanes=lanes)
-        compile_offline(gluon_gemv_stages(), pairs=True, w_bk=128)
-        compile_offline(gluon_gemv_stages(), pairs=True, w_bk=32)
+        for w_bk, lanes in itertools.product((128, 32), args.lanes):
+            compile_offline(gluon_gemv_stages(), pairs=True, w_bk=w_bk, lanes=lanes)
         compile_offline_bf16(gluon_gemv.GROUPED_STAGES, lanes=gluon_gemv.GROUPED_LANES)
         return
 
