@@ -162,10 +162,11 @@ class AttentionV41(AttentionBase):
         """The pool addresses of the compressed rows the step's selections pick [B, k] (meaningless where a pick
         is not seen), and which picks are seen [B, k]: once per selections -- the reuse layers after an index
         layer read the same rows of the same source, which no layer in between writes."""
-        sel, seen = batch.scratch["selections"]
+        picked, seen = batch.scratch["selections"]
         cached = batch.scratch.get("selected_addresses")
-        if cached is None or cached[0] is not sel or cached[1] != self.source_key:
-            cached = (sel, self.source_key, step_row_address(state, batch, self.source_key, "compressed_kv", sel))
+        if cached is None or cached[0] is not picked or cached[1] != self.source_key:
+            cached = (picked, self.source_key, step_row_address(state, batch, self.source_key, "compressed_kv",
+                                                                picked))
             batch.scratch["selected_addresses"] = cached
         return cached[2], seen
 
