@@ -20,6 +20,22 @@ fi
 export PYTHONPATH=$PWD:/tmp/site
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 RW="python benchmarks/bench_real_width.py --out $OUT --ref-batches 1 --no-prefill-ref --large-m-paths bf16_cublas --reps 3 --prefill-reps 2"
+# a part's GPU tests (session 20 on): the log gpu_tests_NAME.log, its last line and its lines matching PATTERN
+gpu_tests() {  # NAME LIMIT PATTERN PYTEST-ARGS...
+  local name=$1 limit=$2 pattern=$3; shift 3
+  timeout "$limit" python -m pytest -q "$@" -p no:cacheprovider > "$OUT/gpu_tests_$name.log" 2>&1
+  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_$name.log")"; grep -E "$pattern" "$OUT/gpu_tests_$name.log" | head
+}
+# a part's V4.1 decode A/Bs (session 20 on): bench_real_width without the reference or a prefill, the MoE's bf16
+# path, 2 reps, under $OUT/NAME; the summary's decode rows, the A/B lines, and the timeline's head where one was taken
+decode_ab() {  # NAME LIMIT BENCH-ARGS...
+  local name=$1 limit=$2; shift 2
+  mkdir -p "$OUT/$name"
+  timeout "$limit" ${RW/--out $OUT/--out $OUT/$name} --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 "$@" \
+    > "$OUT/real_width_$name.log" 2>&1
+  sed -n '/^SUMMARY/,$p' "$OUT/real_width_$name.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_$name.log"
+  if [[ -f "$OUT/$name/timeline_graph_b1.txt" ]]; then head -1 "$OUT/$name/timeline_graph_b1.txt"; fi
+}
 # GPU parity and invariance tests. All of tests/gpu took ~5 min in session 10 and ran past 420 s from session 17
 # on, so `tests1` and `tests2` run it in two calls (tests/gpu's files before and from test_model_flashmla_gpu.py),
 # each with pytest's 25 slowest tests listed; `tests` runs it whole
@@ -723,16 +739,10 @@ if has s20a; then  # session 20 (~6 min): a KV source's publishing started befor
   # stream levels reused -- the GPU tests of the decode graphs and the overlap (bits with it on and off) and the
   # pair GEMV's; V4.1 decode B = 1 / 8 with each off against the default, and one token's experts on the Gluon GEMV
   # on 15/16 of the SMs, 5 alternating rounds; the B = 1 timeline with streams
-  timeout 240 python -m pytest -q tests/gpu/test_overlap_gpu.py tests/gpu/test_decode_graphs_gpu.py \
-    tests/gpu/test_model_flashmla_gpu.py tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider -x \
-    > "$OUT/gpu_tests_s20a.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s20a.log")"; grep -E "FAILED|Error|REPORT overlap" "$OUT/gpu_tests_s20a.log" | head
+  gpu_tests s20a 240 "FAILED|Error|REPORT overlap" tests/gpu/test_overlap_gpu.py tests/gpu/test_decode_graphs_gpu.py \
+    tests/gpu/test_model_flashmla_gpu.py tests/gpu/test_gluon_gemv_gpu.py -x
   pack
-  mkdir -p "$OUT/s20a"
-  timeout 260 ${RW/--out $OUT/--out $OUT/s20a} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --ab publish_early:1,8 gluon_pairs:1 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s20a.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s20a.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s20a.log"
-  head -1 "$OUT/s20a/timeline_graph_b1.txt"
+  decode_ab s20a 260 --batches 1 8 --ab publish_early:1,8 gluon_pairs:1 --ab-rounds 5 --timeline 1
   pack
 fi
 if has s20b; then  # session 20 (~7 min): a compressed layer's decode keys and index in one Triton launch
@@ -740,17 +750,12 @@ if has s20b; then  # session 20 (~7 min): a compressed layer's decode keys and i
   # issued inside the window part, one token's experts on the Gluon GEMV (GLUON_PAIRS on, 15/16 of the SMs) -- the
   # GPU tests of the new kernel, the decode graphs, the overlap, the MoE and the Gluon GEMV; V4.1 decode B = 1 / 8
   # with each off against the default, 5 alternating rounds; the B = 1 timeline
-  timeout 300 python -m pytest -q tests/gpu/test_selected_keys_gpu.py tests/gpu/test_overlap_gpu.py \
+  gpu_tests s20b 300 "FAILED|Error" tests/gpu/test_selected_keys_gpu.py tests/gpu/test_overlap_gpu.py \
     tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_model_flashmla_gpu.py tests/gpu/test_moe_gpu.py \
-    tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider > "$OUT/gpu_tests_s20b.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s20b.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s20b.log" | head
+    tests/gpu/test_gluon_gemv_gpu.py
   pack
-  mkdir -p "$OUT/s20b"
-  timeout 260 ${RW/--out $OUT/--out $OUT/s20b} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --ab selected_keys:1,8 index_weights_early:1,8 gluon_pairs:1 --ab-rounds 5 --timeline 1 \
-    > "$OUT/real_width_s20b.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s20b.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s20b.log"
-  head -1 "$OUT/s20b/timeline_graph_b1.txt"
+  decode_ab s20b 260 --batches 1 8 --ab selected_keys:1,8 index_weights_early:1,8 gluon_pairs:1 --ab-rounds 5 \
+    --timeline 1
   pack
 fi
 if has s21check; then  # prepared at the end of session 20 (~4 min): a V4.1 ratio-2 compressor's decode step in one
@@ -758,48 +763,30 @@ if has s21check; then  # prepared at the end of session 20 (~4 min): a V4.1 rati
   # off) -- their GPU tests (the composed path's bits, the rings too; wo_a within bf16 rounding of the reference and
   # the Triton kernel) with the pool and keys tests; V4.1 decode B = 1 / 8 with each on against the default, 5
   # alternating rounds; the B = 1 timeline
-  timeout 200 python -m pytest -q tests/gpu/test_pool_gpu.py tests/gpu/test_selected_keys_gpu.py \
-    tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider \
-    > "$OUT/gpu_tests_s21check.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s21check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s21check.log" | head
+  gpu_tests s21check 200 "FAILED|Error" tests/gpu/test_pool_gpu.py tests/gpu/test_selected_keys_gpu.py \
+    tests/gpu/test_gluon_gemv_gpu.py
   pack
-  mkdir -p "$OUT/s21check"
-  timeout 200 ${RW/--out $OUT/--out $OUT/s21check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --ab ring_pool:1,8 gluon_grouped:1,8 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s21check.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s21check.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s21check.log"
-  head -1 "$OUT/s21check/timeline_graph_b1.txt"
+  decode_ab s21check 200 --batches 1 8 --ab ring_pool:1,8 gluon_grouped:1,8 --ab-rounds 5 --timeline 1
   pack
 fi
 if has s21a; then  # session 21 (~4 min): wo_a's bf16_gemv_kernel in two lanes (two warpgroups, each with its loader
   # and ring) -- its GPU tests, alone against the Triton grouped kernel over ring depths, K-split targets and SM
   # shares, then in the model (V4.1 decode B = 1 / 8, 5 alternating rounds) with the B = 1 timeline (ring_pool on)
-  timeout 150 python -m pytest -q tests/gpu/test_gluon_gemv_gpu.py -k grouped -p no:cacheprovider -s \
-    > "$OUT/gpu_tests_s21a.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s21a.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s21a.log" | head
+  gpu_tests s21a 150 "FAILED|Error" tests/gpu/test_gluon_gemv_gpu.py -k grouped -s
   timeout 150 python benchmarks/bench_gluon_gemv.py --grouped --stages 4 6 --items 264 528 --lanes 2 \
     --shares 1.0 0.875 > "$OUT/gluon_grouped_s21a.log" 2>&1
   grep "^wo_a" "$OUT/gluon_grouped_s21a.log"
   pack
-  mkdir -p "$OUT/s21a"
-  timeout 200 ${RW/--out $OUT/--out $OUT/s21a} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --ab gluon_grouped:1,8 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s21a.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s21a.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s21a.log"
-  head -1 "$OUT/s21a/timeline_graph_b1.txt"
+  decode_ab s21a 200 --batches 1 8 --ab gluon_grouped:1,8 --ab-rounds 5 --timeline 1
   pack
 fi
 if has s21b; then  # session 21 (~4 min): a source's compressed rows stored in one launch (store_rows) and the decode
   # indexer's scores taking the visible rows (CAUSAL_INDEX_SCORES, no masking launch) -- the GPU tests of the
   # store and the index scores, then V4.1 decode B = 1 / 8 with each against its other run, 5 alternating rounds;
   # the B = 1 timeline
-  timeout 150 python -m pytest -q tests/gpu/test_store_rows_gpu.py tests/gpu/test_index_scores_gpu.py \
-    -p no:cacheprovider > "$OUT/gpu_tests_s21b.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s21b.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s21b.log" | head
+  gpu_tests s21b 150 "FAILED|Error" tests/gpu/test_store_rows_gpu.py tests/gpu/test_index_scores_gpu.py
   pack
-  mkdir -p "$OUT/s21b"
-  timeout 220 ${RW/--out $OUT/--out $OUT/s21b} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --ab store_rows:1,8 causal_index:1,8 --ab-rounds 5 --timeline 1 > "$OUT/real_width_s21b.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s21b.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s21b.log"
-  head -1 "$OUT/s21b/timeline_graph_b1.txt"
+  decode_ab s21b 220 --batches 1 8 --ab store_rows:1,8 causal_index:1,8 --ab-rounds 5 --timeline 1
   pack
 fi
 if has s21c; then  # session 21 (~3 min): the index top-k's warps (triton_topk.ROW_PER_THREAD: scores a thread) --
@@ -807,10 +794,7 @@ if has s21c; then  # session 21 (~3 min): the index top-k's warps (triton_topk.R
   # default (16), 5 alternating rounds; last, the top-k GPU tests with 64
   timeout 100 python benchmarks/bench_topk.py > "$OUT/topk_s21c.log" 2>&1; grep -E "^topk|Error" "$OUT/topk_s21c.log"
   pack
-  mkdir -p "$OUT/s21c"
-  timeout 150 ${RW/--out $OUT/--out $OUT/s21c} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 --reps 2 \
-    --ab topk_per_thread:1,8 --ab-rounds 5 > "$OUT/real_width_s21c.log" 2>&1
-  grep -E "^A/B|Error" "$OUT/real_width_s21c.log"
+  decode_ab s21c 150 --batches 1 8 --ab topk_per_thread:1,8 --ab-rounds 5
   pack
   sed -i 's/^ROW_PER_THREAD = 16$/ROW_PER_THREAD = 64/' deepinfer_adapters/kernels/triton_topk.py
   timeout 100 python -m pytest -q tests/gpu/test_topk_gpu.py -p no:cacheprovider > "$OUT/gpu_tests_s21c.log" 2>&1
@@ -822,15 +806,11 @@ if has s22check; then  # prepared at the end of session 21 (~5 min): the Gluon d
   # 2: two warpgroups an SM, each with its loader warp and ring, as wo_a's kernel, which paid there) -- its GPU tests
   # (the Triton FP8 steps' bits in either), alone against one lane, then V4.1 decode B = 1 / 8, 5 rounds; last,
   # Nsight Compute on the index top-k (where its ~7-17 us go; its warps do not matter, session 21)
-  timeout 150 python -m pytest -q tests/gpu/test_gluon_gemv_gpu.py -p no:cacheprovider > "$OUT/gpu_tests_s22check.log" 2>&1
-  echo "GPU tests: $(tail -1 "$OUT/gpu_tests_s22check.log")"; grep -E "FAILED|Error" "$OUT/gpu_tests_s22check.log" | head
+  gpu_tests s22check 150 "FAILED|Error" tests/gpu/test_gluon_gemv_gpu.py
   timeout 120 python benchmarks/bench_gluon_gemv.py --stages 8 --items 264 --lanes 1 2 > "$OUT/gluon_gemv_s22check.log" 2>&1
   grep -E "M= ?[0-9]|^M=|Error" "$OUT/gluon_gemv_s22check.log"
   pack
-  mkdir -p "$OUT/s22check"
-  timeout 150 ${RW/--out $OUT/--out $OUT/s22check} --batches 1 8 --ref-batches 0 --moe-paths bf16 --prefill 0 \
-    --reps 2 --ab gemv_lanes:1,8 --ab-rounds 5 > "$OUT/real_width_s22check.log" 2>&1
-  sed -n '/^SUMMARY/,$p' "$OUT/real_width_s22check.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_s22check.log"
+  decode_ab s22check 150 --batches 1 8 --ab gemv_lanes:1,8 --ab-rounds 5
   pack
   timeout 60 ncu --clock-control none --kernel-name regex:topk_kernel --launch-count 1 --section SpeedOfLight \
     --section WarpStateStats --section SchedulerStats --section InstructionStats --section SourceCounters \
