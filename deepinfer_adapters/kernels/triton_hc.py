@@ -74,7 +74,7 @@ from dataclasses import dataclass
 import torch
 
 from deepinfer_adapters.kernels import invariance, register
-from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
+from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, interpreting, pdl_launch, triton_available
 
 SINKHORN_BLOCK_T = 8  # x 16 comb values = one per thread of 4 warps (the divisions are the cost)
 MERGE_CHUNK = 64  # K splits added per load by the merge kernel
@@ -82,7 +82,6 @@ MERGE_SINKHORN = True  # hc_mixes: the merge and the Sinkhorn passes in one laun
 # ... up to this many tokens (decode): one program per token leaves most of a Sinkhorn tile idle,
 # where split_sinkhorn takes 8 tokens a program; measured at decode only (session 10)
 MERGE_SINKHORN_TOKENS = 64
-_FLOAT = (torch.float32, torch.bfloat16, torch.float16)
 # hc_mix_logits with bf16 x beyond this many tokens: the weight's three bf16 pieces are loaded (``fn_pieces``)
 # instead of split in every program's every step -- the same pieces, the same bits; 8192 tokens 170 -> 137 us
 # (H200, session 16). Decode leaves them: its few programs split a block or two each. Memory: 6 bytes a weight
@@ -420,7 +419,7 @@ def _mix_partials(x: torch.Tensor, fn: torch.Tensor, norm_eps: float):
 
 
 def supports_mix_logits(x: torch.Tensor, fn: torch.Tensor, norm_eps: float) -> bool:
-    return (x.is_cuda and fn.is_cuda and x.dim() >= 2 and fn.dim() == 2 and x.dtype in _FLOAT
+    return (x.is_cuda and fn.is_cuda and x.dim() >= 2 and fn.dim() == 2 and x.dtype in FLOAT_DTYPES
             and fn.dtype in (torch.float32, torch.float64, torch.bfloat16) and fn.shape[0] <= 64
             and fn.shape[1] == x.shape[-2] * x.shape[-1] and triton_available())
 
@@ -513,7 +512,7 @@ def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
 
 
 def supports_pre(x: torch.Tensor, pre: torch.Tensor) -> bool:
-    return (x.is_cuda and pre.is_cuda and x.dim() >= 2 and x.dtype in _FLOAT and pre.dtype == torch.float32
+    return (x.is_cuda and pre.is_cuda and x.dim() >= 2 and x.dtype in FLOAT_DTYPES and pre.dtype == torch.float32
             and pre.shape == x.shape[:-1] and triton_available())
 
 
@@ -540,7 +539,7 @@ def supports_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, c
     if not (y.is_cuda and residual.is_cuda and post.is_cuda and comb.is_cuda and residual.dim() >= 2):
         return False
     hc = residual.shape[-2]
-    return (y.dtype in _FLOAT and residual.dtype in _FLOAT and post.dtype == comb.dtype == torch.float32
+    return (y.dtype in FLOAT_DTYPES and residual.dtype in FLOAT_DTYPES and post.dtype == comb.dtype == torch.float32
             and hc & (hc - 1) == 0 and y.shape == residual.shape[:-2] + residual.shape[-1:]
             and post.shape == residual.shape[:-1] and comb.shape == residual.shape[:-1] + (hc,)
             and triton_available())

@@ -17,7 +17,7 @@ import functools
 import torch
 
 from deepinfer_adapters.kernels import register
-from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
+from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
 
 TILE = 4096  # key values a program
 
@@ -84,7 +84,7 @@ def supports(window: torch.Tensor, window_valid: torch.Tensor, pool: torch.Tenso
             and window_valid.dtype == seen.dtype == torch.bool and window_valid.shape == window.shape[:2]
             and seen.shape == addr.shape and addr.shape[0] == window.shape[0]
             and window_valid.stride(1) == 1 and seen.stride(1) == 1 and addr.stride(1) == 1
-            and window.dtype in (torch.float32, torch.bfloat16, torch.float16) and triton_available())
+            and window.dtype in FLOAT_DTYPES and triton_available())
 
 
 register("selected_keys", "triton", selected_keys, supports=supports, priority=10)

@@ -49,12 +49,11 @@ import functools
 import torch
 
 from deepinfer_adapters.kernels import register
-from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
+from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
 
 NORM_MAX_WIDTH = 16384  # widest row kept in registers
 NORM_TILE = 4096  # values per program for narrow rows
 ROPE_TILE = 4096  # values per program (heads x dim)
-_FLOAT = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _pow2(n: int) -> int:
@@ -185,13 +184,13 @@ def _norm(x: torch.Tensor, pre: torch.Tensor | None, weight: torch.Tensor | None
 
 
 def supports_rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> bool:
-    return (x.is_cuda and x.dim() >= 1 and x.dtype in _FLOAT and 0 < x.shape[-1] <= NORM_MAX_WIDTH
+    return (x.is_cuda and x.dim() >= 1 and x.dtype in FLOAT_DTYPES and 0 < x.shape[-1] <= NORM_MAX_WIDTH
             and (weight is None or (weight.is_cuda and weight.shape == x.shape[-1:]))
             and triton_available())
 
 
 def supports_hc_pre_norm(x: torch.Tensor, pre: torch.Tensor, weight: torch.Tensor | None, eps: float) -> bool:
-    return (x.is_cuda and pre.is_cuda and x.dim() >= 2 and x.dtype in _FLOAT and pre.dtype == torch.float32
+    return (x.is_cuda and pre.is_cuda and x.dim() >= 2 and x.dtype in FLOAT_DTYPES and pre.dtype == torch.float32
             and pre.shape == x.shape[:-1] and 0 < x.shape[-1] <= NORM_MAX_WIDTH and 1 <= x.shape[-2] <= 16
             and (weight is None or (weight.is_cuda and weight.shape == x.shape[-1:])) and triton_available())
 
@@ -224,7 +223,7 @@ def apply_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False, over
 
 def supports_rope(x: torch.Tensor, freqs: torch.Tensor, inverse: bool = False, overwrite: bool = False) -> bool:
     rd = 2 * freqs.shape[-1] if freqs.dim() == 2 else 0
-    return (x.is_cuda and freqs.is_cuda and x.dim() >= 2 and x.dtype in _FLOAT and freqs.dtype == torch.complex64
+    return (x.is_cuda and freqs.is_cuda and x.dim() >= 2 and x.dtype in FLOAT_DTYPES and freqs.dtype == torch.complex64
             and freqs.dim() == 2 and freqs.shape[0] == x.shape[0] and rd >= 2 and rd & (rd - 1) == 0
             and x.shape[-1] >= rd and triton_available())
 

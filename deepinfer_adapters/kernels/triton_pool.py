@@ -20,7 +20,7 @@ import functools
 import torch
 
 from deepinfer_adapters.kernels import register
-from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
+from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, interpreting, pdl_launch, triton_available
 
 TILE = 8192  # values of a [R, BLOCK_C] tile (32 per thread at 8 warps)
 MAX_ROWS = 1024
@@ -134,7 +134,7 @@ def supports_ring_pool(kv: torch.Tensor, score: torch.Tensor, kv_ring: torch.Ten
                        at: torch.Tensor, group: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> bool:
     fp32_rows = all(t.is_cuda and t.dim() == 2 and t.dtype == torch.float32 and t.stride(1) == 1
                     for t in (kv, score, kv_ring, score_ring))
-    return (RING_POOL and fp32_rows and out_dtype in (torch.float32, torch.bfloat16, torch.float16)
+    return (RING_POOL and fp32_rows and out_dtype in FLOAT_DTYPES
             and kv.shape == score.shape and kv_ring.shape == score_ring.shape and kv.shape[1] == kv_ring.shape[1]
             and at.dtype == group.dtype == torch.long and at.shape == kv.shape[:1] and group.dim() == 2
             and group.shape[0] == kv.shape[0] and group.stride(1) == 1 and at.stride(0) == 1

@@ -16,9 +16,7 @@ import functools
 import torch
 
 from deepinfer_adapters.kernels import register
-from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
-
-FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
 
 
 @functools.cache
@@ -56,7 +54,8 @@ def store_rows(pool: torch.Tensor, addr: torch.Tensor, value: torch.Tensor, keep
 
 def supports(pool: torch.Tensor, addr: torch.Tensor, value: torch.Tensor, keep: torch.Tensor | None = None) -> bool:
     return (pool.is_cuda and pool.dim() == 2 and value.dim() == 2 and value.shape[1] == pool.shape[1]
-            and pool.stride(1) == 1 and value.stride(1) == 1 and pool.dtype in FLOATS and value.dtype in FLOATS
+            and pool.stride(1) == 1 and value.stride(1) == 1
+            and pool.dtype in FLOAT_DTYPES and value.dtype in FLOAT_DTYPES
             and addr.dtype == torch.long and addr.shape == value.shape[:1] and addr.is_contiguous()
             and (keep is None or (keep.dtype == torch.bool and keep.shape == addr.shape and keep.is_contiguous()))
             and triton_available())

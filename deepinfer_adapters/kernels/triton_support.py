@@ -1,10 +1,14 @@
 """Whether Triton can be imported here (the CUDA backends' ``supports`` checks ask once), and
-whether its CPU interpreter is on."""
+whether its CPU interpreter is on; the float dtypes the Triton kernels load and store."""
 
 from __future__ import annotations
 
 import functools
 import os
+
+import torch
+
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @functools.cache

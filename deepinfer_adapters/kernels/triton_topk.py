@@ -35,7 +35,7 @@ import functools
 import torch
 
 from deepinfer_adapters.kernels import register
-from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
+from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
 
 MAX_ROW = 16384  # the row must fit the registers of one program
 # scores a thread holds: the program's warps (1 to 16) follow from the row's block. Fewer warps were slower (one row
@@ -113,7 +113,7 @@ def topk_torch_order(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.
 
 
 def supports(scores: torch.Tensor, k: int) -> bool:
-    return (scores.is_cuda and scores.dtype in (torch.float32, torch.bfloat16, torch.float16)
+    return (scores.is_cuda and scores.dtype in FLOAT_DTYPES
             and 0 <= k <= scores.shape[-1] <= MAX_ROW and scores.dim() >= 1 and triton_available())
 
 
