@@ -116,7 +116,8 @@ def main():
                                          for x, w in zip(xs, ws)])}
             rels = {}
             for stages, items, lanes in itertools.product(args.stages, args.items, args.lanes):
-                gluon_gemv.STAGES, gluon_gemv.ITEMS, gluon_gemv.LANES = stages, items, lanes
+                gluon_gemv.STAGES, gluon_gemv.ITEMS = stages, items
+                gluon_gemv.TWO_LANE_ROWS = gluon_gemv.TOKENS if lanes == 2 else 0
                 key = f"gluon_s{stages}_i{items}_l{lanes}"
                 try:
                     out = gluon_gemv.fp8_linear(xs[0], *ws[0], BLOCK, 32)

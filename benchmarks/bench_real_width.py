@@ -330,9 +330,11 @@ AB_SWITCHES = {
     # a decode step's wo_a on the Triton grouped kernel instead of the Gluon GEMV's ring with bf16 products
     # (gluon_gemv.GLUON_GROUPED)
     "gluon_grouped": flag(gluon_gemv, "GLUON_GROUPED", False),
-    # the Gluon decode GEMV (dense and one token's experts) with two warpgroups an SM, each with its loader and
-    # ring, instead of one (gluon_gemv.LANES; prepared in session 21)
-    "gemv_lanes": flag(gluon_gemv, "LANES", 2),
+    # the Gluon decode GEMV (dense and one token's experts) with one warpgroup an SM for every product, not two
+    # lanes (each with its loader and ring) where a product has one activation row (gluon_gemv.TWO_LANE_ROWS)
+    "gemv_lanes": flag(gluon_gemv, "TWO_LANE_ROWS", 0),
+    # ... two lanes for every product (up to 16 activation rows)
+    "gemv_lanes_all": flag(gluon_gemv, "TWO_LANE_ROWS", 16),
     # a V4.1 ratio-2 compressor's decode step (ring writes and reads, the pooling) as torch's row copies around the
     # pooling kernel instead of one launch (triton_pool.RING_POOL)
     "ring_pool": flag(triton_pool, "RING_POOL", False),

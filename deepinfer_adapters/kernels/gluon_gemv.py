@@ -77,9 +77,13 @@ TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA'
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
 ITEMS = 264  # K is split while fewer weight row tiles than this: ~2 work items a program
 PROGRAMS_PER_SM = 1  # the kernel takes ~255 registers a thread for its 256 (ptxas): one program fits an SM
-# warpgroups an SM for the FP8 products (each with its loader warp and ring of STAGES slots, as wo_a's kernel's two
-# lanes, which paid there: bench_gluon_gemv.py --lanes). Prepared in session 21, not yet measured: 1
-LANES = 1
+# two warpgroups an SM for the FP8 products (two lanes, each with its loader warp and ring of STAGES slots, as wo_a's
+# kernel) where a product has at most this many activation rows: a one-token step's dense linears and every pair,
+# else one. H200, session 22, 5 alternating rounds: two lanes everywhere B=1 2.018 vs 2.069 ms one lane, B=8 4.611
+# vs 4.574 (alone, M=8 wo_b 24.3 vs 25.7 us, the smaller linears even); this rule against one lane everywhere, B=1
+# 2.020 vs 2.057. The small weights (< 32 MB) stay here too, though alone the Triton FP8 GEMV takes them 1.5-2 us
+# faster: on it, B=1 2.177 vs 2.121 ms (the Gluon grid leaves SMs to the side streams' kernels)
+TWO_LANE_ROWS = 1
 # the share of the SMs the persistent grid takes: below 1, SMs stay free for the side streams' kernels
 SM_SHARE = 0.875
 
@@ -127,6 +131,11 @@ def gemv(q: torch.Tensor, q_scale: torch.Tensor, weight: torch.Tensor, scale: to
     return _launch(weight, q, q_scale, words, q.shape[0], N, K, n_tiles, n_tiles, out_dtype, w_bn=32, w_bk=32)
 
 
+def lanes(rows: int) -> int:
+    """Warpgroups an SM (``fp8_gemv_kernel``'s LANES) for products of ``rows`` activation rows."""
+    return 2 if rows <= TWO_LANE_ROWS else 1
+
+
 def _programs(n_items: int, device: torch.device, share: float | None = None) -> int:
     return min(n_items, max(1, int(_sm_count(device) * (SM_SHARE if share is None else share))) * PROGRAMS_PER_SM)
 
@@ -170,7 +179,7 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
         w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, 1 if pairs is not None else q.shape[0], K, k_per_split,
         split, n_items, tiles_per_pair, *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2),
         out.stride(0) if split > 1 else 0, STAGES=STAGES, W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None,
-        LANES=LANES, num_warps=4)
+        LANES=lanes(1 if pairs is not None else q.shape[0]), num_warps=4)
     return out if split == 1 else sum_splits(out, out_dtype)
 
 

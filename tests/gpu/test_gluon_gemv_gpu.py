@@ -52,9 +52,9 @@ def _rel(a, b):
 @pytest.mark.parametrize("M", [1, 5, 16])
 @pytest.mark.parametrize("N,K", [(1792, 5120), (1824, 5120), (4096, 1280), (5120, 8192), (5120, 2304)])
 def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(monkeypatch, M, N, K, lanes):
-    """With one warpgroup an SM or two (``LANES``: each with its ring), the same bits."""
+    """With one warpgroup an SM or two (``TWO_LANE_ROWS`` above every M or below: each lane with its ring), the same bits."""
     gg = _gg()
-    monkeypatch.setattr(gg, "LANES", lanes)
+    monkeypatch.setattr(gg, "TWO_LANE_ROWS", gg.TOKENS if lanes == 2 else 0)
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 
     x, w8, scale = _inputs(M, N, K, N + M)
@@ -79,7 +79,7 @@ def test_few_programs_take_many_items_each(monkeypatch, programs, lanes):
     takes tens of items of 1 to 3 steps (the last K split of 5120 in 384s is one step), so the ring wraps
     mid-item, in one lane or two. The bits must not depend on how the items are shared out."""
     gg = _gg()
-    monkeypatch.setattr(gg, "LANES", lanes)
+    monkeypatch.setattr(gg, "TWO_LANE_ROWS", gg.TOKENS if lanes == 2 else 0)
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 
     x, w8, scale = _inputs(3, 1792, 5120, 11)
@@ -120,7 +120,7 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     from tests.gpu.test_moe_gpu import NORM_RTOL, _experts_128
 
     gg = _gg()
-    monkeypatch.setattr(gg, "LANES", lanes)
+    monkeypatch.setattr(gg, "TWO_LANE_ROWS", gg.TOKENS if lanes == 2 else 0)
     per32, per128 = _experts_128(E, D, I, seed=E + per)
     w13, s13, w2, s2 = per32 if per == 32 else per128
     experts = (to_e4m3_tiles(w13), s13, to_e4m3_tiles(w2), s2)
