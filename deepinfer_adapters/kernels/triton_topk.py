@@ -18,14 +18,19 @@ One program per row, the whole row in registers (rows up to ``MAX_ROW``), no sor
    16 bits of its key follow from its sign and the top 16 order the keys alike -- torch's own
    bf16 radix key; half the serial passes, which set the kernel's time);
 3. every key > T is picked, and of the keys == T the first (k - #keys > T) in index
-   order; a running count over the row gives each pick its output slot, so the output is
-   in ascending index order with no sort.
+   order; one running count over the row (keys > T and keys == T packed in an int32) gives each
+   pick its output slot, so the output is in ascending index order with no sort.
 H200 profiles of the reduced V4.1 decode step at 8 sequences (four top-ks: rows of 2048 and 4097
 bf16 scores, and the candidate pool's blocks): torch's top-k, index sort and gather 16-22 + 8 + 5 us
 each (session 10), this kernel with 32 passes 9-26 us (session 11). Radix selects of 2 or 8 bits a
 pass were slower in the model (their per-pass reductions: 18-72 us, session 11), and so was one of 4 bits a pass
 through ``tl.histogram`` (8 passes, 40 barriers against 112 offline; one row of the indexer's 1026 fp32 scores
-at B=1 17.0 us against 13.6, V4.1 B=1 2.337 vs 2.327 ms: H200, session 20).
+at B=1 17.0 us against 13.6, V4.1 B=1 2.337 vs 2.327 ms: H200, session 20). Session 22 (H200, alone, bf16 rows;
+Nsight Compute had 4104 scores at 17 us, 68K instructions, ~7.5 cycles a warp between them, over half of them the
+tail's two scans): the picks' slots from one packed scan instead of two, 4104 scores 18.1 -> 14.0 us, 1026 7.2 -> 6.9
+(V4.1 decode B=1 2.078 vs 2.097 ms, B=8 4.587 vs 4.604, 5 alternating rounds). Neither the passes rolled into a loop
+(a warm i-cache: 17.6 us) nor two key bits a pass (three counts packed in one int64 reduction: 19.1 unrolled, 14.9
+rolled with the one scan) paid.
 """
 
 from __future__ import annotations
@@ -78,8 +83,12 @@ def _kernel():
             threshold = tl.where(count >= k, candidate, threshold)
         above = inside & (key > threshold)
         tie = inside & (key == threshold)
-        take = above | (tie & (tl.cumsum(tie.to(tl.int32), axis=0) <= k - tl.sum(above.to(tl.int32), axis=0)))
-        slot = tl.cumsum(take.to(tl.int32), axis=0) - 1
+        need = k - tl.sum(above.to(tl.int32), axis=0)  # ties to take, the lowest indices first
+        # one scan counts both, the keys above in the low 16 bits and the ties in the high (rows <= MAX_ROW < 2^16)
+        seen = tl.cumsum(above.to(tl.int32) | (tie.to(tl.int32) << 16), axis=0)
+        ties_so_far = seen >> 16
+        take = above | (tie & (ties_so_far <= need))
+        slot = (seen & 0xFFFF) + tl.minimum(ties_so_far, need) - 1
         tl.store(IDX + row * stride_i + slot, offs.to(tl.int64), mask=take)
         tl.store(VAL + row * stride_v + slot, s, mask=take)
 
