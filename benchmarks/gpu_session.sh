@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -844,6 +844,14 @@ fi
 if has s22final; then  # session 22's closing figures (~2 min): V4.1 decode B = 1 / 8 at the defaults, with one lane
   # everywhere as the A/B's other run
   decode_ab s22final 200 --batches 1 8 --ab gemv_lanes:1,8 --ab-rounds 5
+  pack
+fi
+if has s22c; then  # session 22 (~4 min): a V4.1 decode step's engram ids on a stream of their own from the step's
+  # start (overlap.ENGRAM_IDS_ASIDE; the s21b timeline has ~20 of their small kernels, 42 us, before the first
+  # norm) -- the overlap and decode-graph GPU tests, then V4.1 decode B = 1 / 8 against them before the embedding
+  gpu_tests s22c 150 "FAILED|Error|REPORT overlap" tests/gpu/test_overlap_gpu.py tests/gpu/test_decode_graphs_gpu.py -s
+  pack
+  decode_ab s22c 180 --batches 1 8 --ab engram_ids_aside:1,8 --ab-rounds 5
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

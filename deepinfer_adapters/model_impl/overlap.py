@@ -8,7 +8,8 @@ where its output is added), at decode an attention layer's
 window KV, compressor and indexer next to its query projection, and inside that the V4.1 indexer's
 query side next to the window, compressor and publishing, and (``KEYS_PARTS_ASIDE``) the window ring
 and a source's compressed KV rows on streams of their own; a V4.1 KV source's publishing and the indexer's
-head weights start before the projection (``PUBLISH_EARLY``, ``INDEX_WEIGHTS_EARLY``). The same kernels run on the
+head weights start before the projection (``PUBLISH_EARLY``, ``INDEX_WEIGHTS_EARLY``); a V4.1 decode step's engram
+ids from its start (``ENGRAM_IDS_ASIDE``). The same kernels run on the
 same inputs, so every value is the same bits as run one after the other; only the time
 changes. SGLang runs DeepSeek's shared experts this way in its decode graphs.
 
@@ -59,6 +60,9 @@ PUBLISH_EARLY = True
 # on a stream of their own, not after the index queries on theirs: B=1 2.141 -> 2.123 ms, B=8 4.849 -> 4.835 (session
 # 20, 5 rounds; 3 rounds in another run: 2.186 / 2.190, 4.702 / 4.695)
 INDEX_WEIGHTS_EARLY = True
+# a V4.1 decode step's engram ids (the n-gram hashes of the new tokens and their ring's write) on a stream of their
+# own from the step's start, joined at the first engram layer, instead of before the embedding
+ENGRAM_IDS_ASIDE = True
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 _STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
 _live: set[int] = set()  # the stream levels of side parts started (``aside``) and not yet joined
