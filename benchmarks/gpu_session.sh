@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -810,7 +810,10 @@ if has s22check; then  # prepared at the end of session 21 (~5 min): the Gluon d
   timeout 120 python benchmarks/bench_gluon_gemv.py --stages 8 --items 264 --lanes 1 2 > "$OUT/gluon_gemv_s22check.log" 2>&1
   grep -E "M= ?[0-9]|^M=|Error" "$OUT/gluon_gemv_s22check.log"
   pack
-  decode_ab s22check 150 --batches 1 8 --ab gemv_lanes:1,8 --ab-rounds 5
+  # session 22 ran `--ab gemv_lanes:1,8` with one lane the default and the switch setting two everywhere; since then
+  # the default is two lanes for one-row products (gluon_gemv.TWO_LANE_ROWS), gemv_lanes one lane everywhere and
+  # gemv_lanes_all two lanes everywhere
+  decode_ab s22check 150 --batches 1 8 --ab gemv_lanes:1,8 gemv_lanes_all:8 --ab-rounds 5
   pack
   timeout 60 ncu --clock-control none --kernel-name regex:topk_kernel --launch-count 1 --section SpeedOfLight \
     --section WarpStateStats --section SchedulerStats --section InstructionStats --section SourceCounters \
@@ -852,6 +855,15 @@ if has s22c; then  # session 22 (~4 min): a V4.1 decode step's engram ids on a s
   gpu_tests s22c 150 "FAILED|Error|REPORT overlap" tests/gpu/test_overlap_gpu.py tests/gpu/test_decode_graphs_gpu.py -s
   pack
   decode_ab s22c 180 --batches 1 8 --ab engram_ids_aside:1,8 --ab-rounds 5
+  pack
+fi
+if has s22share; then  # session 22 (~1 min): the Gluon GEMV's grid on other shares of the SMs, with its two lanes
+  decode_ab s22share 240 --batches 1 --ab gluon_share75:1 gluon_share94:1 gluon_share100:1 --ab-rounds 5
+  pack
+fi
+if has s22c_model; then  # session 22 (~2 min): the GPU model tests that run decode steps, after s22c's change
+  gpu_tests s22c_model 200 "FAILED|Error" tests/gpu/test_model_flashmla_gpu.py tests/gpu/test_engine_fp4_gpu.py \
+    "tests/gpu/test_batch_invariance_gpu.py::test_model_decode_and_prefill_do_not_depend_on_the_batch"
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
