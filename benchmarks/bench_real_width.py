@@ -268,6 +268,12 @@ def flag(module, name: str, other) -> tuple[Callable[[], None], Callable[[], Non
     return lambda: setattr(module, name, other), lambda: setattr(module, name, default)
 
 
+def flags(module, others: dict) -> tuple[Callable[[], None], Callable[[], None]]:
+    """An A/B switch of several of ``module``'s settings at once (``flag`` for each)."""
+    pairs = [flag(module, name, other) for name, other in others.items()]
+    return lambda: [off() for off, _ in pairs], lambda: [on() for _, on in pairs]
+
+
 def torch_backend(op: str) -> tuple[Callable[[], None], Callable[[], None]]:
     """An A/B switch: ``op`` pinned to its torch reference for the A/B's other run, then chosen as usual again."""
     return lambda: kernels.use_backend(op, "torch"), lambda: kernels.use_backend(op, None)
@@ -341,6 +347,8 @@ AB_SWITCHES = {
     # the index top-k's programs with 64 scores a thread (fewer warps), not 16 (triton_topk.ROW_PER_THREAD): slower
     # (session 21)
     "topk_per_thread": flag(triton_topk, "ROW_PER_THREAD", 64),
+    # ... with 8 scores a thread and up to 32 warps (a row of 4104 bf16 scores in 32 warps, not 16; 1026 in 8, not 4)
+    "topk_warps32": flags(triton_topk, {"ROW_PER_THREAD": 8, "MAX_WARPS": 32}),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": flag(overlap, "PROJECT_BEFORE_MIXES", False),

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -864,6 +864,18 @@ fi
 if has s22c_model; then  # session 22 (~2 min): the GPU model tests that run decode steps, after s22c's change
   gpu_tests s22c_model 200 "FAILED|Error" tests/gpu/test_model_flashmla_gpu.py tests/gpu/test_engine_fp4_gpu.py \
     "tests/gpu/test_batch_invariance_gpu.py::test_model_decode_and_prefill_do_not_depend_on_the_batch"
+  pack
+fi
+if has s23check; then  # prepared at the end of session 22 (~5 min): the B=1 graph's timeline at session 22's
+  # defaults (none since s21b), and the index top-k in up to 32 warps at 8 scores a thread (triton_topk.MAX_WARPS,
+  # ROW_PER_THREAD; offline 58 registers a thread, 1,312 SASS instructions a warp against 2,368 at 16 warps) -- its
+  # GPU tests, alone, then V4.1 decode B = 1 / 8
+  gpu_tests s23check 150 "FAILED|Error" tests/gpu/test_topk_gpu.py
+  timeout 150 python benchmarks/bench_topk.py --per-thread 8 16 --max-warps 16 32 --widths 1026 4104 --rows 1 8 \
+    > "$OUT/topk_s23check.log" 2>&1
+  grep -E "^topk|Error" "$OUT/topk_s23check.log"
+  pack
+  decode_ab s23check 240 --batches 1 8 --ab topk_warps32:1,8 --ab-rounds 5 --timeline 1
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

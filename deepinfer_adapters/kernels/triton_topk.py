@@ -48,6 +48,9 @@ MAX_ROW = 16384  # the row must fit the registers of one program
 # no faster (bf16 rows of 1026 / 4104: 7.5 / 16.8 us at 4, 6.7 / 17.4 at 8, 7.3 / 17.4 at 16; H200, session 21):
 # the time follows the row's block, not the warps
 ROW_PER_THREAD = 16
+# the program's warps at most: 16 (512 threads) took every row width measured so far; a row of 4104 bf16 scores
+# (a block of 8192) fills 32 warps at 8 scores a thread -- not yet measured
+MAX_WARPS = 16
 
 
 @functools.cache
@@ -107,7 +110,7 @@ def _topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor
         block = max(16, triton.next_power_of_2(m))
         kernel[(n,)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0), BLOCK=block,
                      TORCH_ORDER=torch_order, KEY_BITS=16 if scores.dtype == torch.bfloat16 else 32,
-                     num_warps=max(1, min(16, block // (32 * ROW_PER_THREAD))), **pdl_launch())
+                     num_warps=max(1, min(MAX_WARPS, block // (32 * ROW_PER_THREAD))), **pdl_launch())
     return idx.view(*lead, k), val.view(*lead, k)
 
 
