@@ -850,8 +850,8 @@ if has s22final; then  # session 22's closing figures (~2 min): V4.1 decode B = 
   pack
 fi
 if has s22c; then  # session 22 (~4 min): a V4.1 decode step's engram ids on a stream of their own from the step's
-  # start (overlap.ENGRAM_IDS_ASIDE; the s21b timeline has ~20 of their small kernels, 42 us, before the first
-  # norm) -- the overlap and decode-graph GPU tests, then V4.1 decode B = 1 / 8 against them before the embedding
+  # start (overlap.ENGRAM_IDS_ASIDE; the s21b timeline has ~20 of their small kernels, ~38 us, before the
+  # embedding) -- the overlap and decode-graph GPU tests, then V4.1 decode B = 1 / 8 against them before the embedding
   gpu_tests s22c 150 "FAILED|Error|REPORT overlap" tests/gpu/test_overlap_gpu.py tests/gpu/test_decode_graphs_gpu.py -s
   pack
   decode_ab s22c 180 --batches 1 8 --ab engram_ids_aside:1,8 --ab-rounds 5

@@ -52,7 +52,8 @@ def _rel(a, b):
 @pytest.mark.parametrize("M", [1, 5, 16])
 @pytest.mark.parametrize("N,K", [(1792, 5120), (1824, 5120), (4096, 1280), (5120, 8192), (5120, 2304)])
 def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(monkeypatch, M, N, K, lanes):
-    """With one warpgroup an SM or two (``TWO_LANE_ROWS`` above every M or below: each lane with its ring), the same bits."""
+    """With one warpgroup an SM or two (``TWO_LANE_ROWS`` below every M or above: each lane with its ring), the
+    same bits."""
     gg = _gg()
     monkeypatch.setattr(gg, "TWO_LANE_ROWS", gg.TOKENS if lanes == 2 else 0)
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
