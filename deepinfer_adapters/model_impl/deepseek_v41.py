@@ -147,6 +147,7 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             if block.engram is not None:
                 h = block.engram(h, hash_ids()[:, block.engram.table_index], num)
             h, pre = block.decode(h, pre, batch, state, num)
+        hash_ids()  # joined here too: a step (and a graph's capture) ends with its side streams joined
         return self.head(hc_pre_norm(h, pre, self.norm).float(), num)
 
     def _identity_pre_mix(self, num_seqs: int, device: torch.device) -> torch.Tensor:
