@@ -869,8 +869,10 @@ fi
 if has s23check; then  # prepared at the end of session 22 (~5 min): the B=1 graph's timeline at session 22's
   # defaults (none since s21b), and the index top-k in up to 32 warps at 8 scores a thread (triton_topk.MAX_WARPS,
   # ROW_PER_THREAD; offline 58 registers a thread, 1,312 SASS instructions a warp against 2,368 at 16 warps) -- its
-  # GPU tests, alone, then V4.1 decode B = 1 / 8
-  gpu_tests s23check 150 "FAILED|Error" tests/gpu/test_topk_gpu.py
+  # GPU tests, alone, then V4.1 decode B = 1 / 8. Also the overlap and decode-graph tests: session 22's last commit (the
+  # engram ids' stream joined again at the step's end) ran on the CPU only
+  gpu_tests s23check 240 "FAILED|Error|REPORT overlap" tests/gpu/test_topk_gpu.py tests/gpu/test_overlap_gpu.py \
+    tests/gpu/test_decode_graphs_gpu.py -s
   timeout 150 python benchmarks/bench_topk.py --per-thread 8 16 --max-warps 16 32 --widths 1026 4104 --rows 1 8 \
     > "$OUT/topk_s23check.log" 2>&1
   grep -E "^topk|Error" "$OUT/topk_s23check.log"
