@@ -877,7 +877,9 @@ if has s23check; then  # prepared at the end of session 22 (~5 min): the B=1 gra
     > "$OUT/topk_s23check.log" 2>&1
   grep -E "^topk|Error" "$OUT/topk_s23check.log"
   pack
-  decode_ab s23check 240 --batches 1 8 --ab topk_warps32:1,8 --ab-rounds 5 --timeline 1
+  # and programmatic dependent launch again (triton_support.PDL, off since session 9's neutral A/B of 3 readings on a
+  # step of ~300 fewer kernels and no side streams; the s21b timeline has ~0.6-0.7 us between dependent kernels)
+  decode_ab s23check 300 --batches 1 8 --ab topk_warps32:1,8 pdl:1,8 --ab-rounds 5 --timeline 1
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
