@@ -60,7 +60,7 @@ import torch
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
-from deepinfer_adapters.kernels import triton_pool, triton_sparse_attn, triton_support, triton_topk
+from deepinfer_adapters.kernels import triton_linear, triton_pool, triton_sparse_attn, triton_support, triton_topk
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -349,6 +349,11 @@ AB_SWITCHES = {
     "topk_per_thread": flag(triton_topk, "ROW_PER_THREAD", 64),
     # ... with 8 scores a thread and up to 32 warps (a row of 4104 bf16 scores in 32 warps, not 16; 1026 in 8, not 4)
     "topk_warps32": flags(triton_topk, {"ROW_PER_THREAD": 8, "MAX_WARPS": 32}),
+    # the MoE gate's split linear (triton_linear.SPLIT_CONFIG: 6 column tiles of 64 rows x 20 K splits of 2 steps at
+    # V4.1's 384 x 5120) with K splits of at least 4 steps (half the programs, half the partials to add), or
+    # with 32-row column tiles (twice the tiles); other bits (another summation order), the same for every row count
+    "gate_steps4": flag(triton_linear, "SPLIT_CONFIG", dataclasses.replace(triton_linear.SPLIT_CONFIG, min_steps=4)),
+    "gate_n32": flag(triton_linear, "SPLIT_CONFIG", dataclasses.replace(triton_linear.SPLIT_CONFIG, block_n=32)),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": flag(overlap, "PROJECT_BEFORE_MIXES", False),
