@@ -60,7 +60,8 @@ import torch
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
-from deepinfer_adapters.kernels import triton_linear, triton_pool, triton_sparse_attn, triton_support, triton_topk
+from deepinfer_adapters.kernels import triton_linear, triton_pool, triton_route, triton_sparse_attn, triton_support
+from deepinfer_adapters.kernels import triton_topk
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -354,6 +355,8 @@ AB_SWITCHES = {
     # with 32-row column tiles (twice the tiles); other bits (another summation order), the same for every row count
     "gate_steps4": flag(triton_linear, "SPLIT_CONFIG", dataclasses.replace(triton_linear.SPLIT_CONFIG, min_steps=4)),
     "gate_n32": flag(triton_linear, "SPLIT_CONFIG", dataclasses.replace(triton_linear.SPLIT_CONFIG, block_n=32)),
+    # the MoE route's argmax rounds as one packed int64 max each (triton_route.PACKED_ARGMAX; prepared in session 22)
+    "route_packed": flag(triton_route, "PACKED_ARGMAX", True),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": flag(overlap, "PROJECT_BEFORE_MIXES", False),

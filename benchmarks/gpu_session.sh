@@ -879,9 +879,11 @@ if has s23check; then  # prepared at the end of session 22 (~5 min): the B=1 gra
   pack
   # and programmatic dependent launch again (triton_support.PDL, off since session 9's neutral A/B of 3 readings on a
   # step of ~300 fewer kernels and no side streams; the s21b timeline has ~0.6-0.7 us between dependent kernels)
-  # and the MoE gate's split linear in two other shapes (B=1 timeline s21b: 6.4 us + its split sum 2.1 a MoE layer)
-  decode_ab s23check 330 --batches 1 8 --ab topk_warps32:1,8 pdl:1,8 gate_steps4:1 gate_n32:1 --ab-rounds 5 \
-    --timeline 1
+  # and the MoE gate's split linear in two other shapes (B=1 timeline s21b: 6.4 us + its split sum 2.1 a MoE layer),
+  # and its route's argmax rounds packed (triton_route.PACKED_ARGMAX: 5.1 us a MoE layer there)
+  decode_ab s23check 360 --batches 1 8 --ab topk_warps32:1,8 pdl:1,8 gate_steps4:1 gate_n32:1 route_packed:1 \
+    --ab-rounds 5 --timeline 1
+  gpu_tests s23check_route 60 "FAILED|Error" tests/gpu/test_route_gpu.py
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
