@@ -319,9 +319,11 @@ AB_SWITCHES = {
     **{f"gluon_share{round(share * 100)}": flag(gluon_gemv, "SM_SHARE", share)
        for share in (0.5, 0.625, 0.75, 0.875, 0.94, 1.0)},
     # ... with another work-item target than gluon_gemv.ITEMS (K splits: other bits): 99 programs on 3/4 of the SMs
-    # take 264 items in 2.7 rounds
+    # take 264 items in 2.7 rounds. With two lanes (one-row products, session 22) 230 lanes share the items: by a
+    # count of each lane's 128-input steps, 396-660 items even them out (the per-layer linears' longest lane 104 ->
+    # 82-89 steps)
     **{f"gluon_items{items}": flag(gluon_gemv, "ITEMS", items)
-       for items in (99, 198, 297)},
+       for items in (99, 198, 297, 396, 528, 660)},
     # one token's routed experts on the MoE's Triton bf16 path, not on the Gluon GEMV (gluon_gemv.GLUON_PAIRS; its grid
     # on gluon_gemv.PAIR_SM_SHARE of the SMs)
     "gluon_pairs": flag(gluon_gemv, "GLUON_PAIRS", False),

@@ -881,8 +881,10 @@ if has s23check; then  # prepared at the end of session 22 (~5 min): the B=1 gra
   # step of ~300 fewer kernels and no side streams; the s21b timeline has ~0.6-0.7 us between dependent kernels)
   # and the MoE gate's split linear in two other shapes (B=1 timeline s21b: 6.4 us + its split sum 2.1 a MoE layer),
   # and its route's argmax rounds packed (triton_route.PACKED_ARGMAX: 5.1 us a MoE layer there)
-  decode_ab s23check 360 --batches 1 8 --ab topk_warps32:1,8 pdl:1,8 gate_steps4:1 gate_n32:1 route_packed:1 \
-    --ab-rounds 5 --timeline 1
+  # and the Gluon GEMV's K-split target for two lanes (gluon_gemv.ITEMS 264, set for one lane: 230 lanes take the
+  # items at B=1, and a count of each lane's steps favours 396-660)
+  decode_ab s23check 420 --batches 1 8 --ab topk_warps32:1,8 pdl:1,8 gate_steps4:1 gate_n32:1 route_packed:1 \
+    gluon_items396:1 gluon_items660:1 --ab-rounds 5 --timeline 1
   gpu_tests s23check_route 60 "FAILED|Error" tests/gpu/test_route_gpu.py
   pack
 fi
