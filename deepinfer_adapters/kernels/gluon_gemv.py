@@ -174,12 +174,12 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
     q = q if q.is_contiguous() else q.contiguous()
     w_desc, a_desc = _tma(w_rows, ROWS), _tma(q, TOKENS)
     experts, a_rows = pairs if pairs is not None else (ws, ws)  # unused pointers without pairs
+    rows = 1 if pairs is not None else q.shape[0]  # activation rows a product: a pair takes one
     programs = _programs(n_items, q.device, share)
     fp8_gemv_kernel[(programs,)](
-        w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, 1 if pairs is not None else q.shape[0], K, k_per_split,
-        split, n_items, tiles_per_pair, *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2),
-        out.stride(0) if split > 1 else 0, STAGES=STAGES, W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None,
-        LANES=lanes(1 if pairs is not None else q.shape[0]), num_warps=4)
+        w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, rows, K, k_per_split, split, n_items, tiles_per_pair,
+        *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES,
+        W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=lanes(rows), num_warps=4)
     return out if split == 1 else sum_splits(out, out_dtype)
 
 
