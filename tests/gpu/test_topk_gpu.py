@@ -50,7 +50,11 @@ def _bits(v: torch.Tensor) -> torch.Tensor:
 def test_topk_torch_order_takes_torch_topks_set(n, m, k, dtype, nan):
     s = _tie_heavy(n, m, dtype, nan)
     assert kernels.chosen("topk_torch_order", s, k) == "triton"
-    idx, val = kernels.topk_torch_order(s, k)
+    _assert_torch_topks_set(s, k, *kernels.topk_torch_order(s, k))
+
+
+def _assert_torch_topks_set(s: torch.Tensor, k: int, idx: torch.Tensor, val: torch.Tensor) -> None:
+    """idx: the set torch.topk takes, in index order; val: those scores, bit for bit."""
     want = torch.sort(s.topk(k, dim=-1, sorted=False).indices, dim=-1).values
     assert torch.equal(idx, want)
     assert torch.equal(_bits(val), _bits(s.gather(-1, want)))
@@ -66,7 +70,4 @@ def test_topk_in_32_warps_takes_torch_topks_set(monkeypatch, n, m, k, dtype):
     monkeypatch.setattr(triton_topk, "ROW_PER_THREAD", 8)
     monkeypatch.setattr(triton_topk, "MAX_WARPS", 32)
     s = _tie_heavy(n, m, dtype, nan=True)
-    idx, val = triton_topk.topk_torch_order(s, k)
-    want = torch.sort(s.topk(k, dim=-1, sorted=False).indices, dim=-1).values
-    assert torch.equal(idx, want)
-    assert torch.equal(_bits(val), _bits(s.gather(-1, want)))
+    _assert_torch_topks_set(s, k, *triton_topk.topk_torch_order(s, k))
