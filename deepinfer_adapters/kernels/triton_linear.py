@@ -53,7 +53,9 @@ class LinearConfig:
 CONFIG = LinearConfig()
 # Weights with fewer column tiles than programs (K split; the gate): narrower column tiles and
 # shorter splits. H200 (bench_invariant_linear.py, session 10): the gate at 1 / 8 / 32 rows 6.2 /
-# 6.4 / 7.1 us against CONFIG's 8.8 / 8.9 / 10.6. Chosen by the weight's shape alone: invariant.
+# 6.4 / 7.1 us against CONFIG's 8.8 / 8.9 / 10.6. Chosen by the weight's shape alone: invariant. Splits of at least
+# 4 steps or 32-row column tiles were slower in the model: V4.1 B=1 graphs 2.000 / 1.990 ms against 1.980 / 1.977
+# (H200, alternating, session 23).
 SPLIT_CONFIG = LinearConfig(block_n=64, programs=2 * TARGET_PROGRAMS, min_steps=2)
 
 

@@ -9,8 +9,7 @@ One program per token, the token's E logits in registers (E up to ``MAX_EXPERTS`
 2. key = score + bias (bias [E] shared, or [T, E] per token: the vision bias);
 3. k rounds of argmax over the experts not yet picked: the largest key, the lowest index
    among equal keys (-0.0 equals 0.0; a NaN key counts as +inf so every id is valid),
-   which is the reference's stable sort; slot j gets the j-th pick and its score
-   (``PACKED_ARGMAX``: a round's argmax as one reduction of key bits and index packed);
+   which is the reference's stable sort; slot j gets the j-th pick and its score;
 4. renormalize: the k scores are summed in slot order (slot 0 first), + eps, and each
    divided by that (div.rn); then times ``scale``.
 Each token is computed alone with tile shapes that depend only on E and k, so a token's
@@ -45,11 +44,9 @@ from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, 
 
 MAX_EXPERTS = 1024  # the logits of one token stay in the registers of one program
 SOFTPLUS_THRESHOLD = 20.0  # torch's default: above it softplus(x) is x
-# each argmax round as one int64 max over (the key's order-preserving bits, the index reversed) instead of a max and
-# a min of the matching indices: the same picks (tests/test_route_kernel.py runs both), one of the round's three
-# dependent warp reductions fewer (the route took 5.1 us a MoE layer at B=1, H200 timeline s21b). Prepared in session
-# 22, not yet measured
-PACKED_ARGMAX = False
+# Not done: each argmax round as one int64 max over (the key's order-preserving bits, the index reversed), one of a
+# round's three dependent warp reductions fewer. H200, V4.1 B=1 graphs alternating (session 23): 1.964 ms against
+# 1.961 with the max and min here, and 1,696 SASS instructions against 1,584 offline
 
 
 @functools.cache
@@ -67,7 +64,7 @@ def _kernel():
     def route_kernel(LOGITS, BIAS, GIVEN, W, IDS, E, k, stride_l, stride_b, stride_g, stride_w, stride_i, eps, scale,
                      THRESHOLD: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
                      HAS_BIAS: tl.constexpr, HAS_IDS: tl.constexpr, RENORMALIZE: tl.constexpr,
-                     PACKED_ARGMAX: tl.constexpr, INTERPRET: tl.constexpr):
+                     INTERPRET: tl.constexpr):
         pdl_start()
         t = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK_E)
@@ -84,13 +81,6 @@ def _kernel():
         if HAS_BIAS:
             key = score + tl.load(BIAS + t * stride_b + offs, mask=inside, other=0.0)
         key = tl.where(key != key, float("inf"), key)
-        if PACKED_ARGMAX:
-            # -0.0 made +0.0 (they tie, as ==), then the fp32 bits sign-flipped into an unsigned order, above the
-            # index reversed (BLOCK_E <= 1024: 10 bits): the largest packed value is the largest key's lowest index.
-            # Every key's packed value is above 0, the masked entries' value (-inf's order is 0x007FFFFF)
-            bits = (key + 0.0).to(tl.uint32, bitcast=True)
-            order = tl.where((bits >> 31) != 0, ~bits, bits | 0x80000000)
-            packed = (order.to(tl.int64) << 31) | (BLOCK_E - 1 - offs).to(tl.int64)  # << 31: the sign bit stays 0
         free = inside
         slots = tl.arange(0, BLOCK_K)
         picked_w = tl.zeros([BLOCK_K], tl.float32)
@@ -99,8 +89,6 @@ def _kernel():
         for j in range(k):
             if HAS_IDS:  # V4's hash layers: the experts come from the token id
                 e = tl.load(GIVEN + t * stride_g + j).to(tl.int32)
-            elif PACKED_ARGMAX:  # one reduction a round: the key's order-preserving bits above the reversed index
-                e = BLOCK_E - 1 - (tl.max(tl.where(free, packed, 0), axis=0) & 0x7FFFFFFF).to(tl.int32)
             else:
                 best = tl.max(tl.where(free, key, float("-inf")), axis=0)
                 e = tl.min(tl.where(free & (key == best), offs, BLOCK_E), axis=0)
@@ -136,7 +124,7 @@ def moe_route(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renorm
                      0 if given is None else given.stride(0), weights.stride(0), picked.stride(0), eps, scale,
                      THRESHOLD=SOFTPLUS_THRESHOLD, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(topk),
                      HAS_BIAS=bias is not None, HAS_IDS=given is not None, RENORMALIZE=renormalize,
-                     PACKED_ARGMAX=PACKED_ARGMAX, INTERPRET=interpreting(), num_warps=max(1, block_e // 512), enable_fp_fusion=False, **pdl_launch())
+                     INTERPRET=interpreting(), num_warps=max(1, block_e // 512), enable_fp_fusion=False, **pdl_launch())
     return weights, picked
 
 

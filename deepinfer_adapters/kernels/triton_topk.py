@@ -48,8 +48,9 @@ MAX_ROW = 16384  # the row must fit the registers of one program
 # no faster (bf16 rows of 1026 / 4104: 7.5 / 16.8 us at 4, 6.7 / 17.4 at 8, 7.3 / 17.4 at 16; H200, session 21):
 # the time follows the row's block, not the warps
 ROW_PER_THREAD = 16
-# the program's warps at most: 16 (512 threads) took every row width measured so far; a row of 4104 bf16 scores
-# (a block of 8192) fills 32 warps at 8 scores a thread -- not yet measured
+# the program's warps at most: 16 (512 threads). 32 warps at 8 scores a thread (58 registers a thread offline) were
+# no faster: one bf16 row of 4104 scores 15.9 us against 14.5 in 16 warps at 8 a thread, 14.2 at 16 a thread; V4.1
+# B=1 graphs 1.984-2.030 ms against 1.965-1.971 (H200, alternating, session 23)
 MAX_WARPS = 16
 
 
