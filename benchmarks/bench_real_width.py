@@ -60,7 +60,7 @@ import torch
 from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
-from deepinfer_adapters.kernels import triton_linear, triton_pool, triton_route, triton_sparse_attn, triton_support
+from deepinfer_adapters.kernels import triton_pool, triton_sparse_attn, triton_support
 from deepinfer_adapters.kernels import triton_topk
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
@@ -269,12 +269,6 @@ def flag(module, name: str, other) -> tuple[Callable[[], None], Callable[[], Non
     return lambda: setattr(module, name, other), lambda: setattr(module, name, default)
 
 
-def flags(module, others: dict) -> tuple[Callable[[], None], Callable[[], None]]:
-    """An A/B switch of several of ``module``'s settings at once (``flag`` for each)."""
-    pairs = [flag(module, name, other) for name, other in others.items()]
-    return lambda: [off() for off, _ in pairs], lambda: [on() for _, on in pairs]
-
-
 def torch_backend(op: str) -> tuple[Callable[[], None], Callable[[], None]]:
     """An A/B switch: ``op`` pinned to its torch reference for the A/B's other run, then chosen as usual again."""
     return lambda: kernels.use_backend(op, "torch"), lambda: kernels.use_backend(op, None)
@@ -293,8 +287,12 @@ AB_SWITCHES = {
     "fp4_fp8": flag(triton_moe, "FP4_DECODE_PATH", "bf16"),
     # hc_mixes: the partials' merge and the Sinkhorn passes in two launches (triton_hc.MERGE_SINKHORN)
     "merge_sinkhorn": flag(triton_hc, "MERGE_SINKHORN", False),
-    # the A/B's other run turns PDL on (off by default: triton_support.PDL)
-    "pdl": flag(triton_support, "PDL", True),
+    # the A/B's other run turns PDL off (on by default since session 23: triton_support.PDL), the Gluon GEMVs' too
+    "pdl": flag(triton_support, "PDL", False),
+    # only the Gluon GEMVs launched without PDL (gluon_gemv.GLUON_PDL), or under it without their loaders' first
+    # weight copies before the wait (gluon_gemv.WEIGHTS_BEFORE_WAIT)
+    "gluon_pdl": flag(gluon_gemv, "GLUON_PDL", False),
+    "gluon_prefetch": flag(gluon_gemv, "WEIGHTS_BEFORE_WAIT", False),
     # decode GEMVs with few weight row tiles: FP8 steps instead of bf16 steps (triton_fp8_gemm.BF16_STEPS)
     "bf16_steps": flag(triton_fp8_gemm, "BF16_STEPS", False),
     # one-token MoE routing's per-token sort: torch's sort + gather instead of one Triton launch
@@ -319,9 +317,9 @@ AB_SWITCHES = {
     **{f"gluon_share{round(share * 100)}": flag(gluon_gemv, "SM_SHARE", share)
        for share in (0.5, 0.625, 0.75, 0.875, 0.94, 1.0)},
     # ... with another work-item target than gluon_gemv.ITEMS (K splits: other bits): 99 programs on 3/4 of the SMs
-    # take 264 items in 2.7 rounds. With two lanes (one-row products, session 22) 230 lanes share the items: by a
-    # count of each lane's 128-input steps, 396-660 items even them out (the per-layer linears' longest lane 104 ->
-    # 82-89 steps)
+    # take 264 items in 2.7 rounds. With two lanes (one-row products, session 22) 230 lanes share the items: a count
+    # of each lane's 128-input steps favoured 396-660, but B=1 measured 1.962 ms at 396 against 1.961 at 264, 2.012
+    # at 660 against 1.961 (session 23)
     **{f"gluon_items{items}": flag(gluon_gemv, "ITEMS", items)
        for items in (99, 198, 297, 396, 528, 660)},
     # one token's routed experts on the MoE's Triton bf16 path, not on the Gluon GEMV (gluon_gemv.GLUON_PAIRS; its grid
@@ -350,15 +348,6 @@ AB_SWITCHES = {
     # the index top-k's programs with 64 scores a thread (fewer warps), not 16 (triton_topk.ROW_PER_THREAD): slower
     # (session 21)
     "topk_per_thread": flag(triton_topk, "ROW_PER_THREAD", 64),
-    # ... with 8 scores a thread and up to 32 warps (a row of 4104 bf16 scores in 32 warps, not 16; 1026 in 8, not 4)
-    "topk_warps32": flags(triton_topk, {"ROW_PER_THREAD": 8, "MAX_WARPS": 32}),
-    # the MoE gate's split linear (triton_linear.SPLIT_CONFIG: 6 column tiles of 64 rows x 20 K splits of 2 steps at
-    # V4.1's 384 x 5120) with K splits of at least 4 steps (half the programs, half the partials to add), or
-    # with 32-row column tiles (twice the tiles); other bits (another summation order), the same for every row count
-    "gate_steps4": flag(triton_linear, "SPLIT_CONFIG", dataclasses.replace(triton_linear.SPLIT_CONFIG, min_steps=4)),
-    "gate_n32": flag(triton_linear, "SPLIT_CONFIG", dataclasses.replace(triton_linear.SPLIT_CONFIG, block_n=32)),
-    # the MoE route's argmax rounds as one packed int64 max each (triton_route.PACKED_ARGMAX; prepared in session 22)
-    "route_packed": flag(triton_route, "PACKED_ARGMAX", True),
     # a decode step's attention projection issued after the mixes fork, not before with the pre-norm
     # (overlap.PROJECT_BEFORE_MIXES)
     "project_first": flag(overlap, "PROJECT_BEFORE_MIXES", False),

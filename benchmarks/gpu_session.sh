@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -886,6 +886,15 @@ if has s23check; then  # prepared at the end of session 22 (~5 min): the B=1 gra
   decode_ab s23check 420 --batches 1 8 --ab topk_warps32:1,8 pdl:1,8 gate_steps4:1 gate_n32:1 route_packed:1 \
     gluon_items396:1 gluon_items660:1 --ab-rounds 5 --timeline 1
   gpu_tests s23check_route 60 "FAILED|Error" tests/gpu/test_route_gpu.py
+  pack
+fi
+if has s23a; then  # session 23 (~6 min): PDL on by default (s23check: B=1 1.850 vs 1.97 ms); the Gluon GEMVs under it
+  # too (gluon_gemv.GLUON_PDL, their loaders' first weight copies before the wait: WEIGHTS_BEFORE_WAIT) -- their GPU
+  # tests (a PDL chain in a graph against the bits without it), the overlap and decode-graph tests, then the A/Bs
+  gpu_tests s23a 300 "FAILED|Error|REPORT overlap" tests/gpu/test_gluon_gemv_gpu.py tests/gpu/test_overlap_gpu.py \
+    tests/gpu/test_decode_graphs_gpu.py -s
+  pack
+  decode_ab s23a 360 --batches 1 8 --ab gluon_pdl:1,8 gluon_prefetch:1,8 pdl:1 --ab-rounds 5 --timeline 1
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

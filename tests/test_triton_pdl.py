@@ -2,9 +2,11 @@
 it waits for its predecessor before touching memory. This reads the package's source: every
 Triton kernel (a ``triton.jit`` function no other one calls) must open with ``pdl_start()``, and
 every launch (``kernel[grid](...)``) must pass ``**pdl_launch()``, so the two cannot drift apart.
-Gluon kernels (``gluon.jit``: ``pdl_start`` is a Triton function they cannot call) are launched
-without PDL instead -- plain stream order before them, and a PDL successor's wait covers their
-whole grid -- and the scan checks that none of their launches asks for it."""
+Gluon kernels (``gluon.jit``: ``pdl_start`` is a Triton function they cannot call) ask for PDL only
+through ``gluon_gemv.pdl_options``, which also sets their ``PDL`` constexpr: such a kernel opens with
+``_let_next_launch(PDL)`` and hands ``PDL`` to every partition, each of which calls
+``_wait_for_previous(PDL)``; the others launch without it (plain stream order before them, and a PDL
+successor's wait covers their whole grid)."""
 
 from __future__ import annotations
 
@@ -83,10 +85,45 @@ def test_every_kernel_waits_for_its_predecessor_and_every_launch_asks_for_pdl():
     assert [site for site, ok in launches.items() if not ok] == []
 
 
-def test_gluon_kernels_are_launched_without_pdl():
-    kernels, launches = kernels_and_launches(_package_trees(), gluon=True)
-    assert "moe_bf16_kernel" in kernels and launches  # the scan sees them
-    assert [site for site, ok in launches.items() if ok] == []
+def _calls(fn: ast.FunctionDef, name: str) -> list[ast.Call]:
+    return [n for n in ast.walk(fn) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == name]
+
+
+def _gluon_launches(trees: dict[str, ast.AST], jit: dict) -> dict[str, tuple[str, set[str]]]:
+    """'file:line' -> (the Gluon kernel launched, the names of the functions its ``**`` options come from)."""
+    launches = {}
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) \
+                    and getattr(node.func.value, "id", "") in jit:
+                launches[f"{path}:{node.lineno}"] = (node.func.value.id, {
+                    getattr(k.value.func, "id", "") for k in node.keywords if k.arg is None and isinstance(k.value, ast.Call)})
+    return launches
+
+
+def _partitions(kernel: ast.FunctionDef, jit: dict) -> list[tuple[ast.FunctionDef, ast.Tuple]]:
+    """(function, argument tuple) of each partition the kernel's ``warp_specialize`` calls list."""
+    return [(jit[elt.elts[0].id], elt.elts[1]) for call in ast.walk(kernel) if isinstance(call, ast.Call)
+            and getattr(call.func, "attr", "") == "warp_specialize" for elt in call.args[0].elts]
+
+
+def test_gluon_kernels_ask_for_pdl_only_with_their_waits():
+    trees = _package_trees()
+    jit = {fn.name: fn for tree in trees.values() for fn in _jit_functions(tree, gluon=True)}
+    launches = _gluon_launches(trees, jit)
+    assert "moe_bf16_kernel" in jit and len(launches) >= 3  # the scan sees them
+    assert [site for site, (_, options) in launches.items() if "pdl_launch" in options] == []  # Triton's option
+    with_pdl = {kernel for kernel, options in launches.values() if "pdl_options" in options}
+    assert with_pdl == {"fp8_gemv_kernel", "bf16_gemv_kernel"}
+    for name in with_pdl:
+        kernel = jit[name]
+        assert "PDL" in [a.arg for a in kernel.args.args]
+        assert ast.unparse(_first_statement(kernel)) == "_let_next_launch(PDL)", name
+        parts = _partitions(kernel, jit)
+        assert len(parts) >= 2
+        for fn, args in parts:
+            assert "PDL" in [ast.unparse(a) for a in args.elts], (name, fn.name)  # handed to the partition
+            assert [ast.unparse(c) for c in _calls(fn, "_wait_for_previous")] == ["_wait_for_previous(PDL)"], fn.name
 
 
 def test_the_scan_finds_a_kernel_without_the_wait_and_a_launch_without_the_option():

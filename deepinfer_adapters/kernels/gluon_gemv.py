@@ -43,6 +43,7 @@ import torch
 from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels.gluon_moe import gluon_hopper
 from deepinfer_adapters.kernels.triton_fp8_gemm import act_quant, split_k, sum_splits
+from deepinfer_adapters.kernels import triton_support
 from deepinfer_adapters.kernels.triton_support import interpreting
 from deepinfer_adapters.model_impl.quant import is_e4m3_tiles
 
@@ -86,6 +87,12 @@ PROGRAMS_PER_SM = 1  # the kernel takes ~255 registers a thread for its 256 (ptx
 TWO_LANE_ROWS = 1
 # the share of the SMs the persistent grid takes: below 1, SMs stay free for the side streams' kernels
 SM_SHARE = 0.875
+# programmatic dependent launch for these GEMVs too, where the Triton kernels use it (triton_support.PDL): launched
+# while the kernel before (mostly act_quant) runs, each partition waits for it before reading its output or writing
+GLUON_PDL = True
+# ... and the loader copies its ring's first STAGES weight tiles before its wait (not for pairs: their experts come
+# from the kernel before): at B=1 ~7 MB of weights, ~2 us at the copy rate, while the kernel before finishes
+WEIGHTS_BEFORE_WAIT = True
 
 
 def fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], act_block: int,
@@ -151,6 +158,12 @@ def _split_output(n_tiles: int, K: int, rows: int, N: int, device: torch.device,
     return split, k_per_split, out
 
 
+def pdl_options() -> dict:
+    """A GEMV launch's PDL and PREFETCH constexprs, and Triton's launch_pdl option where PDL is on."""
+    on = GLUON_PDL and triton_support.PDL and triton_support.pdl_capable()
+    return {"PDL": on, "PREFETCH": on and WEIGHTS_BEFORE_WAIT, **({"launch_pdl": True} if on else {})}
+
+
 def _tma(t: torch.Tensor, box_rows: int):
     """A TMA descriptor over the rows of a 2-D ``t`` (E4M3 or bf16), boxes of ``box_rows`` x 128 values."""
     from triton.experimental.gluon import language as gl
@@ -179,7 +192,7 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
     fp8_gemv_kernel[(programs,)](
         w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, rows, K, k_per_split, split, n_items, tiles_per_pair,
         *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES,
-        W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=lanes(rows), num_warps=4)
+        W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=lanes(rows), num_warps=4, **pdl_options())
     return out if split == 1 else sum_splits(out, out_dtype)
 
 
@@ -254,7 +267,7 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, b
     bf16_gemv_kernel[(_programs(n_items, x.device, GROUPED_SM_SHARE),)](
         w_desc, a_desc, words, out, N, T, K, k_per_split, split, n_items, words.stride(0), out.stride(-2),
         out.stride(0) if split > 1 else 0, STAGES=GROUPED_STAGES, W_BN=32, GROUP_ROWS=N // G, LANES=GROUPED_LANES,
-        num_warps=4)
+        num_warps=4, **pdl_options())
     return (out if split == 1 else sum_splits(out, x.dtype)).view(T, G, N // G)
 
 

@@ -8,8 +8,9 @@ here does (``pdl_start``), so no kernel reads or writes memory before its predec
 and the results are the same bits as without PDL. Each kernel also lets its own dependent
 launch as soon as all its programs have started (``griddepcontrol.launch_dependents``).
 
-Off by default (``triton_support.PDL``): measured neutral while every kernel waits first, and 1-2% slower
-with the decode GEMV prefetching its weights into L2 before its wait (BENCHMARKS.md, session 9).
+On by default (``triton_support.PDL``): V4.1 B=1 decode graphs 1.85 ms against 1.97 without (H200, session 23;
+session 9 had measured it neutral on a step of fewer kernels and no side streams, and 1-2% slower with the Triton
+decode GEMV prefetching its weights into L2 before its wait).
 
 Only kernels that open with ``pdl_start`` may be launched with ``pdl_launch()``'s option:
 tests/test_triton_pdl.py checks that every Triton kernel of the package does. Kernels from

@@ -27,12 +27,11 @@ def interpreting() -> bool:
 
 
 # Launch the Triton kernels with programmatic dependent launch (kernels/triton_pdl.py) on Hopper and
-# later GPUs. Off: with every kernel waiting for its predecessor first, it measured neutral (H200, V4.1
-# real widths, graph replays, A/B in one run: B = 1 / 8 / 32 2.854 / 5.313 / 11.231 ms off against
-# 2.847 / 5.328 / 11.295 on; an earlier run 3.12 against 2.96-3.07 at B = 1; BENCHMARKS.md session 9),
-# and a profile under it counts each kernel's wait as its time; a GEMV prefetching its weights before
-# its wait measured 1-2% slower. All of tests/gpu passes with it on.
-PDL = False
+# later GPUs. On since session 23: H200, V4.1 real widths, graph replays alternating, 5 rounds each: B = 1
+# 1.850 ms on against 1.966-1.971 off (every round), B = 8 4.957 against 5.050 (4 of 5 rounds). Session 9 had
+# measured it neutral (2.847 against 2.854 at B = 1) on a step of ~300 fewer kernels and no side streams. A
+# profile under it counts each kernel's wait as its time (a timeline's gaps turn into overlaps); a GEMV prefetching its weights before its wait measured 1-2% slower (session 9).
+PDL = True
 
 
 @functools.cache

@@ -92,6 +92,41 @@ def test_few_programs_take_many_items_each(monkeypatch, programs, lanes):
     assert _rel(few, reference_fp8.fp8_linear(x, w8, scale, BLOCK, 32)) <= 2e-3
 
 
+@pytest.mark.parametrize("prefetch", [False, True])
+@pytest.mark.parametrize("M", [1, 8])
+def test_a_chain_under_pdl_in_a_graph_gives_the_bits_without_it(monkeypatch, M, prefetch):
+    """act_quant -> GEMV -> act_quant -> GEMV replayed from a CUDA graph under programmatic dependent launch
+    (``pdl_options``: each GEMV launched while the quantization before it runs; ``WEIGHTS_BEFORE_WAIT``: its
+    loader's first weight copies before the wait), the input rewritten between replays: the bits of the same
+    chain run eagerly without PDL. A partition reading the activations or their scales before its wait would
+    read the last replay's."""
+    gg = _gg()
+    from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+    from deepinfer_adapters.kernels import triton_support
+
+    x, w8, scale = _inputs(M, 5120, 5120, 21 + M)
+
+    def chain(inp):
+        h = gg.gemv(*tg.act_quant(inp, 32), w8, scale, torch.bfloat16)
+        return gg.gemv(*tg.act_quant(h, 32), w8, scale, torch.bfloat16)
+
+    monkeypatch.setattr(triton_support, "PDL", False)
+    inputs = [x * (1 + i) + i for i in range(3)]
+    want = [chain(inp) for inp in inputs]
+    monkeypatch.setattr(triton_support, "PDL", True)
+    monkeypatch.setattr(gg, "WEIGHTS_BEFORE_WAIT", prefetch)
+    assert gg.pdl_options() == {"PDL": True, "PREFETCH": prefetch, "launch_pdl": True}
+    static = inputs[0].clone()
+    chain(static)  # compiles the PDL variants outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = chain(static)
+    for inp, expected in zip(inputs * 2, want * 2):
+        static.copy_(inp)
+        graph.replay()
+        assert torch.equal(out, expected)
+
+
 def test_dispatch_takes_it_where_it_fits(monkeypatch):
     gg = _gg()
     x, w8, scale = _inputs(4, 1792, 5120, 3)
