@@ -289,10 +289,11 @@ AB_SWITCHES = {
     "merge_sinkhorn": flag(triton_hc, "MERGE_SINKHORN", False),
     # the A/B's other run turns PDL off (on by default since session 23: triton_support.PDL), the Gluon GEMVs' too
     "pdl": flag(triton_support, "PDL", False),
-    # only the Gluon GEMVs launched without PDL (gluon_gemv.GLUON_PDL), or under it without their loaders' first
-    # weight copies before the wait (gluon_gemv.WEIGHTS_BEFORE_WAIT)
+    # only the Gluon GEMVs launched without PDL (gluon_gemv.GLUON_PDL)
     "gluon_pdl": flag(gluon_gemv, "GLUON_PDL", False),
-    "gluon_prefetch": flag(gluon_gemv, "WEIGHTS_BEFORE_WAIT", False),
+    # ... under it, the kernel after a GEMV launched after the GEMV's last copies or at its end, not from its start
+    # (gluon_gemv.NEXT_LAUNCH)
+    **{f"gluon_next_{point}": flag(gluon_gemv, "NEXT_LAUNCH", point) for point in ("last_copy", "end")},
     # decode GEMVs with few weight row tiles: FP8 steps instead of bf16 steps (triton_fp8_gemm.BF16_STEPS)
     "bf16_steps": flag(triton_fp8_gemm, "BF16_STEPS", False),
     # one-token MoE routing's per-token sort: torch's sort + gather instead of one Triton launch

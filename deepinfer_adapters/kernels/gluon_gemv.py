@@ -88,11 +88,16 @@ TWO_LANE_ROWS = 1
 # the share of the SMs the persistent grid takes: below 1, SMs stay free for the side streams' kernels
 SM_SHARE = 0.875
 # programmatic dependent launch for these GEMVs too, where the Triton kernels use it (triton_support.PDL): launched
-# while the kernel before (mostly act_quant) runs, each partition waits for it before reading its output or writing
+# while the kernel before (mostly act_quant) runs, each partition waits for it before reading its output or writing.
+# H200, session 23, 5 alternating rounds: B=1 1.930 ms against 1.962 launched without it (5 of 5 rounds), B=8
+# 5.034 against 4.975 (a noisy run). The loader's first STAGES weight copies issued before its wait were neutral
+# (B=1 1.814 / 1.822, B=8 4.665 / 4.678; removed)
 GLUON_PDL = True
-# ... and the loader copies its ring's first STAGES weight tiles before its wait (not for pairs: their experts come
-# from the kernel before): at B=1 ~7 MB of weights, ~2 us at the copy rate, while the kernel before finishes
-WEIGHTS_BEFORE_WAIT = True
+# where the kernel after a GEMV may launch under PDL: "start" (as the Triton kernels), "last_copy" (each loader
+# after its last copy: the next kernel's programs do not sit on the free SMs, which the side streams use, for the
+# whole GEMV) or "end" (no early launch)
+NEXT_LAUNCH = "start"
+NEXT_LAUNCH_POINTS = ("start", "last_copy", "end")
 
 
 def fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], act_block: int,
@@ -159,9 +164,9 @@ def _split_output(n_tiles: int, K: int, rows: int, N: int, device: torch.device,
 
 
 def pdl_options() -> dict:
-    """A GEMV launch's PDL and PREFETCH constexprs, and Triton's launch_pdl option where PDL is on."""
+    """A GEMV launch's PDL and NEXT_LAUNCH constexprs, and Triton's launch_pdl option where PDL is on."""
     on = GLUON_PDL and triton_support.PDL and triton_support.pdl_capable()
-    return {"PDL": on, "PREFETCH": on and WEIGHTS_BEFORE_WAIT, **({"launch_pdl": True} if on else {})}
+    return {"PDL": on, "NEXT_LAUNCH": NEXT_LAUNCH_POINTS.index(NEXT_LAUNCH), **({"launch_pdl": True} if on else {})}
 
 
 def _tma(t: torch.Tensor, box_rows: int):

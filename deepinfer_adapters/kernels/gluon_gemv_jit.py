@@ -34,10 +34,10 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 
 @gluon.jit
-def _let_next_launch(PDL: gl.constexpr):
-    """Under programmatic dependent launch (``triton_pdl``): the kernel after this one may launch now; it waits
-    for this one's end before it touches memory."""
-    if PDL:
+def _let_next_launch(NOW: gl.constexpr):
+    """NOW (under programmatic dependent launch, ``triton_pdl``): the kernel after this one may launch once every
+    program got here; it waits for this one's end before it touches memory."""
+    if NOW:
         gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
                                   is_pure=False, pack=1)
 
@@ -95,26 +95,13 @@ def _pair(EXPERT, AROW, pair, PAIRS: gl.constexpr):
 def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_items, n_splits, k_per_split, K,
                  tiles_per_pair, NT, KT, STAGES: gl.constexpr, PAIRS: gl.constexpr, GROUP_ROWS: gl.constexpr = 0,
                  LANE: gl.constexpr = 0, LANES: gl.constexpr = 1, PDL: gl.constexpr = False,
-                 PREFETCH: gl.constexpr = False):
+                 NEXT_LAUNCH: gl.constexpr = 0):
     """Copies the steps of the items of the program's lane LANE (of LANES, each with its ring) into the ring.
-    PREFETCH (under PDL, not PAIRS: a pair's expert comes from the kernel before): the ring's first STAGES weight
-    tiles are copied before the wait, while the kernel before still runs -- the weights are not its output."""
-    W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
-    step_bytes: gl.constexpr = w_desc.block_type.nbytes + a_desc.block_type.nbytes
-    first = gl.program_id(0) + LANE * gl.num_programs(0)
-    stride = gl.num_programs(0) * LANES
-    ahead = 0  # steps whose weight tile was copied before the wait: slots 0 .. ahead - 1
-    if PREFETCH and not PAIRS:
-        # the first STAGES steps lie in the first STAGES items (an item has at least one step)
-        for item in range(first, gl.minimum(n_items, first + STAGES * stride), stride):
-            _, row0, _, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles_per_pair, W_ROWS)
-            for i in range(gl.minimum(k_steps, STAGES - ahead)):  # free slots: no wait
-                mbarrier.expect(ready.index(ahead), step_bytes)
-                _tma_load(w_desc, [row0, k0 + i * 128], ready.index(ahead), w_smem.index(ahead))
-                ahead += 1
+    Under PDL with NEXT_LAUNCH 1, lets the next kernel launch after its last copy."""
     _wait_for_previous(PDL)
+    W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     g = 0  # steps copied so far by this program: the ring's position runs on across items
-    for item in range(first, n_items, stride):
+    for item in range(gl.program_id(0) + LANE * gl.num_programs(0), n_items, gl.num_programs(0) * LANES):
         pair, row0, _, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles_per_pair, W_ROWS)
         expert, a_row = _pair(EXPERT, AROW, pair, PAIRS)
         a_k0 = k0
@@ -122,17 +109,17 @@ def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_i
             a_k0 = k0 + row0 // GROUP_ROWS * K
         for i in range(k_steps):
             s = g % STAGES
-            if g >= ahead:
-                free = ((g // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
-                mbarrier.wait(empty.index(s), free)
-                mbarrier.expect(ready.index(s), step_bytes)
-                if PAIRS:  # the step's 128 x 128 tile of the expert, rows of 128 inputs: its row0 % 128 half
-                    tile_row = ((expert * NT + row0 // 128) * KT + k0 // 128 + i) * 128 + row0 % 128
-                    _tma_load(w_desc, [tile_row, 0], ready.index(s), w_smem.index(s))
-                else:
-                    _tma_load(w_desc, [row0, k0 + i * 128], ready.index(s), w_smem.index(s))
+            free = ((g // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
+            mbarrier.wait(empty.index(s), free)
+            mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + a_desc.block_type.nbytes)
+            if PAIRS:  # the step's 128 x 128 tile of the expert, rows of 128 inputs: its row0 % 128 half
+                tile_row = ((expert * NT + row0 // 128) * KT + k0 // 128 + i) * 128 + row0 % 128
+                _tma_load(w_desc, [tile_row, 0], ready.index(s), w_smem.index(s))
+            else:
+                _tma_load(w_desc, [row0, k0 + i * 128], ready.index(s), w_smem.index(s))
             _tma_load(a_desc, [a_row, a_k0 + i * 128], ready.index(s), a_smem.index(s))
             g += 1
+    _let_next_launch(PDL and NEXT_LAUNCH == 1)
 
 
 @gluon.jit
@@ -237,16 +224,17 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_it
 def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_split, n_splits, n_items, tiles_per_pair,
                     NT, KT, stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr,
                     W_BK: gl.constexpr, PAIRS: gl.constexpr, LANES: gl.constexpr = 1, PDL: gl.constexpr = False,
-                    PREFETCH: gl.constexpr = False):
+                    NEXT_LAUNCH: gl.constexpr = 0):
     """Persistent: program p takes work items p, p + programs, ... (an item: a 64-row tile x one K split) and
     writes OUT[split][token, row] = sum over the split's K range of A[token] W[row] with both operands'
     block scales. WS: the weight's E8M0 scales, per 32 inputs as int32 words (four blocks a word) or per 128
     as bytes (W_BK), ``stride_wsn`` in those; AS: the activations' fp32 scales per 32 inputs. PAIRS: pair r
     (M = 1) is OUT[split][r] = A[AROW[r]] W_EXPERT[r]^T, N and the scale rows per expert, NT / KT its 128-row
     and 128-input tiles. LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots, as
-    ``bf16_gemv_kernel``'s. PDL: launched under programmatic dependent launch (each partition waits for the
-    kernel before; ``_gemv_loader``'s PREFETCH)."""
-    _let_next_launch(PDL)
+    ``bf16_gemv_kernel``'s. PDL: launched under programmatic dependent launch, each partition waits for the
+    kernel before first; the next kernel may launch from the start (NEXT_LAUNCH 0), after each loader's last
+    copy (1) or at the end (2)."""
+    _let_next_launch(PDL and NEXT_LAUNCH == 0)
     w0, a0, ready0, empty0 = _ring(w_desc, a_desc, STAGES)
     if LANES == 1:
         gl.warp_specialize([
@@ -254,7 +242,7 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
                               N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
                               PAIRS, 0, 1, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, EXPERT, AROW, n_items, n_splits, k_per_split,
-                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 1, PDL, PREFETCH)),
+                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 1, PDL, NEXT_LAUNCH)),
         ], [1], [24])
     else:
         w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
@@ -266,9 +254,9 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
                               N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
                               PAIRS, 1, 2, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, EXPERT, AROW, n_items, n_splits, k_per_split,
-                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 2, PDL, PREFETCH)),
+                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 2, PDL, NEXT_LAUNCH)),
             (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, EXPERT, AROW, n_items, n_splits, k_per_split,
-                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 1, 2, PDL, PREFETCH)),
+                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 1, 2, PDL, NEXT_LAUNCH)),
         ], [4, 1, 1], [224, 24, 24])  # registers as bf16_gemv_kernel's
 
 
@@ -326,7 +314,7 @@ def _bf16_products(w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_p
 @gluon.jit
 def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_items, stride_wsn, stride_om,
                      stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr, GROUP_ROWS: gl.constexpr,
-                     LANES: gl.constexpr, PDL: gl.constexpr = False, PREFETCH: gl.constexpr = False):
+                     LANES: gl.constexpr, PDL: gl.constexpr = False, NEXT_LAUNCH: gl.constexpr = 0):
     """Persistent, as ``fp8_gemv_kernel``: OUT[split][token, row] = sum over the split's K range of A[token]
     (bf16, not quantized) times the weight row converted to bf16 with its [W_BN, 32] E8M0 block scales (int32
     words: four blocks a 128-input step). GROUP_ROWS > 0: a grouped weight (wo_a), rows g GROUP_ROWS .. read
@@ -335,8 +323,8 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
     LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots; of P programs, program p's
     lane l takes items p + l P, p + (l + 2) P, ... The conversion to bf16 holds one warpgroup to ~0.7 us a step
     against ~0.26 us for the step's copies (session 21): a second one converts while the first waits. PDL,
-    PREFETCH: as ``fp8_gemv_kernel``'s."""
-    _let_next_launch(PDL)
+    NEXT_LAUNCH: as ``fp8_gemv_kernel``'s."""
+    _let_next_launch(PDL and NEXT_LAUNCH == 0)
     tiles = gl.cdiv(N, w_desc.block_type.shape[0])
     w0, a0, ready0, empty0 = _ring(w_desc, a_desc, STAGES)
     if LANES == 1:
@@ -344,7 +332,7 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
             (_bf16_products, (w0, a0, ready0, empty0, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
                               stride_wsn, stride_om, stride_os, STAGES, W_BN, 0, 1, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
-                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 1, PDL, PREFETCH)),
+                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 1, PDL, NEXT_LAUNCH)),
         ], [1], [24])
     else:
         w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
@@ -354,9 +342,9 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
             (_bf16_products, (w1, a1, ready1, empty1, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
                               stride_wsn, stride_om, stride_os, STAGES, W_BN, 1, 2, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
-                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 2, PDL, PREFETCH)),
+                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 2, PDL, NEXT_LAUNCH)),
             (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, WS, WS, n_items, n_splits, k_per_split, K,
-                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 1, 2, PDL, PREFETCH)),
+                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 1, 2, PDL, NEXT_LAUNCH)),
         # registers a thread: the CTA's 64K hold the first warpgroup at 256, the second at 224 and the loaders
         # (with the two warps Triton pads them with) at 24; ptxas then launches the 12 warps at 168 each
         ], [4, 1, 1], [224, 24, 24])

@@ -92,14 +92,14 @@ def test_few_programs_take_many_items_each(monkeypatch, programs, lanes):
     assert _rel(few, reference_fp8.fp8_linear(x, w8, scale, BLOCK, 32)) <= 2e-3
 
 
-@pytest.mark.parametrize("prefetch", [False, True])
+@pytest.mark.parametrize("next_launch", [0, 1, 2])
 @pytest.mark.parametrize("M", [1, 8])
-def test_a_chain_under_pdl_in_a_graph_gives_the_bits_without_it(monkeypatch, M, prefetch):
+def test_a_chain_under_pdl_in_a_graph_gives_the_bits_without_it(monkeypatch, M, next_launch):
     """act_quant -> GEMV -> act_quant -> GEMV replayed from a CUDA graph under programmatic dependent launch
-    (``pdl_options``: each GEMV launched while the quantization before it runs; ``WEIGHTS_BEFORE_WAIT``: its
-    loader's first weight copies before the wait), the input rewritten between replays: the bits of the same
-    chain run eagerly without PDL. A partition reading the activations or their scales before its wait would
-    read the last replay's."""
+    (``pdl_options``: each GEMV launched while the quantization before it runs, the quantization after it
+    launched from the GEMV's start, after its last copies or at its end: ``NEXT_LAUNCH``), the input rewritten
+    between replays: the bits of the same chain run eagerly without PDL. A partition reading the activations or
+    their scales before its wait would read the last replay's."""
     gg = _gg()
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
     from deepinfer_adapters.kernels import triton_support
@@ -114,8 +114,8 @@ def test_a_chain_under_pdl_in_a_graph_gives_the_bits_without_it(monkeypatch, M, 
     inputs = [x * (1 + i) + i for i in range(3)]
     want = [chain(inp) for inp in inputs]
     monkeypatch.setattr(triton_support, "PDL", True)
-    monkeypatch.setattr(gg, "WEIGHTS_BEFORE_WAIT", prefetch)
-    assert gg.pdl_options() == {"PDL": True, "PREFETCH": prefetch, "launch_pdl": True}
+    monkeypatch.setattr(gg, "NEXT_LAUNCH", gg.NEXT_LAUNCH_POINTS[next_launch])
+    assert gg.pdl_options() == {"PDL": True, "NEXT_LAUNCH": next_launch, "launch_pdl": True}
     static = inputs[0].clone()
     chain(static)  # compiles the PDL variants outside the capture
     graph = torch.cuda.CUDAGraph()
