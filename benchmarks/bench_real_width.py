@@ -291,9 +291,8 @@ AB_SWITCHES = {
     "pdl": flag(triton_support, "PDL", False),
     # only the Gluon GEMVs launched without PDL (gluon_gemv.GLUON_PDL)
     "gluon_pdl": flag(gluon_gemv, "GLUON_PDL", False),
-    # ... under it, the kernel after a GEMV launched after the GEMV's last copies or at its end, not from its start
-    # (gluon_gemv.NEXT_LAUNCH)
-    **{f"gluon_next_{point}": flag(gluon_gemv, "NEXT_LAUNCH", point) for point in ("last_copy", "end")},
+    # ... under it, the kernel after a GEMV launched from another point of the GEMV than gluon_gemv.NEXT_LAUNCH
+    **{f"gluon_next_{point}": flag(gluon_gemv, "NEXT_LAUNCH", point) for point in gluon_gemv.NEXT_LAUNCH_POINTS},
     # decode GEMVs with few weight row tiles: FP8 steps instead of bf16 steps (triton_fp8_gemm.BF16_STEPS)
     "bf16_steps": flag(triton_fp8_gemm, "BF16_STEPS", False),
     # one-token MoE routing's per-token sort: torch's sort + gather instead of one Triton launch

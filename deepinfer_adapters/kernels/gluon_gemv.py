@@ -89,14 +89,15 @@ TWO_LANE_ROWS = 1
 SM_SHARE = 0.875
 # programmatic dependent launch for these GEMVs too, where the Triton kernels use it (triton_support.PDL): launched
 # while the kernel before (mostly act_quant) runs, each partition waits for it before reading its output or writing.
-# H200, session 23, 5 alternating rounds: B=1 1.930 ms against 1.962 launched without it (5 of 5 rounds), B=8
-# 5.034 against 4.975 (a noisy run). The loader's first STAGES weight copies issued before its wait were neutral
-# (B=1 1.814 / 1.822, B=8 4.665 / 4.678; removed)
+# H200, session 23, alternating rounds: with the next kernel launched from the GEMV's start, B=1 1.930 ms against
+# 1.962 launched without it (5 of 5 rounds), B=8 4.531 against 4.474 (6 of 7); the loader's first STAGES weight
+# copies issued before its wait were neutral (B=1 1.814 / 1.822, B=8 4.665 / 4.678; removed)
 GLUON_PDL = True
 # where the kernel after a GEMV may launch under PDL: "start" (as the Triton kernels), "last_copy" (each loader
-# after its last copy: the next kernel's programs do not sit on the free SMs, which the side streams use, for the
-# whole GEMV) or "end" (no early launch)
-NEXT_LAUNCH = "start"
+# after its last copy: the next kernel's programs do not sit for the whole GEMV on the SMs the side streams use) or
+# "end" (no early launch). H200, session 23, 7 alternating rounds against "start": "last_copy" B=1 1.936 / 1.961 ms,
+# B=8 4.466 / 4.564 (7 of 7 rounds each); "end" B=1 1.826 / 1.821, B=8 4.576 / 4.632
+NEXT_LAUNCH = "last_copy"
 NEXT_LAUNCH_POINTS = ("start", "last_copy", "end")
 
 
