@@ -13,10 +13,14 @@ weight under ~64 MB, session 18).
   model's. The weight scales of a step come as one int32 word a row (its four 32-input blocks), or with
   weight scales per 128 inputs (W_BK 128) one byte.
 
-LANES 2 (``gluon_gemv.LANES`` for the FP8 kernel, not yet measured; ``GROUPED_LANES`` for wo_a's
-``bf16_gemv_kernel``, on): two warpgroups an SM, each with its loader warp and its ring, take the program's items
-lane-major -- one warpgroup's step is latency-bound (wo_a: ~0.7 us a
-step against ~0.26 for its copies, session 21).
+LANES 2 (``gluon_gemv.lanes``: one-row products of the FP8 kernel; ``GROUPED_LANES`` for wo_a's
+``bf16_gemv_kernel``): two warpgroups an SM, each with its loader warp and its ring, take the program's items
+lane-major -- one warpgroup's step is latency-bound (wo_a: ~0.7 us a step against ~0.26 for its copies, session 21).
+
+PDL (``gluon_gemv.pdl_options``): launched under programmatic dependent launch, as the Triton kernels
+(``triton_pdl``): every partition waits for the kernel before (``_wait_for_previous``) before it reads the
+activations, their scales or a pair's expert, or writes; the next kernel may launch from the start, after each
+loader's last copy or at the end (NEXT_LAUNCH).
 
 PAIRS (one token's routed experts, ``gluon_gemv.pair_gemm``): the items are (pair, 64-row tile, K split); pair r
 reads expert EXPERT[r]'s weights, held in 128 x 128 tiles (quant.to_e4m3_tiles, viewed as rows of 128 inputs:
