@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -920,6 +920,11 @@ if has s23l2; then  # (~1.5 min) feasibility: a dense GEMV's weights prefetched 
   # latency-bound chain of small kernels (benchmarks/bench_l2_prefetch.py)
   timeout 200 python benchmarks/bench_l2_prefetch.py > "$OUT/l2_prefetch_s23.log" 2>&1
   grep -vE "^INFO" "$OUT/l2_prefetch_s23.log" | tail -30; pack
+fi
+if has s23ncu; then  # (~1 min) the Gluon GEMV's warp stalls by SASS instruction, wq_b at M = 1 (s23l2: as slow from L2)
+  bash benchmarks/ncu_gemv_source.sh wq_b "$OUT"
+  grep -E "Duration|Stall|Warp Cycles|Issued Warp|Eligible" "$OUT/ncu_gemv_details_wq_b.txt" | head -20
+  head -c 600 "$OUT/ncu_gemv_source_wq_b.err"; wc -l "$OUT/ncu_gemv_source_wq_b.csv"; pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"
