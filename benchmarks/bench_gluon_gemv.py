@@ -43,10 +43,12 @@ def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32, lanes: int
            "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32", "n_items": "i32",
            "tiles_per_pair": "i32", "NT": "i32", "KT": "i32", "stride_wsn": "i32", "stride_asm": "i32",
            "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr", "W_BN": "constexpr", "W_BK": "constexpr",
-           "PAIRS": "constexpr", "LANES": "constexpr", "PDL": "constexpr", "NEXT_LAUNCH": "constexpr"}
+           "PAIRS": "constexpr", "LANES": "constexpr", "PDL": "constexpr", "NEXT_LAUNCH": "constexpr",
+           "SCALES_IN_RING": "constexpr"}
     divisible = ("WS", "AS", "OUT", "K", "k_per_split", "stride_asm", "stride_om", "stride_os")
     compile_sm90(fp8_gemv_kernel, sig, {"STAGES": stages, "W_BN": 1 if pairs else 32, "W_BK": w_bk, "PAIRS": pairs,
-                                        "LANES": lanes, **_offline_pdl()},
+                                        "LANES": lanes, **_offline_pdl(),
+                                        "SCALES_IN_RING": gluon_gemv.SCALES_IN_RING and not pairs and w_bk == 32},
                  divisible, f"fp8_gemv_kernel (STAGES={stages}, PAIRS={pairs}, W_BK={w_bk}, LANES={lanes})")
 
 
@@ -88,6 +90,8 @@ def main():
     ap.add_argument("--grouped", action="store_true",
                     help="time wo_a instead: the Triton grouped kernel against bf16_gemv_kernel")
     ap.add_argument("--lanes", type=int, nargs="+", default=[1, 2], help="the kernels' warpgroups an SM")
+    ap.add_argument("--ring-scales", type=int, nargs="+", default=[0],
+                    help="gluon_gemv.SCALES_IN_RING settings to sweep (0 / 1): the step's scales copied by the loader")
     ap.add_argument("--shares", type=float, nargs="+", default=[1.0, 0.875],
                     help="bf16_gemv_kernel's share of the SMs (--grouped)")
     args = ap.parse_args()
@@ -124,10 +128,12 @@ def main():
             row = {"triton": time_graph([lambda x=x, w=w: tg.fp8_linear(x, *w, BLOCK, 32)
                                          for x, w in zip(xs, ws)])}
             rels = {}
-            for stages, items, lanes in itertools.product(args.stages, args.items, args.lanes):
+            for stages, items, lanes, ring in itertools.product(args.stages, args.items, args.lanes,
+                                                                args.ring_scales):
                 gluon_gemv.STAGES, gluon_gemv.ITEMS = stages, items
                 gluon_gemv.TWO_LANE_ROWS = gluon_gemv.TOKENS if lanes == 2 else 0
-                key = f"gluon_s{stages}_i{items}_l{lanes}"
+                gluon_gemv.SCALES_IN_RING = bool(ring)
+                key = f"gluon_s{stages}_i{items}_l{lanes}" + ("_ring" if ring else "")
                 try:
                     out = gluon_gemv.fp8_linear(xs[0], *ws[0], BLOCK, 32)
                     rels[key] = rel(out, ref)

@@ -289,6 +289,8 @@ AB_SWITCHES = {
     "merge_sinkhorn": flag(triton_hc, "MERGE_SINKHORN", False),
     # the A/B's other run turns PDL off (on by default since session 23: triton_support.PDL), the Gluon GEMVs' too
     "pdl": flag(triton_support, "PDL", False),
+    # the dense Gluon GEMVs' scales copied into the ring by the loader (gluon_gemv.SCALES_IN_RING; prepared, off)
+    "gemv_ring_scales": flag(gluon_gemv, "SCALES_IN_RING", True),
     # only the Gluon GEMVs launched without PDL (gluon_gemv.GLUON_PDL)
     "gluon_pdl": flag(gluon_gemv, "GLUON_PDL", False),
     # ... under it, the kernel after a GEMV launched from another point of the GEMV than gluon_gemv.NEXT_LAUNCH

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -925,6 +925,22 @@ if has s23ncu; then  # (~1 min) the Gluon GEMV's warp stalls by SASS instruction
   bash benchmarks/ncu_gemv_source.sh wq_b "$OUT"
   grep -E "Duration|Stall|Warp Cycles|Issued Warp|Eligible" "$OUT/ncu_gemv_details_wq_b.txt" | head -20
   head -c 600 "$OUT/ncu_gemv_source_wq_b.err"; wc -l "$OUT/ncu_gemv_source_wq_b.csv"; pack
+fi
+if has s24check; then  # prepared at the end of session 23 (~6 min): the dense Gluon GEMV's scales copied into the
+  # ring by the loader warp (gluon_gemv.SCALES_IN_RING, off; cp.async tracked by the step's ready barrier) -- s23ncu
+  # had the products warpgroup waiting mostly on its scale loads. Its GPU tests (the Triton FP8 steps' bits with and
+  # without), alone (wq_b etc. at M = 1 / 8), its Nsight Compute source page, then V4.1 decode B = 1 / 8
+  gpu_tests s24check 300 "FAILED|Error|Timeout" tests/gpu/test_gluon_gemv_gpu.py -s
+  echo "ring-scale products with the Triton bits: $(grep -c "ring scales=True.*Triton FP8 steps: True" \
+    "$OUT/gpu_tests_s24check.log") of $(grep -c "ring scales=True" "$OUT/gpu_tests_s24check.log")"
+  pack
+  timeout 150 python benchmarks/bench_gluon_gemv.py --stages 8 --items 264 --lanes 1 2 --ring-scales 0 1 \
+    > "$OUT/gluon_gemv_s24check.log" 2>&1
+  grep -vE "^INFO" "$OUT/gluon_gemv_s24check.log" | head -40; pack
+  timeout 120 bash benchmarks/ncu_gemv_source.sh wq_b "$OUT" 1
+  grep -E "Duration|Eligible|Issued Warp" "$OUT/ncu_gemv_details_wq_b_ring.txt"; pack
+  decode_ab s24check 300 --batches 1 8 --ab gemv_ring_scales:1,8 --ab-rounds 7
+  pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"

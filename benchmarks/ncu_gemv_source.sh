@@ -1,14 +1,16 @@
 #!/bin/bash
 # Nsight Compute's per-instruction view (SASS, warp-stall samples) of one Gluon decode GEMV launch at M = 1
 # (session 23: wq_b takes ~17 us from DRAM and from L2 alike, so something other than its bytes bounds it).
-# Usage on the GPU machine: bash benchmarks/ncu_gemv_source.sh LINEAR OUT_DIR
+# Usage on the GPU machine: bash benchmarks/ncu_gemv_source.sh LINEAR OUT_DIR [RING]  (RING 1: the scales copied
+# into the ring, gluon_gemv.SCALES_IN_RING; the outputs' names then end in _ring)
 set -u
-linear=${1:-wq_b}; out=${2:-/tmp}
+linear=${1:-wq_b}; out=${2:-/tmp}; ring=${3:-0}; tag=$linear$([[ $ring == 1 ]] && echo _ring)
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
 cat > /tmp/one_gemv.py <<PY
 import torch
 from benchmarks.bench_decode_gemv import BLOCK, LINEARS, random_weight
 from deepinfer_adapters.kernels import gluon_gemv
+gluon_gemv.SCALES_IN_RING = bool($ring)
 g = torch.Generator(device="cuda").manual_seed(0)
 N, K = LINEARS["$linear"]
 w = random_weight(N, K, g)
@@ -19,6 +21,6 @@ torch.cuda.synchronize()
 PY
 ncu --clock-control none --kernel-name regex:fp8_gemv --launch-skip 3 --launch-count 1 --section WarpStateStats \
   --section SourceCounters --page source --print-source sass --csv python /tmp/one_gemv.py \
-  > "$out/ncu_gemv_source_$linear.csv" 2> "$out/ncu_gemv_source_$linear.err"
+  > "$out/ncu_gemv_source_$tag.csv" 2> "$out/ncu_gemv_source_$tag.err"
 ncu --clock-control none --kernel-name regex:fp8_gemv --launch-skip 3 --launch-count 1 --section WarpStateStats \
-  --section SpeedOfLight --section SchedulerStats python /tmp/one_gemv.py > "$out/ncu_gemv_details_$linear.txt" 2>&1
+  --section SpeedOfLight --section SchedulerStats python /tmp/one_gemv.py > "$out/ncu_gemv_details_$tag.txt" 2>&1

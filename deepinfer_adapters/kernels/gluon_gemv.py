@@ -98,6 +98,12 @@ GLUON_PDL = True
 # "end" (no early launch). H200, session 23, 7 alternating rounds against "start": "last_copy" B=1 1.936 / 1.961 ms,
 # B=8 4.466 / 4.564 (7 of 7 rounds each); "end" B=1 1.826 / 1.821, B=8 4.576 / 4.632
 NEXT_LAUNCH = "last_copy"
+# each step's scales copied by the loader warp into the ring next to its tiles (cp.async, tracked by the step's
+# ready barrier) instead of loaded by the products warpgroup a step ahead: Nsight Compute (wq_b at M=1, session 23)
+# has those loads' latency as the warpgroup's main stall (~350 of ~1,100 non-idle samples wait on them), and the
+# GEMV as slow from L2 as from DRAM (bench_l2_prefetch.py). Dense products only (weight scales per [32, 32] as words;
+# pairs keep their loads). Prepared in session 23, not yet run on the GPU
+SCALES_IN_RING = False
 NEXT_LAUNCH_POINTS = ("start", "last_copy", "end")
 
 
@@ -198,7 +204,8 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
     fp8_gemv_kernel[(programs,)](
         w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, rows, K, k_per_split, split, n_items, tiles_per_pair,
         *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES,
-        W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=lanes(rows), num_warps=4, **pdl_options())
+        W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=lanes(rows), num_warps=4,
+        SCALES_IN_RING=SCALES_IN_RING and pairs is None and w_bk == 32, **pdl_options())
     return out if split == 1 else sum_splits(out, out_dtype)
 
 

@@ -31,7 +31,12 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+# registers a thread of a loader warp that also copies the scales (its pointers: 64 rows' and 4 x 16 blocks'). Two
+# lanes' CTA: 4 warps at 256 + 4 at 224 + the loaders and Triton's two padding warps at 32 = the SM's 64K
+LOADER_REGS = gl.constexpr(32)
 
 # Triton 3.6 (the GPU machine's) calls the TMA load async_copy_global_to_shared; later releases async_load.
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -76,6 +81,16 @@ def _ring(w_desc, a_desc, STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _scale_slots(STAGES: gl.constexpr, W_ROWS: gl.constexpr, T: gl.constexpr):
+    """SCALES_IN_RING's slots next to the ring's: a step's weight scale word for each of its W_ROWS rows, and
+    its activation rows' four per-32 scales (4 T: block j's T scales at j T ..)."""
+    # a slot's layout (the ring's leading dimension is the slot index, as the tiles' layouts leave it out)
+    flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+    return (gl.allocate_shared_memory(gl.int32, [STAGES, W_ROWS], flat),
+            gl.allocate_shared_memory(gl.float32, [STAGES, 4 * T], flat))
+
+
+@gluon.jit
 def _item(item, n_splits, k_per_split, K, tiles_per_pair, W_ROWS: gl.constexpr):
     """Work item -> (pair, first weight row, K split, its first input, its 128-input steps): items run
     tile-major, a tile's K splits next to each other; the last split may be shorter. Without PAIRS one pair
@@ -99,11 +114,19 @@ def _pair(EXPERT, AROW, pair, PAIRS: gl.constexpr):
 def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_items, n_splits, k_per_split, K,
                  tiles_per_pair, NT, KT, STAGES: gl.constexpr, PAIRS: gl.constexpr, GROUP_ROWS: gl.constexpr = 0,
                  LANE: gl.constexpr = 0, LANES: gl.constexpr = 1, PDL: gl.constexpr = False,
-                 NEXT_LAUNCH: gl.constexpr = 0):
+                 NEXT_LAUNCH: gl.constexpr = 0, ws_smem=None, as_smem=None, WS=None, AS=None, N=0, M=0,
+                 stride_wsn=0, stride_asm=0, W_BN: gl.constexpr = 32, SCALES_IN_RING: gl.constexpr = False):
     """Copies the steps of the items of the program's lane LANE (of LANES, each with its ring) into the ring.
-    Under PDL with NEXT_LAUNCH 1, lets the next kernel launch after its last copy."""
+    Under PDL with NEXT_LAUNCH 1, lets the next kernel launch after its last copy. SCALES_IN_RING: also each
+    step's scales (``_step_scale_copies``), which then arrive with its tiles."""
     _wait_for_previous(PDL)
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    T: gl.constexpr = a_desc.block_type.shape[0]
+    if SCALES_IN_RING:  # one warp: 64 rows' words, 2 a thread; 4 blocks x 16 activation rows, 2 a thread
+        word_layout: gl.constexpr = gl.BlockedLayout([W_ROWS // 32], [32], [1], [0])
+        block_layout: gl.constexpr = gl.BlockedLayout([4 * T // 32], [32], [1], [0])
+        rows = gl.arange(0, W_ROWS, layout=word_layout)
+        block_toks = gl.arange(0, 4 * T, layout=block_layout)  # block j's token t at j T + t
     g = 0  # steps copied so far by this program: the ring's position runs on across items
     for item in range(gl.program_id(0) + LANE * gl.num_programs(0), n_items, gl.num_programs(0) * LANES):
         pair, row0, _, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles_per_pair, W_ROWS)
@@ -111,10 +134,20 @@ def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_i
         a_k0 = k0
         if GROUP_ROWS:  # a grouped weight: each group of its rows reads its own K inputs of the activation rows
             a_k0 = k0 + row0 // GROUP_ROWS * K
+        if SCALES_IN_RING:  # as _gemv_products reads them: rows past N the last row's, tokens past M the last's
+            words = WS + ((expert * N + gl.minimum(row0 + rows, N - 1)) // W_BN).to(gl.int64) * stride_wsn + k0 // 128
+            act_scales = AS + (a_row + gl.minimum(block_toks % T, M - 1)).to(gl.int64) * stride_asm \
+                + block_toks // T + k0 // 32
         for i in range(k_steps):
             s = g % STAGES
             free = ((g // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
             mbarrier.wait(empty.index(s), free)
+            if SCALES_IN_RING:
+                # cp.async, tracked by the ready barrier (one more pending arrival each thread until its copies
+                # land): issued before the expect, whose arrival could otherwise complete the phase first
+                async_copy.async_copy_global_to_shared(ws_smem.index(s), words + i)
+                async_copy.async_copy_global_to_shared(as_smem.index(s), act_scales + 4 * i)
+                async_copy.mbarrier_arrive(ready.index(s))
             mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + a_desc.block_type.nbytes)
             if PAIRS:  # the step's 128 x 128 tile of the expert, rows of 128 inputs: its row0 % 128 half
                 tile_row = ((expert * NT + row0 // 128) * KT + k0 // 128 + i) * 128 + row0 % 128
@@ -143,9 +176,10 @@ def _step_scales(wrow, arow, i, k_steps):
 
 @gluon.jit
 def _step(acc, zero, w_smem, a_smem, ready, empty, g, words, a0, a1, a2, a3, STAGES: gl.constexpr,
-          W_BK: gl.constexpr):
+          W_BK: gl.constexpr, ws_smem=None, as_smem=None, SCALES_IN_RING: gl.constexpr = False,
+          mma_layout: gl.constexpr = None):
     """acc plus the program's step g: four FP8 products 32 deep from the ring, each times its scales, in K
-    order."""
+    order. SCALES_IN_RING: the scales are read from the step's scale slots (``words``, ``a0``..``a3`` unused)."""
     s = g % STAGES
     mbarrier.wait(ready.index(s), (g // STAGES) & 1)
     w_tile = w_smem.index(s)
@@ -158,6 +192,14 @@ def _step(acc, zero, w_smem, a_smem, ready, empty, g, words, a0, a1, a2, a3, STA
                        use_acc=False, is_async=True)
     p3 = warpgroup_mma(w_tile.slice(96, 32, dim=1), a_tile.slice(96, 32, dim=1).permute((1, 0)), zero,
                        use_acc=False, is_async=True)
+    if SCALES_IN_RING:  # read while the products run, before the slot is handed back
+        words = ws_smem.index(s).load(gl.SliceLayout(1, mma_layout))
+        block_scales = as_smem.index(s)
+        T: gl.constexpr = zero.shape[1]
+        a0 = block_scales.slice(0, T).load(gl.SliceLayout(0, mma_layout))
+        a1 = block_scales.slice(T, T).load(gl.SliceLayout(0, mma_layout))
+        a2 = block_scales.slice(2 * T, T).load(gl.SliceLayout(0, mma_layout))
+        a3 = block_scales.slice(3 * T, T).load(gl.SliceLayout(0, mma_layout))
     p0, p1, p2, p3 = warpgroup_mma_wait(num_outstanding=0, deps=(p0, p1, p2, p3))
     mbarrier.arrive(empty.index(s), count=1)
     # each 32-deep product times its weight block's and activation row's scales (powers of two), added in K
@@ -190,7 +232,8 @@ def _store_tile(acc, OUT, row0, out_row0, split, N, M, stride_om, stride_os):
 def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K, N,
                    M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr,
                    W_BN: gl.constexpr, W_BK: gl.constexpr, PAIRS: gl.constexpr, LANE: gl.constexpr = 0,
-                   LANES: gl.constexpr = 1, PDL: gl.constexpr = False):
+                   LANES: gl.constexpr = 1, PDL: gl.constexpr = False, ws_smem=None, as_smem=None,
+                   SCALES_IN_RING: gl.constexpr = False):
     """A warpgroup of ``fp8_gemv_kernel``: ``_step`` over the K range of each item of its lane."""
     _wait_for_previous(PDL)
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
@@ -203,23 +246,30 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_it
     g = 0  # the ring's position, as the loader's
     for item in range(gl.program_id(0) + LANE * gl.num_programs(0), n_items, gl.num_programs(0) * LANES):
         pair, row0, split, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles_per_pair, W_ROWS)
-        expert, a_row = _pair(EXPERT, AROW, pair, PAIRS)
-        # rows past N read the last row's scales, tokens past M the last token's: their products are zeros.
-        # An expert's scale rows follow the one before's (PAIRS: W_BN is 1)
-        srow = (expert * N + gl.minimum(row0 + tile_rows, N - 1)) // W_BN
-        wrow = WS + srow.to(gl.int64) * stride_wsn + k0 // 128
-        arow = AS + (a_row + gl.minimum(toks, M - 1)).to(gl.int64) * stride_asm + k0 // 32
         acc = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
-        # Two steps an iteration, each step's scales loaded a whole step's work before their use and into
-        # registers not live then: with one step an iteration and the next step's scales carried, ptxas
-        # copied the carried registers at the iteration's end, and each copy waited for its load (offline SASS)
-        wa, a0, a1, a2, a3 = _step_scales(wrow, arow, 0, k_steps)
-        for i in range(0, k_steps, 2):
-            wb, b0, b1, b2, b3 = _step_scales(wrow, arow, i + 1, k_steps)
-            acc = _step(acc, zero, w_smem, a_smem, ready, empty, g + i, wa, a0, a1, a2, a3, STAGES, W_BK)
-            wa, a0, a1, a2, a3 = _step_scales(wrow, arow, i + 2, k_steps)
-            if i + 1 < k_steps:
-                acc = _step(acc, zero, w_smem, a_smem, ready, empty, g + i + 1, wb, b0, b1, b2, b3, STAGES, W_BK)
+        if SCALES_IN_RING:  # the loader copies each step's scales with its tiles: no global load here
+            for i in range(k_steps):
+                acc = _step(acc, zero, w_smem, a_smem, ready, empty, g + i, 0, 0.0, 0.0, 0.0, 0.0, STAGES, W_BK,
+                            ws_smem, as_smem, True, mma_layout)
+        else:
+            expert, a_row = _pair(EXPERT, AROW, pair, PAIRS)
+            # rows past N read the last row's scales, tokens past M the last token's: their products are zeros.
+            # An expert's scale rows follow the one before's (PAIRS: W_BN is 1)
+            srow = (expert * N + gl.minimum(row0 + tile_rows, N - 1)) // W_BN
+            wrow = WS + srow.to(gl.int64) * stride_wsn + k0 // 128
+            arow = AS + (a_row + gl.minimum(toks, M - 1)).to(gl.int64) * stride_asm + k0 // 32
+            # Two steps an iteration, each step's scales loaded a whole step's work before their use and into
+            # registers not live then: with one step an iteration and the next step's scales carried, ptxas
+            # copied the carried registers at the iteration's end, and each copy waited for its load (offline
+            # SASS). These loads' latency is still the products' main stall (Nsight Compute, session 23):
+            # SCALES_IN_RING moves them into the loader's ring
+            wa, a0, a1, a2, a3 = _step_scales(wrow, arow, 0, k_steps)
+            for i in range(0, k_steps, 2):
+                wb, b0, b1, b2, b3 = _step_scales(wrow, arow, i + 1, k_steps)
+                acc = _step(acc, zero, w_smem, a_smem, ready, empty, g + i, wa, a0, a1, a2, a3, STAGES, W_BK)
+                wa, a0, a1, a2, a3 = _step_scales(wrow, arow, i + 2, k_steps)
+                if i + 1 < k_steps:
+                    acc = _step(acc, zero, w_smem, a_smem, ready, empty, g + i + 1, wb, b0, b1, b2, b3, STAGES, W_BK)
         g += k_steps
         _store_tile(acc, OUT, row0, pair, split, N, M, stride_om, stride_os)
 
@@ -228,7 +278,7 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_it
 def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_split, n_splits, n_items, tiles_per_pair,
                     NT, KT, stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr,
                     W_BK: gl.constexpr, PAIRS: gl.constexpr, LANES: gl.constexpr = 1, PDL: gl.constexpr = False,
-                    NEXT_LAUNCH: gl.constexpr = 0):
+                    NEXT_LAUNCH: gl.constexpr = 0, SCALES_IN_RING: gl.constexpr = False):
     """Persistent: program p takes work items p, p + programs, ... (an item: a 64-row tile x one K split) and
     writes OUT[split][token, row] = sum over the split's K range of A[token] W[row] with both operands'
     block scales. WS: the weight's E8M0 scales, per 32 inputs as int32 words (four blocks a word) or per 128
@@ -237,31 +287,39 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
     and 128-input tiles. LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots, as
     ``bf16_gemv_kernel``'s. PDL: launched under programmatic dependent launch, each partition waits for the
     kernel before first; the next kernel may launch from the start (NEXT_LAUNCH 0), after each loader's last
-    copy (1) or at the end (2)."""
+    copy (1) or at the end (2). SCALES_IN_RING (W_BK 32): each step's scales copied by the loader into the ring
+    next to its tiles (cp.async, tracked by the step's ready barrier) instead of loaded by the warpgroup."""
     _let_next_launch(PDL and NEXT_LAUNCH == 0)
+    W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    T: gl.constexpr = a_desc.block_type.shape[0]
     w0, a0, ready0, empty0 = _ring(w_desc, a_desc, STAGES)
+    ws0, as0 = _scale_slots(STAGES, W_ROWS, T)
     if LANES == 1:
         gl.warp_specialize([
             (_gemv_products, (w0, a0, ready0, empty0, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K,
                               N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
-                              PAIRS, 0, 1, PDL)),
+                              PAIRS, 0, 1, PDL, ws0, as0, SCALES_IN_RING)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, EXPERT, AROW, n_items, n_splits, k_per_split,
-                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 1, PDL, NEXT_LAUNCH)),
-        ], [1], [24])
+                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 1, PDL, NEXT_LAUNCH, ws0, as0, WS, AS,
+                            N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
+        ], [1], [LOADER_REGS if SCALES_IN_RING else 24])
     else:
         w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
+        ws1, as1 = _scale_slots(STAGES, W_ROWS, T)
         gl.warp_specialize([
             (_gemv_products, (w0, a0, ready0, empty0, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K,
                               N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
-                              PAIRS, 0, 2, PDL)),
+                              PAIRS, 0, 2, PDL, ws0, as0, SCALES_IN_RING)),
             (_gemv_products, (w1, a1, ready1, empty1, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K,
                               N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
-                              PAIRS, 1, 2, PDL)),
+                              PAIRS, 1, 2, PDL, ws1, as1, SCALES_IN_RING)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, EXPERT, AROW, n_items, n_splits, k_per_split,
-                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 2, PDL, NEXT_LAUNCH)),
+                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 2, PDL, NEXT_LAUNCH, ws0, as0, WS, AS,
+                            N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
             (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, EXPERT, AROW, n_items, n_splits, k_per_split,
-                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 1, 2, PDL, NEXT_LAUNCH)),
-        ], [4, 1, 1], [224, 24, 24])  # registers as bf16_gemv_kernel's
+                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 1, 2, PDL, NEXT_LAUNCH, ws1, as1, WS, AS,
+                            N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
+        ], [4, 1, 1], [224, LOADER_REGS if SCALES_IN_RING else 24, LOADER_REGS if SCALES_IN_RING else 24])
 
 
 @gluon.jit

@@ -48,14 +48,16 @@ def _rel(a, b):
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
+@pytest.mark.parametrize("scales_in_ring", [False, True])
 @pytest.mark.parametrize("lanes", [1, 2])
 @pytest.mark.parametrize("M", [1, 5, 16])
 @pytest.mark.parametrize("N,K", [(1792, 5120), (1824, 5120), (4096, 1280), (5120, 8192), (5120, 2304)])
-def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(monkeypatch, M, N, K, lanes):
+def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(monkeypatch, M, N, K, lanes, scales_in_ring):
     """With one warpgroup an SM or two (``TWO_LANE_ROWS`` below every M or above: each lane with its ring), the
-    same bits."""
+    scales loaded by the warpgroup or copied into the ring by the loader (``SCALES_IN_RING``), the same bits."""
     gg = _gg()
     monkeypatch.setattr(gg, "TWO_LANE_ROWS", gg.TOKENS if lanes == 2 else 0)
+    monkeypatch.setattr(gg, "SCALES_IN_RING", scales_in_ring)
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 
     x, w8, scale = _inputs(M, N, K, N + M)
@@ -65,22 +67,25 @@ def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(monkeypatch, M, N
     rel = _rel(got, ref)
     same_split = tg.GemmConfig(16, gg.ROWS, 4, 4, 4, programs=gg.ITEMS)
     triton = tg.gemm(q, s, 32, w8, scale, BLOCK, torch.bfloat16, config=same_split, swapped=True, bf16_steps=False)
-    print(f"REPORT gluon gemv lanes={lanes} M={M} N={N} K={K}: rel={rel:.2e}, bits of the Triton FP8 steps: "
-          f"{torch.equal(got, triton)} (rel {_rel(got, triton):.1e})")
+    print(f"REPORT gluon gemv lanes={lanes} ring scales={scales_in_ring} M={M} N={N} K={K}: rel={rel:.2e}, bits of "
+          f"the Triton FP8 steps: {torch.equal(got, triton)} (rel {_rel(got, triton):.1e})")
     assert got.shape == (M, N) and torch.isfinite(got).all()
     assert rel <= 2e-3
     torch.testing.assert_close(got.float(), ref.float(), rtol=2.0**-7, atol=2.0**-10 * float(ref.float().abs().max()))
     assert torch.equal(got, triton)
 
 
+@pytest.mark.parametrize("scales_in_ring", [False, True])
 @pytest.mark.parametrize("lanes", [1, 2])
 @pytest.mark.parametrize("programs", [1, 3, 7])
-def test_few_programs_take_many_items_each(monkeypatch, programs, lanes):
+def test_few_programs_take_many_items_each(monkeypatch, programs, lanes, scales_in_ring):
     """A persistent program's ring runs on across its items (phases included): with 1, 3 or 7 programs each
     takes tens of items of 1 to 3 steps (the last K split of 5120 in 384s is one step), so the ring wraps
-    mid-item, in one lane or two. The bits must not depend on how the items are shared out."""
+    mid-item, in one lane or two, with the scales in the ring or not. The bits must not depend on how the items
+    are shared out."""
     gg = _gg()
     monkeypatch.setattr(gg, "TWO_LANE_ROWS", gg.TOKENS if lanes == 2 else 0)
+    monkeypatch.setattr(gg, "SCALES_IN_RING", scales_in_ring)
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 
     x, w8, scale = _inputs(3, 1792, 5120, 11)
