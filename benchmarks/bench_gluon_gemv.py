@@ -48,7 +48,7 @@ def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32, lanes: int
     divisible = ("WS", "AS", "OUT", "K", "k_per_split", "stride_asm", "stride_om", "stride_os")
     compile_sm90(fp8_gemv_kernel, sig, {"STAGES": stages, "W_BN": 1 if pairs else 32, "W_BK": w_bk, "PAIRS": pairs,
                                         "LANES": lanes, **_offline_pdl(),
-                                        "SCALES_IN_RING": gluon_gemv.SCALES_IN_RING and not pairs and w_bk == 32},
+                                        "SCALES_IN_RING": gluon_gemv.SCALES_IN_RING and w_bk == 32},
                  divisible, f"fp8_gemv_kernel (STAGES={stages}, PAIRS={pairs}, W_BK={w_bk}, LANES={lanes})")
 
 

@@ -101,8 +101,8 @@ NEXT_LAUNCH = "last_copy"
 # each step's scales copied by the loader warp into the ring next to its tiles (cp.async, tracked by the step's
 # ready barrier) instead of loaded by the products warpgroup a step ahead: Nsight Compute (wq_b at M=1, session 23)
 # has those loads' latency as the warpgroup's main stall (~350 of ~1,100 non-idle samples wait on them), and the
-# GEMV as slow from L2 as from DRAM (bench_l2_prefetch.py). Dense products only (weight scales per [32, 32] as words;
-# pairs keep their loads). Prepared in session 23, not yet run on the GPU
+# GEMV as slow from L2 as from DRAM (bench_l2_prefetch.py). Where the weight scales come as words (per [32, 32], or per
+# (1, 32) for pairs; per (1, 128) bytes keep the loads). Prepared in session 23, not yet run on the GPU
 SCALES_IN_RING = False
 NEXT_LAUNCH_POINTS = ("start", "last_copy", "end")
 
@@ -205,7 +205,7 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
         w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, rows, K, k_per_split, split, n_items, tiles_per_pair,
         *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES,
         W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=lanes(rows), num_warps=4,
-        SCALES_IN_RING=SCALES_IN_RING and pairs is None and w_bk == 32, **pdl_options())
+        SCALES_IN_RING=SCALES_IN_RING and w_bk == 32, **pdl_options())
     return out if split == 1 else sum_splits(out, out_dtype)
 
 

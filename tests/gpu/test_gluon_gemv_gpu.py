@@ -154,7 +154,8 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     """``gluon_gemv.pair_gemm`` (where ``GLUON_PAIRS``) runs one token's routed experts as the MoE's fp8 path
     does: within the MoE tolerance of the reference, for E4M3 tiles with scales per (1, 32) and (1, 128); K
     split where few tiles run (the small widths), not at the real ones. Two tokens and batch-invariant mode
-    keep the Triton paths. On another share of the SMs (``PAIR_SM_SHARE``): the same items, the same bits."""
+    keep the Triton paths. On another share of the SMs (``PAIR_SM_SHARE``), and with the scales copied into the
+    ring (``SCALES_IN_RING``; scales per (1, 32) only): the same bits."""
     from deepinfer_adapters.kernels import triton_moe
     from deepinfer_adapters.model_impl.quant import to_e4m3_tiles
     from tests.gpu.moe_inputs import routing
@@ -182,6 +183,9 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
           f"(Triton fp8 path {_rel(triton_fp8, ref):.2e}), equal to the Triton fp8 path {torch.equal(out, triton_fp8)}")
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
     assert rel <= NORM_RTOL
+    monkeypatch.setattr(gg, "SCALES_IN_RING", True)
+    assert torch.equal(triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0), out)
+    monkeypatch.setattr(gg, "SCALES_IN_RING", False)
     monkeypatch.setattr(gg, "PAIR_SM_SHARE", 0.25)
     assert torch.equal(triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0), out)  # 33 programs
     x2 = torch.randn(2, D, device="cuda", generator=g).bfloat16()
@@ -189,7 +193,7 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     triton_moe.moe_experts(x2, w2_, ids2, *experts, block, 32, 10.0)
     with invariance.batch_invariant(True):
         triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0)
-    assert len(calls) == 4  # two for each grid
+    assert len(calls) == 6  # two for each grid
 
 
 @pytest.mark.parametrize("lanes", [1, 2])
