@@ -96,8 +96,9 @@ def _gluon_launches(trees: dict[str, ast.AST], jit: dict) -> dict[str, tuple[str
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) \
                     and getattr(node.func.value, "id", "") in jit:
-                launches[f"{path}:{node.lineno}"] = (node.func.value.id, {
-                    getattr(k.value.func, "id", "") for k in node.keywords if k.arg is None and isinstance(k.value, ast.Call)})
+                options = {getattr(k.value.func, "id", "") for k in node.keywords
+                           if k.arg is None and isinstance(k.value, ast.Call)}
+                launches[f"{path}:{node.lineno}"] = (node.func.value.id, options)
     return launches
 
 

@@ -40,10 +40,9 @@ import functools
 
 import torch
 
-from deepinfer_adapters.kernels import invariance, register
+from deepinfer_adapters.kernels import invariance, register, triton_support
 from deepinfer_adapters.kernels.gluon_moe import gluon_hopper
 from deepinfer_adapters.kernels.triton_fp8_gemm import act_quant, split_k, sum_splits
-from deepinfer_adapters.kernels import triton_support
 from deepinfer_adapters.kernels.triton_support import interpreting
 from deepinfer_adapters.model_impl.quant import is_e4m3_tiles
 
@@ -98,13 +97,13 @@ GLUON_PDL = True
 # "end" (no early launch). H200, session 23, 7 alternating rounds against "start": "last_copy" B=1 1.936 / 1.961 ms,
 # B=8 4.466 / 4.564 (7 of 7 rounds each); "end" B=1 1.826 / 1.821, B=8 4.576 / 4.632
 NEXT_LAUNCH = "last_copy"
+NEXT_LAUNCH_POINTS = ("start", "last_copy", "end")  # the kernels' NEXT_LAUNCH constexpr: 0, 1, 2
 # each step's scales copied by the loader warp into the ring next to its tiles (cp.async, tracked by the step's
 # ready barrier) instead of loaded by the products warpgroup a step ahead: Nsight Compute (wq_b at M=1, session 23)
 # has those loads' latency as the warpgroup's main stall (~350 of ~1,100 non-idle samples wait on them), and the
 # GEMV as slow from L2 as from DRAM (bench_l2_prefetch.py). Where the weight scales come as words (per [32, 32], or per
 # (1, 32) for pairs; per (1, 128) bytes keep the loads). Prepared in session 23, not yet run on the GPU
 SCALES_IN_RING = False
-NEXT_LAUNCH_POINTS = ("start", "last_copy", "end")
 
 
 def fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], act_block: int,

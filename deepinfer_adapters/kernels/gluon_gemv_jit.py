@@ -118,7 +118,7 @@ def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_i
                  stride_wsn=0, stride_asm=0, W_BN: gl.constexpr = 32, SCALES_IN_RING: gl.constexpr = False):
     """Copies the steps of the items of the program's lane LANE (of LANES, each with its ring) into the ring.
     Under PDL with NEXT_LAUNCH 1, lets the next kernel launch after its last copy. SCALES_IN_RING: also each
-    step's scales (``_step_scale_copies``), which then arrive with its tiles."""
+    step's scales, by cp.async into ``ws_smem`` / ``as_smem``, which then arrive with its tiles."""
     _wait_for_previous(PDL)
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
@@ -135,7 +135,8 @@ def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_i
         if GROUP_ROWS:  # a grouped weight: each group of its rows reads its own K inputs of the activation rows
             a_k0 = k0 + row0 // GROUP_ROWS * K
         if SCALES_IN_RING:  # as _gemv_products reads them: rows past N the last row's, tokens past M the last's
-            words = WS + ((expert * N + gl.minimum(row0 + rows, N - 1)) // W_BN).to(gl.int64) * stride_wsn + k0 // 128
+            srow = (expert * N + gl.minimum(row0 + rows, N - 1)) // W_BN
+            words = WS + srow.to(gl.int64) * stride_wsn + k0 // 128
             act_scales = AS + (a_row + gl.minimum(block_toks % T, M - 1)).to(gl.int64) * stride_asm \
                 + block_toks // T + k0 // 32
         for i in range(k_steps):

@@ -30,7 +30,8 @@ def interpreting() -> bool:
 # later GPUs. On since session 23: H200, V4.1 real widths, graph replays alternating, 5 rounds each: B = 1
 # 1.850 ms on against 1.966-1.971 off (every round), B = 8 4.957 against 5.050 (4 of 5 rounds). Session 9 had
 # measured it neutral (2.847 against 2.854 at B = 1) on a step of ~300 fewer kernels and no side streams. A
-# profile under it counts each kernel's wait as its time (a timeline's gaps turn into overlaps); a GEMV prefetching its weights before its wait measured 1-2% slower (session 9).
+# profile under it counts each kernel's wait as its time (a timeline's gaps turn into overlaps); a GEMV
+# prefetching its weights before its wait measured 1-2% slower (session 9).
 PDL = True
 
 
