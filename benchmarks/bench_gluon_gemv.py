@@ -67,10 +67,10 @@ def compile_offline_bf16(stages: int, group_rows: int = 1024, lanes: int = 2) ->
            "WS": "*i32", "OUT": "*fp32", "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32",
            "n_items": "i32", "stride_wsn": "i32", "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr",
            "W_BN": "constexpr", "GROUP_ROWS": "constexpr", "LANES": "constexpr", "PDL": "constexpr",
-           "NEXT_LAUNCH": "constexpr"}
+           "NEXT_LAUNCH": "constexpr", "SCALES_IN_RING": "constexpr"}
     divisible = ("WS", "OUT", "N", "K", "k_per_split", "stride_om", "stride_os")
     compile_sm90(bf16_gemv_kernel, sig, {"STAGES": stages, "W_BN": 32, "GROUP_ROWS": group_rows, "LANES": lanes,
-                                         **_offline_pdl()},
+                                         **_offline_pdl(), "SCALES_IN_RING": gluon_gemv.GROUPED_SCALES_IN_RING},
                  divisible, f"bf16_gemv_kernel (STAGES={stages}, GROUP_ROWS={group_rows}, LANES={lanes})")
 
 

@@ -291,6 +291,8 @@ AB_SWITCHES = {
     "pdl": flag(triton_support, "PDL", False),
     # the dense Gluon GEMVs' scales copied into the ring by the loader (gluon_gemv.SCALES_IN_RING; prepared, off)
     "gemv_ring_scales": flag(gluon_gemv, "SCALES_IN_RING", True),
+    # ... wo_a's words (gluon_gemv.GROUPED_SCALES_IN_RING; prepared, off)
+    "grouped_ring_scales": flag(gluon_gemv, "GROUPED_SCALES_IN_RING", True),
     # only the Gluon GEMVs launched without PDL (gluon_gemv.GLUON_PDL)
     "gluon_pdl": flag(gluon_gemv, "GLUON_PDL", False),
     # ... under it, the kernel after a GEMV launched from another point of the GEMV than gluon_gemv.NEXT_LAUNCH

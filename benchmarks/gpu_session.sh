@@ -928,8 +928,10 @@ if has s23ncu; then  # (~1 min) the Gluon GEMV's warp stalls by SASS instruction
 fi
 if has s24check; then  # prepared at the end of session 23 (~6 min): the dense Gluon GEMV's scales copied into the
   # ring by the loader warp (gluon_gemv.SCALES_IN_RING, off; cp.async tracked by the step's ready barrier) -- s23ncu
-  # had the products warpgroup waiting mostly on its scale loads. Its GPU tests (the Triton FP8 steps' bits with and
-  # without), alone (wq_b etc. at M = 1 / 8), its Nsight Compute source page, then V4.1 decode B = 1 / 8
+  # had the products warpgroup waiting mostly on its scale loads; wo_a's bf16 GEMV the same (GROUPED_SCALES_IN_RING).
+  # Their GPU tests (the Triton FP8 steps' bits with and without; wo_a's and the pairs' bits equal with and without),
+  # alone (wq_b etc. at M = 1 / 8; wo_a: bench_gluon_gemv --grouped, default settings), the FP8 one's Nsight Compute
+  # source page, then V4.1 decode B = 1 / 8
   gpu_tests s24check 300 "FAILED|Error|Timeout" tests/gpu/test_gluon_gemv_gpu.py -s
   echo "ring-scale products with the Triton bits: $(grep -c "ring scales=True.*Triton FP8 steps: True" \
     "$OUT/gpu_tests_s24check.log") of $(grep -c "ring scales=True" "$OUT/gpu_tests_s24check.log")"
@@ -937,9 +939,14 @@ if has s24check; then  # prepared at the end of session 23 (~6 min): the dense G
   timeout 150 python benchmarks/bench_gluon_gemv.py --stages 8 --items 264 --lanes 1 2 --ring-scales 0 1 \
     > "$OUT/gluon_gemv_s24check.log" 2>&1
   grep -vE "^INFO" "$OUT/gluon_gemv_s24check.log" | head -40; pack
+  for ring in 0 1; do  # wo_a alone at the defaults, its words loaded by the warpgroup / copied into the ring
+    timeout 60 python -c "from deepinfer_adapters.kernels import gluon_gemv; gluon_gemv.GROUPED_SCALES_IN_RING = bool($ring)
+import sys; sys.argv = ['bench_gluon_gemv', '--grouped', '--stages', '4', '--items', '264', '--lanes', '2', '--shares', '1.0']
+from benchmarks.bench_gluon_gemv import main; main()" 2>&1 | grep -E "^wo_a|Error" | sed "s/^/ring $ring: /"
+  done
   timeout 120 bash benchmarks/ncu_gemv_source.sh wq_b "$OUT" 1
   grep -E "Duration|Eligible|Issued Warp" "$OUT/ncu_gemv_details_wq_b_ring.txt"; pack
-  decode_ab s24check 300 --batches 1 8 --ab gemv_ring_scales:1,8 --ab-rounds 7
+  decode_ab s24check 300 --batches 1 8 --ab gemv_ring_scales:1,8 grouped_ring_scales:1,8 --ab-rounds 7
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

@@ -72,6 +72,9 @@ GLUON_GROUPED = True
 GROUPED_LANES = 2
 GROUPED_STAGES = 4  # slots a lane (12 KB each); 6: 18.3 us
 GROUPED_SM_SHARE = 1.0  # 7/8: 19.1 us (items left over for some lanes)
+# wo_a's step words copied into the ring by its loaders (as SCALES_IN_RING for the FP8 kernel). Prepared in session
+# 23, not yet run on the GPU: wo_a was measured conversion-bound (session 21), so this may not pay
+GROUPED_SCALES_IN_RING = False
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
@@ -279,7 +282,7 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, b
     bf16_gemv_kernel[(_programs(n_items, x.device, GROUPED_SM_SHARE),)](
         w_desc, a_desc, words, out, N, T, K, k_per_split, split, n_items, words.stride(0), out.stride(-2),
         out.stride(0) if split > 1 else 0, STAGES=GROUPED_STAGES, W_BN=32, GROUP_ROWS=N // G, LANES=GROUPED_LANES,
-        num_warps=4, **pdl_options())
+        num_warps=4, SCALES_IN_RING=GROUPED_SCALES_IN_RING, **pdl_options())
     return (out if split == 1 else sum_splits(out, x.dtype)).view(T, G, N // G)
 
 

@@ -115,10 +115,12 @@ def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_i
                  tiles_per_pair, NT, KT, STAGES: gl.constexpr, PAIRS: gl.constexpr, GROUP_ROWS: gl.constexpr = 0,
                  LANE: gl.constexpr = 0, LANES: gl.constexpr = 1, PDL: gl.constexpr = False,
                  NEXT_LAUNCH: gl.constexpr = 0, ws_smem=None, as_smem=None, WS=None, AS=None, N=0, M=0,
-                 stride_wsn=0, stride_asm=0, W_BN: gl.constexpr = 32, SCALES_IN_RING: gl.constexpr = False):
+                 stride_wsn=0, stride_asm=0, W_BN: gl.constexpr = 32, SCALES_IN_RING: gl.constexpr = False,
+                 ACT_SCALES: gl.constexpr = True):
     """Copies the steps of the items of the program's lane LANE (of LANES, each with its ring) into the ring.
     Under PDL with NEXT_LAUNCH 1, lets the next kernel launch after its last copy. SCALES_IN_RING: also each
-    step's scales, by cp.async into ``ws_smem`` / ``as_smem``, which then arrive with its tiles."""
+    step's scales, by cp.async into ``ws_smem`` / ``as_smem`` (the weight's words alone without ACT_SCALES: bf16
+    activations), which then arrive with its tiles."""
     _wait_for_previous(PDL)
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
@@ -137,8 +139,9 @@ def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_i
         if SCALES_IN_RING:  # as _gemv_products reads them: rows past N the last row's, tokens past M the last's
             srow = (expert * N + gl.minimum(row0 + rows, N - 1)) // W_BN
             words = WS + srow.to(gl.int64) * stride_wsn + k0 // 128
-            act_scales = AS + (a_row + gl.minimum(block_toks % T, M - 1)).to(gl.int64) * stride_asm \
-                + block_toks // T + k0 // 32
+            if ACT_SCALES:
+                act_scales = AS + (a_row + gl.minimum(block_toks % T, M - 1)).to(gl.int64) * stride_asm \
+                    + block_toks // T + k0 // 32
         for i in range(k_steps):
             s = g % STAGES
             free = ((g // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
@@ -147,7 +150,8 @@ def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_i
                 # cp.async, tracked by the ready barrier (one more pending arrival each thread until its copies
                 # land): issued before the expect, whose arrival could otherwise complete the phase first
                 async_copy.async_copy_global_to_shared(ws_smem.index(s), words + i)
-                async_copy.async_copy_global_to_shared(as_smem.index(s), act_scales + 4 * i)
+                if ACT_SCALES:
+                    async_copy.async_copy_global_to_shared(as_smem.index(s), act_scales + 4 * i)
                 async_copy.mbarrier_arrive(ready.index(s))
             mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + a_desc.block_type.nbytes)
             if PAIRS:  # the step's 128 x 128 tile of the expert, rows of 128 inputs: its row0 % 128 half
@@ -324,12 +328,16 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
 
 
 @gluon.jit
-def _bf16_step(acc, w_smem, a_smem, ready, empty, g, words, STAGES: gl.constexpr, w_layout: gl.constexpr):
+def _bf16_step(acc, w_smem, a_smem, ready, empty, g, words, STAGES: gl.constexpr, w_layout: gl.constexpr,
+               ws_smem=None, SCALES_IN_RING: gl.constexpr = False):
     """acc plus the program's step g: the [64, 128] E4M3 weight tile read from shared memory in four 32-input
     slices, each times its rows' E8M0 block scale and rounded to bf16 in registers (the bf16 path's values:
-    ``dequant_bf16``'s, exact), as wgmma's register operand against the bf16 activation slice, in K order."""
+    ``dequant_bf16``'s, exact), as wgmma's register operand against the bf16 activation slice, in K order.
+    SCALES_IN_RING: the words are read from the step's scale slot (``words`` unused)."""
     s = g % STAGES
     mbarrier.wait(ready.index(s), (g // STAGES) & 1)
+    if SCALES_IN_RING:
+        words = ws_smem.index(s).load(gl.SliceLayout(1, w_layout))
     w_tile = w_smem.index(s)
     a_tile = a_smem.index(s)
     for j in gl.static_range(4):
@@ -344,7 +352,7 @@ def _bf16_step(acc, w_smem, a_smem, ready, empty, g, words, STAGES: gl.constexpr
 @gluon.jit
 def _bf16_products(w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_per_split, K, N, M, stride_wsn,
                    stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr, LANE: gl.constexpr,
-                   LANES: gl.constexpr, PDL: gl.constexpr):
+                   LANES: gl.constexpr, PDL: gl.constexpr, ws_smem=None, SCALES_IN_RING: gl.constexpr = False):
     """A warpgroup of ``bf16_gemv_kernel``: ``_bf16_step`` over the K range of each item of its lane, the
     products accumulated in fp32."""
     _wait_for_previous(PDL)
@@ -358,18 +366,22 @@ def _bf16_products(w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_p
     g = 0  # the ring's position, as the loader's
     for item in range(gl.program_id(0) + LANE * gl.num_programs(0), n_items, gl.num_programs(0) * LANES):
         _, row0, split, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles, W_ROWS)
-        wrow = WS + (gl.minimum(row0 + tile_rows, N - 1) // W_BN).to(gl.int64) * stride_wsn + k0 // 128
         acc = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
-        # two steps an iteration, each step's scale words loaded a step ahead into registers not live then, as
-        # _gemv_products does: with one step an iteration and the next words carried, ptxas copied the carried
-        # registers at the iteration's end, and the copy waited for the load every step (offline SASS)
-        wa = gl.load(wrow).to(gl.int32)
-        for i in range(0, k_steps, 2):
-            wb = gl.load(wrow + gl.minimum(i + 1, k_steps - 1)).to(gl.int32)
-            acc = _bf16_step(acc, w_smem, a_smem, ready, empty, g + i, wa, STAGES, w_layout)
-            wa = gl.load(wrow + gl.minimum(i + 2, k_steps - 1)).to(gl.int32)
-            if i + 1 < k_steps:
-                acc = _bf16_step(acc, w_smem, a_smem, ready, empty, g + i + 1, wb, STAGES, w_layout)
+        if SCALES_IN_RING:  # the loader copies each step's words with its tiles
+            for i in range(k_steps):
+                acc = _bf16_step(acc, w_smem, a_smem, ready, empty, g + i, 0, STAGES, w_layout, ws_smem, True)
+        else:
+            wrow = WS + (gl.minimum(row0 + tile_rows, N - 1) // W_BN).to(gl.int64) * stride_wsn + k0 // 128
+            # two steps an iteration, each step's scale words loaded a step ahead into registers not live then, as
+            # _gemv_products does: with one step an iteration and the next words carried, ptxas copied the carried
+            # registers at the iteration's end, and the copy waited for the load every step (offline SASS)
+            wa = gl.load(wrow).to(gl.int32)
+            for i in range(0, k_steps, 2):
+                wb = gl.load(wrow + gl.minimum(i + 1, k_steps - 1)).to(gl.int32)
+                acc = _bf16_step(acc, w_smem, a_smem, ready, empty, g + i, wa, STAGES, w_layout)
+                wa = gl.load(wrow + gl.minimum(i + 2, k_steps - 1)).to(gl.int32)
+                if i + 1 < k_steps:
+                    acc = _bf16_step(acc, w_smem, a_smem, ready, empty, g + i + 1, wb, STAGES, w_layout)
         g += k_steps
         _store_tile(acc, OUT, row0, 0, split, N, M, stride_om, stride_os)
 
@@ -377,7 +389,8 @@ def _bf16_products(w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_p
 @gluon.jit
 def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_items, stride_wsn, stride_om,
                      stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr, GROUP_ROWS: gl.constexpr,
-                     LANES: gl.constexpr, PDL: gl.constexpr = False, NEXT_LAUNCH: gl.constexpr = 0):
+                     LANES: gl.constexpr, PDL: gl.constexpr = False, NEXT_LAUNCH: gl.constexpr = 0,
+                     SCALES_IN_RING: gl.constexpr = False):
     """Persistent, as ``fp8_gemv_kernel``: OUT[split][token, row] = sum over the split's K range of A[token]
     (bf16, not quantized) times the weight row converted to bf16 with its [W_BN, 32] E8M0 block scales (int32
     words: four blocks a 128-input step). GROUP_ROWS > 0: a grouped weight (wo_a), rows g GROUP_ROWS .. read
@@ -386,28 +399,35 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
     LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots; of P programs, program p's
     lane l takes items p + l P, p + (l + 2) P, ... The conversion to bf16 holds one warpgroup to ~0.7 us a step
     against ~0.26 us for the step's copies (session 21): a second one converts while the first waits. PDL,
-    NEXT_LAUNCH: as ``fp8_gemv_kernel``'s."""
+    NEXT_LAUNCH, SCALES_IN_RING (the weight's words only): as ``fp8_gemv_kernel``'s."""
     _let_next_launch(PDL and NEXT_LAUNCH == 0)
-    tiles = gl.cdiv(N, w_desc.block_type.shape[0])
+    W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    T: gl.constexpr = a_desc.block_type.shape[0]
+    tiles = gl.cdiv(N, W_ROWS)
     w0, a0, ready0, empty0 = _ring(w_desc, a_desc, STAGES)
+    ws0, as0 = _scale_slots(STAGES, W_ROWS, T)
     if LANES == 1:
         gl.warp_specialize([
             (_bf16_products, (w0, a0, ready0, empty0, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
-                              stride_wsn, stride_om, stride_os, STAGES, W_BN, 0, 1, PDL)),
+                              stride_wsn, stride_om, stride_os, STAGES, W_BN, 0, 1, PDL, ws0, SCALES_IN_RING)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
-                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 1, PDL, NEXT_LAUNCH)),
-        ], [1], [24])
+                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 1, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
+                            stride_wsn, 0, W_BN, SCALES_IN_RING, False)),
+        ], [1], [LOADER_REGS if SCALES_IN_RING else 24])
     else:
         w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
+        ws1, as1 = _scale_slots(STAGES, W_ROWS, T)
         gl.warp_specialize([
             (_bf16_products, (w0, a0, ready0, empty0, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
-                              stride_wsn, stride_om, stride_os, STAGES, W_BN, 0, 2, PDL)),
+                              stride_wsn, stride_om, stride_os, STAGES, W_BN, 0, 2, PDL, ws0, SCALES_IN_RING)),
             (_bf16_products, (w1, a1, ready1, empty1, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
-                              stride_wsn, stride_om, stride_os, STAGES, W_BN, 1, 2, PDL)),
+                              stride_wsn, stride_om, stride_os, STAGES, W_BN, 1, 2, PDL, ws1, SCALES_IN_RING)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
-                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 2, PDL, NEXT_LAUNCH)),
+                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 2, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
+                            stride_wsn, 0, W_BN, SCALES_IN_RING, False)),
             (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, WS, WS, n_items, n_splits, k_per_split, K,
-                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 1, 2, PDL, NEXT_LAUNCH)),
+                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 1, 2, PDL, NEXT_LAUNCH, ws1, as1, WS, WS, N, M,
+                            stride_wsn, 0, W_BN, SCALES_IN_RING, False)),
         # registers a thread: the CTA's 64K hold the first warpgroup at 256, the second at 224 and the loaders
         # (with the two warps Triton pads them with) at 24; ptxas then launches the 12 warps at 168 each
-        ], [4, 1, 1], [224, 24, 24])
+        ], [4, 1, 1], [224, LOADER_REGS if SCALES_IN_RING else 24, LOADER_REGS if SCALES_IN_RING else 24])

@@ -203,7 +203,8 @@ def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
     """``gluon_gemv.grouped_linear`` (where ``GLUON_GROUPED``, on): a decode step's wo_a on the persistent ring,
     bf16 products -- the weight converted with its [32, 32] block scales in registers, each group's rows reading their
     group's inputs -- within bf16 GEMM rounding of the reference and of the Triton grouped kernel. K split at the
-    small widths; batch-invariant mode keeps the Triton kernel. One warpgroup or two (each with its ring)."""
+    small widths; batch-invariant mode keeps the Triton kernel. One warpgroup or two (each with its ring), the
+    scale words loaded by the warpgroup or copied into the ring (``GROUPED_SCALES_IN_RING``: the same bits)."""
     gg = _gg()
     monkeypatch.setattr(gg, "GROUPED_LANES", lanes)
     g = torch.Generator(device="cuda").manual_seed(T + G)
@@ -224,6 +225,9 @@ def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
         torch.testing.assert_close(got.float(), other.float(), rtol=2.0**-7,
                                    atol=2.0**-8 * float(other.float().abs().max()))
     assert _rel(got, ref) <= 2e-3
+    monkeypatch.setattr(gg, "GROUPED_SCALES_IN_RING", True)  # the words copied into the ring: the same bits
+    assert torch.equal(kernels.fp8_grouped_linear(x, w8, scale, BLOCK), got)
+    monkeypatch.setattr(gg, "GROUPED_SCALES_IN_RING", False)
     with invariance.batch_invariant(True):
         assert kernels.chosen("fp8_grouped_linear", x, w8, scale, BLOCK) != "gluon"
 
