@@ -54,4 +54,3 @@ def test_topk_torch_order_takes_torch_topks_set(n, m, k, dtype, nan):
     want = torch.sort(s.topk(k, dim=-1, sorted=False).indices, dim=-1).values
     assert torch.equal(idx, want)
     assert torch.equal(_bits(val), _bits(s.gather(-1, want)))
-
