@@ -293,6 +293,9 @@ AB_SWITCHES = {
     "gemv_ring_scales": flag(gluon_gemv, "SCALES_IN_RING", True),
     # ... wo_a's words (gluon_gemv.GROUPED_SCALES_IN_RING; prepared, off)
     "grouped_ring_scales": flag(gluon_gemv, "GROUPED_SCALES_IN_RING", True),
+    # the Gluon GEMVs' K split and programs by the busiest lane's cost (gluon_gemv.SPLIT_RULE "lanes"; prepared,
+    # off; other bits where the split differs)
+    "split_lanes": flag(gluon_gemv, "SPLIT_RULE", "lanes"),
     # only the Gluon GEMVs launched without PDL (gluon_gemv.GLUON_PDL)
     "gluon_pdl": flag(gluon_gemv, "GLUON_PDL", False),
     # ... under it, the kernel after a GEMV launched from another point of the GEMV than gluon_gemv.NEXT_LAUNCH

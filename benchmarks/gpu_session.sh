@@ -946,7 +946,10 @@ from benchmarks.bench_gluon_gemv import main; main()" 2>&1 | grep -E "^wo_a|Erro
   done
   timeout 120 bash benchmarks/ncu_gemv_source.sh wq_b "$OUT" 1
   grep -E "Duration|Eligible|Issued Warp" "$OUT/ncu_gemv_details_wq_b_ring.txt"; pack
-  decode_ab s24check 300 --batches 1 8 --ab gemv_ring_scales:1,8 grouped_ring_scales:1,8 --ab-rounds 7
+  # and the GEMVs' K split by the busiest lane's cost (gluon_gemv.SPLIT_RULE "lanes", prepared; its GPU test is in
+  # the file above): with the scales still loaded by the warpgroup here, so rerun it with whichever ring wins
+  decode_ab s24check 360 --batches 1 8 --ab gemv_ring_scales:1,8 grouped_ring_scales:1,8 split_lanes:1,8 \
+    --ab-rounds 7
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

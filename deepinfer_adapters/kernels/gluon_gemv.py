@@ -78,7 +78,16 @@ GROUPED_SCALES_IN_RING = False
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
-ITEMS = 264  # K is split while fewer weight row tiles than this: ~2 work items a program
+ITEMS = 264  # K is split while fewer weight row tiles than this: ~2 work items a program (SPLIT_RULE "items")
+# how a launch's K split and programs are chosen: "items" (split while fewer row tiles than ITEMS, on SM_SHARE of the
+# SMs) or "lanes" (``balanced_work``: the split whose busiest lane costs least, on the fewest programs that keep it).
+# By a count of steps at B=1 (230 lanes), "lanes" shortens the busiest lane of wo_b 37 -> 30 step-costs (8 splits
+# for 4), the shared expert's w13 25 -> 18, wo_a 27 -> 20, wq_a+wkv 13 -> 9; but ITEMS 660, which also shortens
+# them, lost in the model (session 23) while each item's first scale loads were exposed. Prepared in session 23,
+# not yet run on the GPU: to be measured after SCALES_IN_RING
+SPLIT_RULE = "items"
+ITEM_STEPS = 1.0  # "lanes": a work item's fixed cost in 128-input steps (its first scales, its store)
+SPLIT_STEPS = 3.0  # "lanes": the split sum's launch in steps (~2 us against ~0.6 a busy lane's step)
 PROGRAMS_PER_SM = 1  # the kernel takes ~255 registers a thread for its 256 (ptxas): one program fits an SM
 # two warpgroups an SM for the FP8 products (two lanes, each with its loader warp and ring of STAGES slots, as wo_a's
 # kernel) where a product has at most this many activation rows: a one-token step's dense linears and every pair,
@@ -157,19 +166,40 @@ def lanes(rows: int) -> int:
     return 2 if rows <= TWO_LANE_ROWS else 1
 
 
-def _programs(n_items: int, device: torch.device, share: float | None = None) -> int:
-    return min(n_items, max(1, int(_sm_count(device) * (SM_SHARE if share is None else share))) * PROGRAMS_PER_SM)
+def _work(n_tiles: int, K: int, lanes_per_program: int, device: torch.device,
+          share: float | None = None) -> tuple[int, int, int]:
+    """(K splits, K per split, programs) of a launch over ``n_tiles`` 64-row tiles (``SPLIT_RULE``)."""
+    most = max(1, int(_sm_count(device) * (SM_SHARE if share is None else share))) * PROGRAMS_PER_SM
+    if SPLIT_RULE == "items":
+        split, k_per_split = split_k(n_tiles, K, 128, ITEMS)
+        return split, k_per_split, min(n_tiles * split, most)
+    return balanced_work(n_tiles, K, most, lanes_per_program, ITEM_STEPS, SPLIT_STEPS)
 
 
-def _split_output(n_tiles: int, K: int, rows: int, N: int, device: torch.device,
-                  out_dtype: torch.dtype) -> tuple[int, int, torch.Tensor]:
-    """(K splits, K per split, the output) for ``n_tiles`` 64-row tiles: K is split while fewer than ``ITEMS``
-    tiles run; the output holds the fp32 partials [split, rows, N] where K is split (``sum_splits`` adds them),
-    else [rows, N] in ``out_dtype``."""
-    split, k_per_split = split_k(n_tiles, K, 128, ITEMS)
-    out = torch.empty((split, rows, N) if split > 1 else (rows, N), device=device,
-                      dtype=torch.float32 if split > 1 else out_dtype)
-    return split, k_per_split, out
+@functools.lru_cache(maxsize=None)
+def balanced_work(n_tiles: int, K: int, most_programs: int, lanes_per_program: int, item_steps: float,
+                  split_steps: float) -> tuple[int, int, int]:
+    """SPLIT_RULE "lanes": the K split whose busiest lane costs least -- its items times (their 128-input
+    steps + ``item_steps``), plus ``split_steps`` for the split sum where K is split -- over ``most_programs``
+    programs of ``lanes_per_program`` lanes; then the fewest programs that keep the busiest lane's item count
+    (the SMs left run the side streams' kernels). Returns (K splits, K per split, programs)."""
+    lane_count = most_programs * lanes_per_program
+    best = None
+    for splits in range(1, -(-K // 128) + 1):  # split_k's rounding: the K per split a multiple of 128
+        split, k_per_split = split_k(n_tiles, K, 128, n_tiles * splits if splits > 1 else 0)
+        per_lane = -(-n_tiles * split // lane_count)
+        cost = per_lane * (k_per_split // 128 + item_steps) + (split_steps if split > 1 else 0)
+        if best is None or cost < best[0]:
+            best = (cost, split, k_per_split, per_lane)
+    _, split, k_per_split, per_lane = best
+    return split, k_per_split, -(-n_tiles * split // (per_lane * lanes_per_program))
+
+
+def _output(split: int, rows: int, N: int, device: torch.device, out_dtype: torch.dtype) -> torch.Tensor:
+    """The fp32 partials [split, rows, N] where K is split (``sum_splits`` adds them), else [rows, N] in
+    ``out_dtype``."""
+    return torch.empty((split, rows, N) if split > 1 else (rows, N), device=device,
+                       dtype=torch.float32 if split > 1 else out_dtype)
 
 
 def pdl_options() -> dict:
@@ -196,13 +226,13 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
     activation boxes of TOKENS x 128) and launch ``fp8_gemv_kernel``; ``pairs``: (experts, activation rows)."""
     from deepinfer_adapters.kernels.gluon_gemv_jit import fp8_gemv_kernel
 
-    split, k_per_split, out = _split_output(n_tiles, K, out_rows, N, q.device, out_dtype)
+    rows = 1 if pairs is not None else q.shape[0]  # activation rows a product: a pair takes one
+    split, k_per_split, programs = _work(n_tiles, K, lanes(rows), q.device, share)
+    out = _output(split, out_rows, N, q.device, out_dtype)
     n_items = n_tiles * split
     q = q if q.is_contiguous() else q.contiguous()
     w_desc, a_desc = _tma(w_rows, ROWS), _tma(q, TOKENS)
     experts, a_rows = pairs if pairs is not None else (ws, ws)  # unused pointers without pairs
-    rows = 1 if pairs is not None else q.shape[0]  # activation rows a product: a pair takes one
-    programs = _programs(n_items, q.device, share)
     fp8_gemv_kernel[(programs,)](
         w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, rows, K, k_per_split, split, n_items, tiles_per_pair,
         *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES,
@@ -275,11 +305,12 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, b
     T, G, K = x.shape
     N = weight.shape[0]
     n_tiles = N // ROWS
-    split, k_per_split, out = _split_output(n_tiles, K, T, N, x.device, x.dtype)
+    split, k_per_split, programs = _work(n_tiles, K, GROUPED_LANES, x.device, GROUPED_SM_SHARE)
+    out = _output(split, T, N, x.device, x.dtype)
     n_items = n_tiles * split
     w_desc, a_desc = _tma(weight, ROWS), _tma(x.contiguous().view(T, G * K), TOKENS)
     words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
-    bf16_gemv_kernel[(_programs(n_items, x.device, GROUPED_SM_SHARE),)](
+    bf16_gemv_kernel[(programs,)](
         w_desc, a_desc, words, out, N, T, K, k_per_split, split, n_items, words.stride(0), out.stride(-2),
         out.stride(0) if split > 1 else 0, STAGES=GROUPED_STAGES, W_BN=32, GROUP_ROWS=N // G, LANES=GROUPED_LANES,
         num_warps=4, SCALES_IN_RING=GROUPED_SCALES_IN_RING, **pdl_options())

@@ -97,6 +97,28 @@ def test_few_programs_take_many_items_each(monkeypatch, programs, lanes, scales_
     assert _rel(few, reference_fp8.fp8_linear(x, w8, scale, BLOCK, 32)) <= 2e-3
 
 
+@pytest.mark.parametrize("M", [1, 5])
+@pytest.mark.parametrize("N,K", [(1792, 5120), (5120, 8192), (4608, 5120), (4096, 1280)])
+def test_the_lanes_split_rule_gives_the_triton_steps_bits_of_its_split(monkeypatch, M, N, K):
+    """``SPLIT_RULE`` "lanes" (``balanced_work``: another K split and fewer programs): the Triton FP8 steps' bits
+    with the same split, and the reference within tolerance."""
+    gg = _gg()
+    from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+
+    monkeypatch.setattr(gg, "SPLIT_RULE", "lanes")
+    x, w8, scale = _inputs(M, N, K, N + K + M)
+    q, s = tg.act_quant(x, 32)
+    got = gg.gemv(q, s, w8, scale, torch.bfloat16)
+    n_tiles = -(-N // gg.ROWS)
+    split, _, programs = gg._work(n_tiles, K, gg.lanes(M), x.device)
+    same_split = tg.GemmConfig(16, gg.ROWS, 4, 4, 4, programs=n_tiles * split if split > 1 else 0)
+    triton = tg.gemm(q, s, 32, w8, scale, BLOCK, torch.bfloat16, config=same_split, swapped=True, bf16_steps=False)
+    print(f"REPORT gluon gemv lanes rule M={M} N={N} K={K}: split {split} on {programs} programs, bits of the Triton "
+          f"FP8 steps: {torch.equal(got, triton)}")
+    assert _rel(got, reference_fp8.fp8_linear(x, w8, scale, BLOCK, 32)) <= 2e-3
+    assert torch.equal(got, triton)
+
+
 @pytest.mark.parametrize("next_launch", [0, 1, 2])
 @pytest.mark.parametrize("M", [1, 8])
 def test_a_chain_under_pdl_in_a_graph_gives_the_bits_without_it(monkeypatch, M, next_launch):

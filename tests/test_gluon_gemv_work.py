@@ -1,0 +1,52 @@
+"""How the Gluon decode GEMV shares its work out (``gluon_gemv._work``; host arithmetic, no GPU): the "items" rule
+is split_k's, the "lanes" rule (``balanced_work``, prepared) picks the K split whose busiest lane costs least and
+then the fewest programs that keep it. The expected splits below were counted by hand from the rule's cost (a
+lane's items times their steps + 1, plus 3 where K is split) at V4.1's widths on 115 programs of two lanes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepinfer_adapters.kernels import gluon_gemv
+from deepinfer_adapters.kernels.triton_fp8_gemm import split_k
+
+
+def _lanes(n_tiles, K, programs=115, lanes=2):
+    return gluon_gemv.balanced_work(n_tiles, K, programs, lanes, 1.0, 3.0)
+
+
+@pytest.mark.parametrize("name,n_tiles,K,split", [
+    ("wq_a+wkv", 28, 5120, 8),  # 8 x 5 steps on 224 lanes (10 x 4 steps: 280 items, some lanes take two)
+    ("wo_b", 80, 8192, 8),  # 640 items of 8 steps, 3 a lane: 30 (4 splits of 16 steps, 2 a lane: 37)
+    ("shared_w13", 72, 5120, 3),  # 216 items of 14 steps, 1 a lane: 18 (4 x 10 steps, 2 a lane: 25)
+    ("wq_b", 512, 1280, 1),  # 3 items of 10 steps a lane: 33; 2 splits tie (5 x 6 + 3) and cost a split sum
+])
+def test_the_lanes_rule_picks_the_cheapest_busiest_lane(name, n_tiles, K, split):
+    got, k_per_split, programs = _lanes(n_tiles, K)
+    assert got == split, name
+    assert (got, k_per_split) == split_k(n_tiles, K, 128, n_tiles * split if split > 1 else 0)
+
+
+@pytest.mark.parametrize("n_tiles,K,most,lanes", [(28, 5120, 115, 2), (512, 1280, 115, 2), (80, 8192, 115, 1),
+                                                   (128, 4096, 132, 2), (432, 5120, 124, 2), (3, 256, 115, 2)])
+def test_the_lanes_rule_takes_the_fewest_programs_that_keep_its_busiest_lane(n_tiles, K, most, lanes):
+    split, _, programs = gluon_gemv.balanced_work(n_tiles, K, most, lanes, 1.0, 3.0)
+    items = n_tiles * split
+    busiest = -(-items // (most * lanes))
+    assert 1 <= programs <= most
+    assert -(-items // (programs * lanes)) == busiest  # as busy as on every program
+    if programs > 1:
+        assert -(-items // ((programs - 1) * lanes)) > busiest  # one program fewer would load a lane more
+
+
+def test_work_follows_the_rule(monkeypatch):
+    monkeypatch.setattr(gluon_gemv, "_sm_count", lambda device: 132)
+    cpu = torch.device("cpu")
+    assert gluon_gemv.SPLIT_RULE == "items"  # the default until measured
+    # items: split_k's split on 7/8 of the SMs (115 programs), or fewer programs than items
+    assert gluon_gemv._work(80, 8192, 2, cpu) == (*split_k(80, 8192, 128, gluon_gemv.ITEMS), 115)
+    assert gluon_gemv._work(28, 5120, 2, cpu, share=0.25) == (10, 512, 33)
+    monkeypatch.setattr(gluon_gemv, "SPLIT_RULE", "lanes")
+    assert gluon_gemv._work(80, 8192, 2, cpu) == _lanes(80, 8192)
+    assert gluon_gemv._work(80, 8192, 2, cpu)[0] == 8
