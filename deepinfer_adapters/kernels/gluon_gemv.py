@@ -152,9 +152,9 @@ def _sm_count(device: torch.device) -> int:
 def gemv(q: torch.Tensor, q_scale: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
          out_dtype: torch.dtype) -> torch.Tensor:
     """out [M, N] = (q x its per-32 scales) (weight x its [32, 32] E8M0 scales)^T: q [M <= 16, K] E4M3,
-    q_scale [M, K / 32] fp32; K split (by N and K alone) while there are fewer than ITEMS row tiles, the
-    partials added in split order (``sum_splits``). One persistent program an SM takes the (tile, split)
-    items in turn."""
+    q_scale [M, K / 32] fp32; K split by ``SPLIT_RULE`` ("items": by N and K alone, while there are fewer
+    than ITEMS row tiles; "lanes": also by the lanes M takes), the partials added in split order
+    (``sum_splits``). One persistent program an SM takes the (tile, split) items in turn."""
     N, K = weight.shape
     words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
     n_tiles = -(-N // ROWS)
