@@ -488,8 +488,10 @@ def run(args):
         row["fast_ms"] = min(fast * 1e3, graph_ms)
         if B in args.timeline and device == "cuda":  # the graph replay itself: idle gaps and side-stream overlap
             try:
+                pdl = "on: a kernel's time includes its wait for the one before, gaps become overlaps" \
+                    if triton_support.PDL else "off"
                 row["timeline"] = timeline_step(lambda: graphs.run(dev_ids, dev_pos, dev_slots, context + 1),
-                                                args.out, f"graph_b{B}")
+                                                args.out, f"graph_b{B}", note=f"programmatic dependent launch {pdl}")
             except Exception as e:  # a diagnosis, not a result
                 log(f"timeline failed: {type(e).__name__}: {e}")
         if B in args.profile:  # the eager batched decode: the kernels a graph replays

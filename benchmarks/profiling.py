@@ -120,11 +120,12 @@ def timeline_summary(rows: list[tuple[float, float, str]]) -> tuple[dict, list, 
     return result, idle, dict(by_name)
 
 
-def timeline_step(step, out_dir: str, name: str, gaps: int = 25) -> dict:
+def timeline_step(step, out_dir: str, name: str, gaps: int = 25, note: str = "") -> dict:
     """One call of ``step`` (a graph replay; after one warm call) under torch.profiler: span,
     busy (the union of kernel intervals), idle, summed kernel time; the ``gaps`` largest idle
     gaps with the kernels before and after them; each kernel's calls and time as they run in the
-    replay (durations next to side-stream kernels differ from an eager profile's)."""
+    replay (durations next to side-stream kernels differ from an eager profile's). ``note``: a line
+    for the file's head (how to read it)."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
@@ -144,6 +145,8 @@ def timeline_step(step, out_dir: str, name: str, gaps: int = 25) -> dict:
         fh.write(f"# {len(rows)} kernels; span {result['span_us']:.1f} us, busy {busy:.1f} (union of kernel "
                  f"intervals), idle {result['idle_us']:.1f} in {len(idle)} gaps, kernels summed {summed:.1f} "
                  f"(summed / busy {summed / busy:.3f}: > 1 where streams overlap)\n")
+        if note:
+            fh.write(f"# {note}\n")
         fh.write(f"# the {gaps} largest gaps: us, kernel before -> kernel after\n")
         for gap, before, after in sorted(idle, reverse=True)[:gaps]:
             fh.write(f"{gap:8.2f}  {before[:60]} -> {after[:60]}\n")
