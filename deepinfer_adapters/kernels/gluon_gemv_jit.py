@@ -297,6 +297,7 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
     _let_next_launch(PDL and NEXT_LAUNCH == 0)
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
+    loader_regs: gl.constexpr = LOADER_REGS if SCALES_IN_RING else 24
     w0, a0, ready0, empty0 = _ring(w_desc, a_desc, STAGES)
     ws0, as0 = _scale_slots(STAGES, W_ROWS, T)
     if LANES == 1:
@@ -307,7 +308,7 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, EXPERT, AROW, n_items, n_splits, k_per_split,
                             K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 1, PDL, NEXT_LAUNCH, ws0, as0, WS, AS,
                             N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
-        ], [1], [LOADER_REGS if SCALES_IN_RING else 24])
+        ], [1], [loader_regs])
     else:
         w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
         ws1, as1 = _scale_slots(STAGES, W_ROWS, T)
@@ -324,7 +325,7 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
             (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, EXPERT, AROW, n_items, n_splits, k_per_split,
                             K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 1, 2, PDL, NEXT_LAUNCH, ws1, as1, WS, AS,
                             N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
-        ], [4, 1, 1], [224, LOADER_REGS if SCALES_IN_RING else 24, LOADER_REGS if SCALES_IN_RING else 24])
+        ], [4, 1, 1], [224, loader_regs, loader_regs])
 
 
 @gluon.jit
@@ -404,6 +405,7 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
     tiles = gl.cdiv(N, W_ROWS)
+    loader_regs: gl.constexpr = LOADER_REGS if SCALES_IN_RING else 24
     w0, a0, ready0, empty0 = _ring(w_desc, a_desc, STAGES)
     ws0, as0 = _scale_slots(STAGES, W_ROWS, T)
     if LANES == 1:
@@ -413,7 +415,7 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 1, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
                             stride_wsn, 0, W_BN, SCALES_IN_RING, False)),
-        ], [1], [LOADER_REGS if SCALES_IN_RING else 24])
+        ], [1], [loader_regs])
     else:
         w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
         ws1, as1 = _scale_slots(STAGES, W_ROWS, T)
@@ -429,5 +431,6 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 1, 2, PDL, NEXT_LAUNCH, ws1, as1, WS, WS, N, M,
                             stride_wsn, 0, W_BN, SCALES_IN_RING, False)),
         # registers a thread: the CTA's 64K hold the first warpgroup at 256, the second at 224 and the loaders
-        # (with the two warps Triton pads them with) at 24; ptxas then launches the 12 warps at 168 each
-        ], [4, 1, 1], [224, LOADER_REGS if SCALES_IN_RING else 24, LOADER_REGS if SCALES_IN_RING else 24])
+        # (with the two warps Triton pads them with) at 24 (32 with SCALES_IN_RING: LOADER_REGS); ptxas then
+        # launches the 12 warps at 168 each
+        ], [4, 1, 1], [224, loader_regs, loader_regs])
