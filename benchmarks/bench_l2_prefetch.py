@@ -16,6 +16,7 @@ Usage (H200): ``python benchmarks/bench_l2_prefetch.py [--fractions 0.5 1.0] [--
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 
 import torch
@@ -26,6 +27,7 @@ from benchmarks.timing import L2_BYTES, run_info, time_graph
 LINE = 128  # bytes an L2 line
 
 
+@functools.cache  # one JIT function: each new one would look its compiled kernel up again
 def _prefetch_kernel():
     import triton
     import triton.language as tl
