@@ -1,6 +1,6 @@
 """The decode GEMV on FP8 products in Gluon (``kernels/gluon_gemv.py``) against the Triton decode GEMV
 (``triton_fp8_gemm.fp8_linear``, as dispatched), same inputs: time and bits, V4.1's dense linears at 1 and 8
-rows, with the ring depth, the K-split target (work items) and the lanes (warpgroups an SM) swept.
+rows, with the ring depth and the lanes (warpgroups an SM) swept.
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_gluon_gemv.py
 ``--compile-only`` compiles the kernel for sm_90 with no GPU (Triton 3.6, the GPU machine's, in a scratch
@@ -43,12 +43,10 @@ def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32, lanes: int
            "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32", "n_items": "i32",
            "tiles_per_pair": "i32", "NT": "i32", "KT": "i32", "stride_wsn": "i32", "stride_asm": "i32",
            "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr", "W_BN": "constexpr", "W_BK": "constexpr",
-           "PAIRS": "constexpr", "LANES": "constexpr", "PDL": "constexpr", "NEXT_LAUNCH": "constexpr",
-           "SCALES_IN_RING": "constexpr"}
+           "PAIRS": "constexpr", "LANES": "constexpr", "PDL": "constexpr", "NEXT_LAUNCH": "constexpr"}
     divisible = ("WS", "AS", "OUT", "K", "k_per_split", "stride_asm", "stride_om", "stride_os")
     compile_sm90(fp8_gemv_kernel, sig, {"STAGES": stages, "W_BN": 1 if pairs else 32, "W_BK": w_bk, "PAIRS": pairs,
-                                        "LANES": lanes, **_offline_pdl(),
-                                        "SCALES_IN_RING": gluon_gemv.SCALES_IN_RING and w_bk == 32},
+                                        "LANES": lanes, **_offline_pdl()},
                  divisible, f"fp8_gemv_kernel (STAGES={stages}, PAIRS={pairs}, W_BK={w_bk}, LANES={lanes})")
 
 
@@ -67,10 +65,10 @@ def compile_offline_bf16(stages: int, group_rows: int = 1024, lanes: int = 2) ->
            "WS": "*i32", "OUT": "*fp32", "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32",
            "n_items": "i32", "stride_wsn": "i32", "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr",
            "W_BN": "constexpr", "GROUP_ROWS": "constexpr", "LANES": "constexpr", "PDL": "constexpr",
-           "NEXT_LAUNCH": "constexpr", "SCALES_IN_RING": "constexpr"}
+           "NEXT_LAUNCH": "constexpr"}
     divisible = ("WS", "OUT", "N", "K", "k_per_split", "stride_om", "stride_os")
     compile_sm90(bf16_gemv_kernel, sig, {"STAGES": stages, "W_BN": 32, "GROUP_ROWS": group_rows, "LANES": lanes,
-                                         **_offline_pdl(), "SCALES_IN_RING": gluon_gemv.GROUPED_SCALES_IN_RING},
+                                         **_offline_pdl()},
                  divisible, f"bf16_gemv_kernel (STAGES={stages}, GROUP_ROWS={group_rows}, LANES={lanes})")
 
 
@@ -85,13 +83,9 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--compile-only", action="store_true", help="compile for sm_90 offline, no GPU")
     ap.add_argument("--stages", type=int, nargs="+", default=[4, 8])
-    ap.add_argument("--items", type=int, nargs="+", default=[264, 528, 1056],
-                    help="K-split targets: work items shared out over one persistent program an SM")
     ap.add_argument("--grouped", action="store_true",
                     help="time wo_a instead: the Triton grouped kernel against bf16_gemv_kernel")
     ap.add_argument("--lanes", type=int, nargs="+", default=[1, 2], help="the kernels' warpgroups an SM")
-    ap.add_argument("--ring-scales", type=int, nargs="+", default=[0],
-                    help="gluon_gemv.SCALES_IN_RING settings to sweep (0 / 1): the step's scales copied by the loader")
     ap.add_argument("--shares", type=float, nargs="+", default=[1.0, 0.875],
                     help="bf16_gemv_kernel's share of the SMs (--grouped)")
     args = ap.parse_args()
@@ -128,12 +122,10 @@ def main():
             row = {"triton": time_graph([lambda x=x, w=w: tg.fp8_linear(x, *w, BLOCK, 32)
                                          for x, w in zip(xs, ws)])}
             rels = {}
-            for stages, items, lanes, ring in itertools.product(args.stages, args.items, args.lanes,
-                                                                args.ring_scales):
-                gluon_gemv.STAGES, gluon_gemv.ITEMS = stages, items
+            for stages, lanes in itertools.product(args.stages, args.lanes):
+                gluon_gemv.STAGES = stages
                 gluon_gemv.TWO_LANE_ROWS = gluon_gemv.TOKENS if lanes == 2 else 0
-                gluon_gemv.SCALES_IN_RING = bool(ring)
-                key = f"gluon_s{stages}_i{items}_l{lanes}" + ("_ring" if ring else "")
+                key = f"gluon_s{stages}_l{lanes}"
                 try:
                     out = gluon_gemv.fp8_linear(xs[0], *ws[0], BLOCK, 32)
                     rels[key] = rel(out, ref)
@@ -156,7 +148,7 @@ def main():
 
 def time_grouped(args, bw: float, g: torch.Generator) -> None:
     """wo_a (8 groups of 1024 rows over 4096 inputs, bf16 activations): the Triton grouped kernel against
-    ``bf16_gemv_kernel`` over the ring depths, K-split targets, warpgroups and SM shares, at 1 and 8 rows."""
+    ``bf16_gemv_kernel`` over the ring depths, warpgroups and SM shares, at 1 and 8 rows."""
     from benchmarks.bench_decode_gemv import BLOCK, random_weight
     from benchmarks.timing import L2_BYTES, rel, time_graph
     from deepinfer_adapters.kernels import gluon_gemv, reference_fp8
@@ -171,10 +163,10 @@ def time_grouped(args, bw: float, g: torch.Generator) -> None:
         floor = (G * R * K * (1 + 1 / 1024) + M * G * (K + R) * 2) / bw * 1e6
         row = {"triton": time_graph([lambda x=x, w=w: tg.fp8_grouped_linear(x, *w, BLOCK) for x, w in zip(xs, ws)])}
         rels = {"triton": rel(tg.fp8_grouped_linear(xs[0], *ws[0], BLOCK), ref)}
-        for stages, items, lanes, share in itertools.product(args.stages, args.items, args.lanes, args.shares):
-            gluon_gemv.GROUPED_STAGES, gluon_gemv.ITEMS = stages, items
+        for stages, lanes, share in itertools.product(args.stages, args.lanes, args.shares):
+            gluon_gemv.GROUPED_STAGES = stages
             gluon_gemv.GROUPED_LANES, gluon_gemv.GROUPED_SM_SHARE = lanes, share
-            key = f"s{stages}_i{items}_l{lanes}_sh{share:g}"
+            key = f"s{stages}_l{lanes}_sh{share:g}"
             try:
                 rels[key] = rel(gluon_gemv.grouped_linear(xs[0], *ws[0], BLOCK), ref)
                 row[key] = time_graph([lambda x=x, w=w: gluon_gemv.grouped_linear(x, *w, BLOCK)

@@ -289,13 +289,6 @@ AB_SWITCHES = {
     "merge_sinkhorn": flag(triton_hc, "MERGE_SINKHORN", False),
     # the A/B's other run turns PDL off (on by default since session 23: triton_support.PDL), the Gluon GEMVs' too
     "pdl": flag(triton_support, "PDL", False),
-    # the dense Gluon GEMVs' scales copied into the ring by the loader (gluon_gemv.SCALES_IN_RING; prepared, off)
-    "gemv_ring_scales": flag(gluon_gemv, "SCALES_IN_RING", True),
-    # ... wo_a's words (gluon_gemv.GROUPED_SCALES_IN_RING; prepared, off)
-    "grouped_ring_scales": flag(gluon_gemv, "GROUPED_SCALES_IN_RING", True),
-    # the Gluon GEMVs' K split and programs by the busiest lane's cost (gluon_gemv.SPLIT_RULE "lanes"; prepared,
-    # off; other bits where the split differs)
-    "split_lanes": flag(gluon_gemv, "SPLIT_RULE", "lanes"),
     # only the Gluon GEMVs launched without PDL (gluon_gemv.GLUON_PDL)
     "gluon_pdl": flag(gluon_gemv, "GLUON_PDL", False),
     # ... under it, the kernel after a GEMV launched from another point of the GEMV than gluon_gemv.NEXT_LAUNCH
@@ -323,12 +316,6 @@ AB_SWITCHES = {
     # the side streams' kernels)
     **{f"gluon_share{round(share * 100)}": flag(gluon_gemv, "SM_SHARE", share)
        for share in (0.5, 0.625, 0.75, 0.875, 0.94, 1.0)},
-    # ... with another work-item target than gluon_gemv.ITEMS (K splits: other bits): 99 programs on 3/4 of the SMs
-    # take 264 items in 2.7 rounds. With two lanes (one-row products, session 22) 230 lanes share the items: a count
-    # of each lane's 128-input steps favoured 396-660, but B=1 measured 1.962 ms at 396 against 1.961 at 264, 2.012
-    # at 660 against 1.961 (session 23)
-    **{f"gluon_items{items}": flag(gluon_gemv, "ITEMS", items)
-       for items in (99, 198, 297, 396, 528, 660)},
     # one token's routed experts on the MoE's Triton bf16 path, not on the Gluon GEMV (gluon_gemv.GLUON_PAIRS; its grid
     # on gluon_gemv.PAIR_SM_SHARE of the SMs)
     "gluon_pairs": flag(gluon_gemv, "GLUON_PAIRS", False),

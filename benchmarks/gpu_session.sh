@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -950,6 +950,17 @@ from benchmarks.bench_gluon_gemv import main; main()" 2>&1 | grep -E "^wo_a|Erro
   # the file above): with the scales still loaded by the warpgroup here, so rerun it with whichever ring wins
   decode_ab s24check 360 --batches 1 8 --ab gemv_ring_scales:1,8 grouped_ring_scales:1,8 split_lanes:1,8 \
     --ab-rounds 7
+  pack
+fi
+if has s24a; then  # (s24check and s24a ran at 2af2d7b: their switches were removed after, the ring and the lanes
+  # rule kept.) s24check: the ring scales won alone (a CSA layer's dense GEMVs 73.7 -> 68.3 us at M = 1) and
+  # not in the model (B=1 1.904 vs 1.891 / 1.925). The B=1 graph's timeline with PDL off (kernel times without their
+  # wait), ring off then on, to see where the GEMVs' gain goes (~3 min); then the split rule on top of the ring
+  decode_ab s24a_off 200 --batches 1 --base pdl --timeline 1
+  decode_ab s24a_ring 200 --batches 1 --base pdl gemv_ring_scales --timeline 1
+  for t in off ring; do echo "$t:"; grep -E "fp8_gemv_kernel|bf16_gemv|split_sum|act_quant" "$OUT/s24a_$t/timeline_graph_b1.txt" | head -4; done
+  pack
+  decode_ab s24a 300 --batches 1 8 --base gemv_ring_scales --ab split_lanes:1,8 --ab-rounds 7
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

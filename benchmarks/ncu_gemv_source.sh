@@ -1,16 +1,14 @@
 #!/bin/bash
 # Nsight Compute's per-instruction view (SASS, warp-stall samples) of one Gluon decode GEMV launch at M = 1
 # (session 23: wq_b takes ~17 us from DRAM and from L2 alike, so something other than its bytes bounds it).
-# Usage on the GPU machine: bash benchmarks/ncu_gemv_source.sh LINEAR OUT_DIR [RING]  (RING 1: the scales copied
-# into the ring, gluon_gemv.SCALES_IN_RING; the outputs' names then end in _ring)
+# Usage on the GPU machine: bash benchmarks/ncu_gemv_source.sh LINEAR OUT_DIR
 set -u
-linear=${1:-wq_b}; out=${2:-/tmp}; ring=${3:-0}; tag=$linear$([[ $ring == 1 ]] && echo _ring)
+linear=${1:-wq_b}; out=${2:-/tmp}; tag=$linear
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
 cat > /tmp/one_gemv.py <<PY
 import torch
 from benchmarks.bench_decode_gemv import BLOCK, LINEARS, random_weight
 from deepinfer_adapters.kernels import gluon_gemv
-gluon_gemv.SCALES_IN_RING = bool($ring)
 g = torch.Generator(device="cuda").manual_seed(0)
 N, K = LINEARS["$linear"]
 w = random_weight(N, K, g)

@@ -1,6 +1,5 @@
-"""How the Gluon decode GEMV shares its work out (``gluon_gemv._work``; host arithmetic, no GPU): the "items" rule
-is split_k's, the "lanes" rule (``balanced_work``, prepared) picks the K split whose busiest lane costs least and
-then the fewest programs that keep it. The expected splits below were counted by hand from the rule's cost (a
+"""How the Gluon decode GEMV shares its work out (``gluon_gemv._work``; host arithmetic, no GPU): ``balanced_work``
+picks the K split whose busiest lane costs least and then the fewest programs that keep it. The expected splits below were counted by hand from the rule's cost (a
 lane's items times their steps + 1, plus 3 where K is split) at V4.1's widths on 115 programs of two lanes."""
 
 from __future__ import annotations
@@ -40,13 +39,13 @@ def test_the_lanes_rule_takes_the_fewest_programs_that_keep_its_busiest_lane(n_t
         assert -(-items // ((programs - 1) * lanes)) > busiest  # one program fewer would load a lane more
 
 
-def test_work_follows_the_rule(monkeypatch):
+def test_work_follows_the_rule_on_the_share_of_the_sms(monkeypatch):
     monkeypatch.setattr(gluon_gemv, "_sm_count", lambda device: 132)
     cpu = torch.device("cpu")
-    assert gluon_gemv.SPLIT_RULE == "items"  # the default until measured
-    # items: split_k's split on 7/8 of the SMs (115 programs), or fewer programs than items
-    assert gluon_gemv._work(80, 8192, 2, cpu) == (*split_k(80, 8192, 128, gluon_gemv.ITEMS), 115)
-    assert gluon_gemv._work(28, 5120, 2, cpu, share=0.25) == (10, 512, 33)
-    monkeypatch.setattr(gluon_gemv, "SPLIT_RULE", "lanes")
+    # 7/8 of 132 SMs: 115 programs at most
     assert gluon_gemv._work(80, 8192, 2, cpu) == _lanes(80, 8192)
     assert gluon_gemv._work(80, 8192, 2, cpu)[0] == 8
+    # a quarter: 33 programs, 66 lanes; wq_a+wkv's 28 tiles of 40 steps split 2 ways (56 items, one a lane: 21 +
+    # 3 = 24; unsplit 41; 4 ways two a lane: 2 x 11 + 3 = 25; 8 ways four a lane: 4 x 6 + 3 = 27), on the 28
+    # programs that keep one item a lane
+    assert gluon_gemv._work(28, 5120, 2, cpu, share=0.25) == (2, 2560, 28)

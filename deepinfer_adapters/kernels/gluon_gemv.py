@@ -67,27 +67,23 @@ PAIR_SM_SHARE = 0.94
 # cycles a warp between instructions; Nsight Compute, session 21); two (``GROUPED_LANES``), each with its loader
 # warp and ring, on every SM: 17.9 us. In the model (H200, session 21, 5 alternating rounds): B=1 2.056 vs 2.079 ms,
 # B=8 4.761 vs 4.775. Moving the conversion off the conversion pipe (byte shuffles and bf16 products) was slower
-# (20.3 vs 19.3 us): the instruction count stayed
+# (20.3 vs 19.3 us): the instruction count stayed. Its scale words copied into the ring by the loaders (session 24):
+# alone 15.7 -> 15.2 us at M = 1, 16.8 -> 16.1 at M = 8
 GLUON_GROUPED = True
 GROUPED_LANES = 2
 GROUPED_STAGES = 4  # slots a lane (12 KB each); 6: 18.3 us
 GROUPED_SM_SHARE = 1.0  # 7/8: 19.1 us (items left over for some lanes)
-# wo_a's step words copied into the ring by its loaders (as SCALES_IN_RING for the FP8 kernel). Prepared in session
-# 23, not yet run on the GPU: wo_a was measured conversion-bound (session 21), so this may not pay
-GROUPED_SCALES_IN_RING = False
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
-ITEMS = 264  # K is split while fewer weight row tiles than this: ~2 work items a program (SPLIT_RULE "items")
-# how a launch's K split and programs are chosen: "items" (split while fewer row tiles than ITEMS, on SM_SHARE of the
-# SMs) or "lanes" (``balanced_work``: the split whose busiest lane costs least, on the fewest programs that keep it).
-# By a count of steps at B=1 (230 lanes), "lanes" shortens the busiest lane of wo_b 37 -> 30 step-costs (8 splits
-# for 4), the shared expert's w13 25 -> 18, wo_a 27 -> 20, wq_a+wkv 13 -> 9; but ITEMS 660, which also shortens
-# them, lost in the model (session 23) while each item's first scale loads were exposed. Prepared in session 23,
-# not yet run on the GPU: to be measured after SCALES_IN_RING
-SPLIT_RULE = "items"
-ITEM_STEPS = 1.0  # "lanes": a work item's fixed cost in 128-input steps (its first scales, its store)
-SPLIT_STEPS = 3.0  # "lanes": the split sum's launch in steps (~2 us against ~0.6 a busy lane's step)
+# A launch's K split and programs (``balanced_work``): the split whose busiest lane costs least, on the fewest
+# programs that keep it. By a count of steps at B=1 (230 lanes) it shortens the busiest lane of wo_b 37 -> 30
+# step-costs (8 splits for 4) against the rule before (split while fewer than 264 row tiles, on SM_SHARE of the SMs),
+# the shared expert's w13 25 -> 18, wo_a 27 -> 20, wq_a+wkv 13 -> 9. H200, session 24, 7 alternating rounds against
+# that rule: B=1 1.860 vs 1.891 / 1.893 ms, B=8 4.406 vs 4.437 / 4.442 (scales loaded by the warpgroup); with the
+# scales in the ring B=1 1.882 vs 1.890 / 1.906, B=8 4.513 vs 4.573 / 4.545 (7 of 7 rounds)
+ITEM_STEPS = 1.0  # a work item's fixed cost in 128-input steps (its first scales, its store)
+SPLIT_STEPS = 3.0  # the split sum's launch in steps (~2 us against ~0.6 a busy lane's step)
 PROGRAMS_PER_SM = 1  # the kernel takes ~255 registers a thread for its 256 (ptxas): one program fits an SM
 # two warpgroups an SM for the FP8 products (two lanes, each with its loader warp and ring of STAGES slots, as wo_a's
 # kernel) where a product has at most this many activation rows: a one-token step's dense linears and every pair,
@@ -110,12 +106,6 @@ GLUON_PDL = True
 # B=8 4.466 / 4.564 (7 of 7 rounds each); "end" B=1 1.826 / 1.821, B=8 4.576 / 4.632
 NEXT_LAUNCH = "last_copy"
 NEXT_LAUNCH_POINTS = ("start", "last_copy", "end")  # the kernels' NEXT_LAUNCH constexpr: 0, 1, 2
-# each step's scales copied by the loader warp into the ring next to its tiles (cp.async, tracked by the step's
-# ready barrier) instead of loaded by the products warpgroup a step ahead: Nsight Compute (wq_b at M=1, session 23)
-# has those loads' latency as the warpgroup's main stall (~350 of ~1,100 non-idle samples wait on them), and the
-# GEMV as slow from L2 as from DRAM (bench_l2_prefetch.py). Where the weight scales come as words (per [32, 32], or per
-# (1, 32) for pairs; per (1, 128) bytes keep the loads). Prepared in session 23, not yet run on the GPU
-SCALES_IN_RING = False
 
 
 def fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], act_block: int,
@@ -152,9 +142,8 @@ def _sm_count(device: torch.device) -> int:
 def gemv(q: torch.Tensor, q_scale: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
          out_dtype: torch.dtype) -> torch.Tensor:
     """out [M, N] = (q x its per-32 scales) (weight x its [32, 32] E8M0 scales)^T: q [M <= 16, K] E4M3,
-    q_scale [M, K / 32] fp32; K split by ``SPLIT_RULE`` ("items": by N and K alone, while there are fewer
-    than ITEMS row tiles; "lanes": also by the lanes M takes), the partials added in split order
-    (``sum_splits``). One persistent program an SM takes the (tile, split) items in turn."""
+    q_scale [M, K / 32] fp32; K split by ``balanced_work`` (by N, K and the lanes M takes), the partials added in
+    split order (``sum_splits``). One persistent program an SM takes the (tile, split) items in turn."""
     N, K = weight.shape
     words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
     n_tiles = -(-N // ROWS)
@@ -168,18 +157,15 @@ def lanes(rows: int) -> int:
 
 def _work(n_tiles: int, K: int, lanes_per_program: int, device: torch.device,
           share: float | None = None) -> tuple[int, int, int]:
-    """(K splits, K per split, programs) of a launch over ``n_tiles`` 64-row tiles (``SPLIT_RULE``)."""
+    """(K splits, K per split, programs) of a launch over ``n_tiles`` 64-row tiles (``balanced_work``)."""
     most = max(1, int(_sm_count(device) * (SM_SHARE if share is None else share))) * PROGRAMS_PER_SM
-    if SPLIT_RULE == "items":
-        split, k_per_split = split_k(n_tiles, K, 128, ITEMS)
-        return split, k_per_split, min(n_tiles * split, most)
     return balanced_work(n_tiles, K, most, lanes_per_program, ITEM_STEPS, SPLIT_STEPS)
 
 
 @functools.lru_cache(maxsize=None)
 def balanced_work(n_tiles: int, K: int, most_programs: int, lanes_per_program: int, item_steps: float,
                   split_steps: float) -> tuple[int, int, int]:
-    """SPLIT_RULE "lanes": the K split whose busiest lane costs least -- its items times (their 128-input
+    """The K split whose busiest lane costs least -- its items times (their 128-input
     steps + ``item_steps``), plus ``split_steps`` for the split sum where K is split -- over ``most_programs``
     programs of ``lanes_per_program`` lanes; then the fewest programs that keep the busiest lane's item count
     (the SMs left run the side streams' kernels). Returns (K splits, K per split, programs)."""
@@ -237,7 +223,7 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
         w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, rows, K, k_per_split, split, n_items, tiles_per_pair,
         *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES,
         W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=lanes(rows), num_warps=4,
-        SCALES_IN_RING=SCALES_IN_RING and w_bk == 32, **pdl_options())
+        **pdl_options())
     return out if split == 1 else sum_splits(out, out_dtype)
 
 
@@ -313,7 +299,7 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, b
     bf16_gemv_kernel[(programs,)](
         w_desc, a_desc, words, out, N, T, K, k_per_split, split, n_items, words.stride(0), out.stride(-2),
         out.stride(0) if split > 1 else 0, STAGES=GROUPED_STAGES, W_BN=32, GROUP_ROWS=N // G, LANES=GROUPED_LANES,
-        num_warps=4, SCALES_IN_RING=GROUPED_SCALES_IN_RING, **pdl_options())
+        num_warps=4, **pdl_options())
     return (out if split == 1 else sum_splits(out, x.dtype)).view(T, G, N // G)
 
 

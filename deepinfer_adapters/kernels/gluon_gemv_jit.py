@@ -266,8 +266,8 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_it
             # Two steps an iteration, each step's scales loaded a whole step's work before their use and into
             # registers not live then: with one step an iteration and the next step's scales carried, ptxas
             # copied the carried registers at the iteration's end, and each copy waited for its load (offline
-            # SASS). These loads' latency is still the products' main stall (Nsight Compute, session 23):
-            # SCALES_IN_RING moves them into the loader's ring
+            # SASS). Scale bytes only (W_BK 128): these loads' latency was the products' main stall where words
+            # came this way too (Nsight Compute, session 23), which the ring's scale slots then took off
             wa, a0, a1, a2, a3 = _step_scales(wrow, arow, 0, k_steps)
             for i in range(0, k_steps, 2):
                 wb, b0, b1, b2, b3 = _step_scales(wrow, arow, i + 1, k_steps)
@@ -283,7 +283,7 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_it
 def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_split, n_splits, n_items, tiles_per_pair,
                     NT, KT, stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr,
                     W_BK: gl.constexpr, PAIRS: gl.constexpr, LANES: gl.constexpr = 1, PDL: gl.constexpr = False,
-                    NEXT_LAUNCH: gl.constexpr = 0, SCALES_IN_RING: gl.constexpr = False):
+                    NEXT_LAUNCH: gl.constexpr = 0):
     """Persistent: program p takes work items p, p + programs, ... (an item: a 64-row tile x one K split) and
     writes OUT[split][token, row] = sum over the split's K range of A[token] W[row] with both operands'
     block scales. WS: the weight's E8M0 scales, per 32 inputs as int32 words (four blocks a word) or per 128
@@ -292,11 +292,14 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
     and 128-input tiles. LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots, as
     ``bf16_gemv_kernel``'s. PDL: launched under programmatic dependent launch, each partition waits for the
     kernel before first; the next kernel may launch from the start (NEXT_LAUNCH 0), after each loader's last
-    copy (1) or at the end (2). SCALES_IN_RING (W_BK 32): each step's scales copied by the loader into the ring
-    next to its tiles (cp.async, tracked by the step's ready barrier) instead of loaded by the warpgroup."""
+    copy (1) or at the end (2). Weight scales as words (W_BK 32): each step's scales copied by the loader into the
+    ring next to its tiles (cp.async, tracked by the step's ready barrier); as bytes (W_BK 128, pairs only)
+    loaded by the warpgroup a step ahead."""
     _let_next_launch(PDL and NEXT_LAUNCH == 0)
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
+    # H200, session 24: a CSA layer's six dense GEMVs alone at M = 1 78.6 -> 69.0 us (one lane), 73.7 -> 68.3 (two)
+    SCALES_IN_RING: gl.constexpr = W_BK == 32
     loader_regs: gl.constexpr = LOADER_REGS if SCALES_IN_RING else 24
     w0, a0, ready0, empty0 = _ring(w_desc, a_desc, STAGES)
     ws0, as0 = _scale_slots(STAGES, W_ROWS, T)
@@ -329,16 +332,14 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
 
 
 @gluon.jit
-def _bf16_step(acc, w_smem, a_smem, ready, empty, g, words, STAGES: gl.constexpr, w_layout: gl.constexpr,
-               ws_smem=None, SCALES_IN_RING: gl.constexpr = False):
+def _bf16_step(acc, w_smem, a_smem, ws_smem, ready, empty, g, STAGES: gl.constexpr, w_layout: gl.constexpr):
     """acc plus the program's step g: the [64, 128] E4M3 weight tile read from shared memory in four 32-input
-    slices, each times its rows' E8M0 block scale and rounded to bf16 in registers (the bf16 path's values:
-    ``dequant_bf16``'s, exact), as wgmma's register operand against the bf16 activation slice, in K order.
-    SCALES_IN_RING: the words are read from the step's scale slot (``words`` unused)."""
+    slices, each times its rows' E8M0 block scale (from the step's scale words in the ring) and rounded to bf16
+    in registers (the bf16 path's values: ``dequant_bf16``'s, exact), as wgmma's register operand against the
+    bf16 activation slice, in K order."""
     s = g % STAGES
     mbarrier.wait(ready.index(s), (g // STAGES) & 1)
-    if SCALES_IN_RING:
-        words = ws_smem.index(s).load(gl.SliceLayout(1, w_layout))
+    words = ws_smem.index(s).load(gl.SliceLayout(1, w_layout))
     w_tile = w_smem.index(s)
     a_tile = a_smem.index(s)
     for j in gl.static_range(4):
@@ -351,9 +352,8 @@ def _bf16_step(acc, w_smem, a_smem, ready, empty, g, words, STAGES: gl.constexpr
 
 
 @gluon.jit
-def _bf16_products(w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_per_split, K, N, M, stride_wsn,
-                   stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr, LANE: gl.constexpr,
-                   LANES: gl.constexpr, PDL: gl.constexpr, ws_smem=None, SCALES_IN_RING: gl.constexpr = False):
+def _bf16_products(w_smem, a_smem, ws_smem, ready, empty, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
+                   stride_os, STAGES: gl.constexpr, LANE: gl.constexpr, LANES: gl.constexpr, PDL: gl.constexpr):
     """A warpgroup of ``bf16_gemv_kernel``: ``_bf16_step`` over the K range of each item of its lane, the
     products accumulated in fp32."""
     _wait_for_previous(PDL)
@@ -362,27 +362,13 @@ def _bf16_products(w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_p
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, T, 16])
     w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
-    tile_rows = gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, w_layout))
     tiles = gl.cdiv(N, W_ROWS)
     g = 0  # the ring's position, as the loader's
     for item in range(gl.program_id(0) + LANE * gl.num_programs(0), n_items, gl.num_programs(0) * LANES):
         _, row0, split, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles, W_ROWS)
         acc = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
-        if SCALES_IN_RING:  # the loader copies each step's words with its tiles
-            for i in range(k_steps):
-                acc = _bf16_step(acc, w_smem, a_smem, ready, empty, g + i, 0, STAGES, w_layout, ws_smem, True)
-        else:
-            wrow = WS + (gl.minimum(row0 + tile_rows, N - 1) // W_BN).to(gl.int64) * stride_wsn + k0 // 128
-            # two steps an iteration, each step's scale words loaded a step ahead into registers not live then, as
-            # _gemv_products does: with one step an iteration and the next words carried, ptxas copied the carried
-            # registers at the iteration's end, and the copy waited for the load every step (offline SASS)
-            wa = gl.load(wrow).to(gl.int32)
-            for i in range(0, k_steps, 2):
-                wb = gl.load(wrow + gl.minimum(i + 1, k_steps - 1)).to(gl.int32)
-                acc = _bf16_step(acc, w_smem, a_smem, ready, empty, g + i, wa, STAGES, w_layout)
-                wa = gl.load(wrow + gl.minimum(i + 2, k_steps - 1)).to(gl.int32)
-                if i + 1 < k_steps:
-                    acc = _bf16_step(acc, w_smem, a_smem, ready, empty, g + i + 1, wb, STAGES, w_layout)
+        for i in range(k_steps):  # the loader copies each step's words into the ring with its tiles
+            acc = _bf16_step(acc, w_smem, a_smem, ws_smem, ready, empty, g + i, STAGES, w_layout)
         g += k_steps
         _store_tile(acc, OUT, row0, 0, split, N, M, stride_om, stride_os)
 
@@ -390,47 +376,45 @@ def _bf16_products(w_smem, a_smem, ready, empty, WS, OUT, n_items, n_splits, k_p
 @gluon.jit
 def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_items, stride_wsn, stride_om,
                      stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr, GROUP_ROWS: gl.constexpr,
-                     LANES: gl.constexpr, PDL: gl.constexpr = False, NEXT_LAUNCH: gl.constexpr = 0,
-                     SCALES_IN_RING: gl.constexpr = False):
+                     LANES: gl.constexpr, PDL: gl.constexpr = False, NEXT_LAUNCH: gl.constexpr = 0):
     """Persistent, as ``fp8_gemv_kernel``: OUT[split][token, row] = sum over the split's K range of A[token]
     (bf16, not quantized) times the weight row converted to bf16 with its [W_BN, 32] E8M0 block scales (int32
-    words: four blocks a 128-input step). GROUP_ROWS > 0: a grouped weight (wo_a), rows g GROUP_ROWS .. read
-    activation inputs g K .. (g + 1) K - 1 (A as [tokens, groups x K]).
+    words: four blocks a 128-input step, copied by the loader into the ring with the step's tiles). GROUP_ROWS
+    > 0: a grouped weight (wo_a), rows g GROUP_ROWS .. read activation inputs g K .. (g + 1) K - 1 (A as
+    [tokens, groups x K]).
 
     LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots; of P programs, program p's
     lane l takes items p + l P, p + (l + 2) P, ... The conversion to bf16 holds one warpgroup to ~0.7 us a step
     against ~0.26 us for the step's copies (session 21): a second one converts while the first waits. PDL,
-    NEXT_LAUNCH, SCALES_IN_RING (the weight's words only): as ``fp8_gemv_kernel``'s."""
+    NEXT_LAUNCH: as ``fp8_gemv_kernel``'s."""
     _let_next_launch(PDL and NEXT_LAUNCH == 0)
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
     tiles = gl.cdiv(N, W_ROWS)
-    loader_regs: gl.constexpr = LOADER_REGS if SCALES_IN_RING else 24
     w0, a0, ready0, empty0 = _ring(w_desc, a_desc, STAGES)
-    ws0, as0 = _scale_slots(STAGES, W_ROWS, T)
+    ws0, as0 = _scale_slots(STAGES, W_ROWS, T)  # the activation slots unused (bf16 activations have no scales)
     if LANES == 1:
         gl.warp_specialize([
-            (_bf16_products, (w0, a0, ready0, empty0, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
-                              stride_wsn, stride_om, stride_os, STAGES, W_BN, 0, 1, PDL, ws0, SCALES_IN_RING)),
+            (_bf16_products, (w0, a0, ws0, ready0, empty0, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
+                              stride_os, STAGES, 0, 1, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 1, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
-                            stride_wsn, 0, W_BN, SCALES_IN_RING, False)),
-        ], [1], [loader_regs])
+                            stride_wsn, 0, W_BN, True, False)),
+        ], [1], [LOADER_REGS])
     else:
         w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
         ws1, as1 = _scale_slots(STAGES, W_ROWS, T)
         gl.warp_specialize([
-            (_bf16_products, (w0, a0, ready0, empty0, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
-                              stride_wsn, stride_om, stride_os, STAGES, W_BN, 0, 2, PDL, ws0, SCALES_IN_RING)),
-            (_bf16_products, (w1, a1, ready1, empty1, WS, OUT, n_items, n_splits, k_per_split, K, N, M,
-                              stride_wsn, stride_om, stride_os, STAGES, W_BN, 1, 2, PDL, ws1, SCALES_IN_RING)),
+            (_bf16_products, (w0, a0, ws0, ready0, empty0, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
+                              stride_os, STAGES, 0, 2, PDL)),
+            (_bf16_products, (w1, a1, ws1, ready1, empty1, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
+                              stride_os, STAGES, 1, 2, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 2, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
-                            stride_wsn, 0, W_BN, SCALES_IN_RING, False)),
+                            stride_wsn, 0, W_BN, True, False)),
             (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 1, 2, PDL, NEXT_LAUNCH, ws1, as1, WS, WS, N, M,
-                            stride_wsn, 0, W_BN, SCALES_IN_RING, False)),
+                            stride_wsn, 0, W_BN, True, False)),
         # registers a thread: the CTA's 64K hold the first warpgroup at 256, the second at 224 and the loaders
-        # (with the two warps Triton pads them with) at 24 (32 with SCALES_IN_RING: LOADER_REGS); ptxas then
-        # launches the 12 warps at 168 each
-        ], [4, 1, 1], [224, loader_regs, loader_regs])
+        # (with the two warps Triton pads them with) at LOADER_REGS; ptxas then launches the 12 warps at 168 each
+        ], [4, 1, 1], [224, LOADER_REGS, LOADER_REGS])

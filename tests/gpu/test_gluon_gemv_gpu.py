@@ -48,16 +48,15 @@ def _rel(a, b):
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
-@pytest.mark.parametrize("scales_in_ring", [False, True])
 @pytest.mark.parametrize("lanes", [1, 2])
 @pytest.mark.parametrize("M", [1, 5, 16])
-@pytest.mark.parametrize("N,K", [(1792, 5120), (1824, 5120), (4096, 1280), (5120, 8192), (5120, 2304)])
-def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(monkeypatch, M, N, K, lanes, scales_in_ring):
-    """With one warpgroup an SM or two (``TWO_LANE_ROWS`` below every M or above: each lane with its ring), the
-    scales loaded by the warpgroup or copied into the ring by the loader (``SCALES_IN_RING``), the same bits."""
+@pytest.mark.parametrize("N,K", [(1792, 5120), (1824, 5120), (4096, 1280), (5120, 8192), (5120, 2304), (4608, 5120)])
+def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(monkeypatch, M, N, K, lanes):
+    """With one warpgroup an SM or two (``TWO_LANE_ROWS`` below every M or above: each lane with its ring), its
+    K split (``balanced_work``, unsplit to 8 splits over these shapes) given to the Triton kernel too: the same
+    bits."""
     gg = _gg()
     monkeypatch.setattr(gg, "TWO_LANE_ROWS", gg.TOKENS if lanes == 2 else 0)
-    monkeypatch.setattr(gg, "SCALES_IN_RING", scales_in_ring)
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 
     x, w8, scale = _inputs(M, N, K, N + M)
@@ -65,27 +64,27 @@ def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(monkeypatch, M, N
     got = gg.gemv(q, s, w8, scale, torch.bfloat16)
     ref = reference_fp8.fp8_linear(x, w8, scale, BLOCK, 32)
     rel = _rel(got, ref)
-    same_split = tg.GemmConfig(16, gg.ROWS, 4, 4, 4, programs=gg.ITEMS)
+    n_tiles = -(-N // gg.ROWS)
+    split, _, programs = gg._work(n_tiles, K, gg.lanes(M), x.device)
+    same_split = tg.GemmConfig(16, gg.ROWS, 4, 4, 4, programs=n_tiles * split if split > 1 else 0)
     triton = tg.gemm(q, s, 32, w8, scale, BLOCK, torch.bfloat16, config=same_split, swapped=True, bf16_steps=False)
-    print(f"REPORT gluon gemv lanes={lanes} ring scales={scales_in_ring} M={M} N={N} K={K}: rel={rel:.2e}, bits of "
-          f"the Triton FP8 steps: {torch.equal(got, triton)} (rel {_rel(got, triton):.1e})")
+    print(f"REPORT gluon gemv lanes={lanes} M={M} N={N} K={K}: split {split} on {programs} programs, rel={rel:.2e}, "
+          f"bits of the Triton FP8 steps: {torch.equal(got, triton)} (rel {_rel(got, triton):.1e})")
     assert got.shape == (M, N) and torch.isfinite(got).all()
     assert rel <= 2e-3
     torch.testing.assert_close(got.float(), ref.float(), rtol=2.0**-7, atol=2.0**-10 * float(ref.float().abs().max()))
     assert torch.equal(got, triton)
 
 
-@pytest.mark.parametrize("scales_in_ring", [False, True])
 @pytest.mark.parametrize("lanes", [1, 2])
 @pytest.mark.parametrize("programs", [1, 3, 7])
-def test_few_programs_take_many_items_each(monkeypatch, programs, lanes, scales_in_ring):
+def test_few_programs_take_many_items_each(monkeypatch, programs, lanes):
     """A persistent program's ring runs on across its items (phases included): with 1, 3 or 7 programs each
     takes tens of items of 1 to 3 steps (the last K split of 5120 in 384s is one step), so the ring wraps
-    mid-item, in one lane or two, with the scales in the ring or not. The bits must not depend on how the items
-    are shared out."""
+    mid-item (the scale slots with it), in one lane or two. The bits must not depend on how the items are
+    shared out."""
     gg = _gg()
     monkeypatch.setattr(gg, "TWO_LANE_ROWS", gg.TOKENS if lanes == 2 else 0)
-    monkeypatch.setattr(gg, "SCALES_IN_RING", scales_in_ring)
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 
     x, w8, scale = _inputs(3, 1792, 5120, 11)
@@ -95,28 +94,6 @@ def test_few_programs_take_many_items_each(monkeypatch, programs, lanes, scales_
     few = gg.gemv(q, s, w8, scale, torch.bfloat16)
     assert torch.equal(few, full)
     assert _rel(few, reference_fp8.fp8_linear(x, w8, scale, BLOCK, 32)) <= 2e-3
-
-
-@pytest.mark.parametrize("M", [1, 5])
-@pytest.mark.parametrize("N,K", [(1792, 5120), (5120, 8192), (4608, 5120), (4096, 1280)])
-def test_the_lanes_split_rule_gives_the_triton_steps_bits_of_its_split(monkeypatch, M, N, K):
-    """``SPLIT_RULE`` "lanes" (``balanced_work``: another K split and fewer programs): the Triton FP8 steps' bits
-    with the same split, and the reference within tolerance."""
-    gg = _gg()
-    from deepinfer_adapters.kernels import triton_fp8_gemm as tg
-
-    monkeypatch.setattr(gg, "SPLIT_RULE", "lanes")
-    x, w8, scale = _inputs(M, N, K, N + K + M)
-    q, s = tg.act_quant(x, 32)
-    got = gg.gemv(q, s, w8, scale, torch.bfloat16)
-    n_tiles = -(-N // gg.ROWS)
-    split, _, programs = gg._work(n_tiles, K, gg.lanes(M), x.device)
-    same_split = tg.GemmConfig(16, gg.ROWS, 4, 4, 4, programs=n_tiles * split if split > 1 else 0)
-    triton = tg.gemm(q, s, 32, w8, scale, BLOCK, torch.bfloat16, config=same_split, swapped=True, bf16_steps=False)
-    print(f"REPORT gluon gemv lanes rule M={M} N={N} K={K}: split {split} on {programs} programs, bits of the Triton "
-          f"FP8 steps: {torch.equal(got, triton)}")
-    assert _rel(got, reference_fp8.fp8_linear(x, w8, scale, BLOCK, 32)) <= 2e-3
-    assert torch.equal(got, triton)
 
 
 @pytest.mark.parametrize("next_launch", [0, 1, 2])
@@ -176,8 +153,8 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     """``gluon_gemv.pair_gemm`` (where ``GLUON_PAIRS``) runs one token's routed experts as the MoE's fp8 path
     does: within the MoE tolerance of the reference, for E4M3 tiles with scales per (1, 32) and (1, 128); K
     split where few tiles run (the small widths), not at the real ones. Two tokens and batch-invariant mode
-    keep the Triton paths. On another share of the SMs (``PAIR_SM_SHARE``), and with the scales copied into the
-    ring (``SCALES_IN_RING``; scales per (1, 32) only): the same bits."""
+    keep the Triton paths. On another share of the SMs (``PAIR_SM_SHARE``): the same bits. (Scales per (1, 32)
+    come to the products through the ring's scale slots, per (1, 128) by the warpgroup's loads.)"""
     from deepinfer_adapters.kernels import triton_moe
     from deepinfer_adapters.model_impl.quant import to_e4m3_tiles
     from tests.gpu.moe_inputs import routing
@@ -205,9 +182,6 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
           f"(Triton fp8 path {_rel(triton_fp8, ref):.2e}), equal to the Triton fp8 path {torch.equal(out, triton_fp8)}")
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
     assert rel <= NORM_RTOL
-    monkeypatch.setattr(gg, "SCALES_IN_RING", True)
-    assert torch.equal(triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0), out)
-    monkeypatch.setattr(gg, "SCALES_IN_RING", False)
     monkeypatch.setattr(gg, "PAIR_SM_SHARE", 0.25)
     assert torch.equal(triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0), out)  # 33 programs
     x2 = torch.randn(2, D, device="cuda", generator=g).bfloat16()
@@ -225,8 +199,8 @@ def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
     """``gluon_gemv.grouped_linear`` (where ``GLUON_GROUPED``, on): a decode step's wo_a on the persistent ring,
     bf16 products -- the weight converted with its [32, 32] block scales in registers, each group's rows reading their
     group's inputs -- within bf16 GEMM rounding of the reference and of the Triton grouped kernel. K split at the
-    small widths; batch-invariant mode keeps the Triton kernel. One warpgroup or two (each with its ring), the
-    scale words loaded by the warpgroup or copied into the ring (``GROUPED_SCALES_IN_RING``: the same bits)."""
+    small widths; batch-invariant mode keeps the Triton kernel. One warpgroup or two (each with its ring and
+    scale slots)."""
     gg = _gg()
     monkeypatch.setattr(gg, "GROUPED_LANES", lanes)
     g = torch.Generator(device="cuda").manual_seed(T + G)
@@ -247,9 +221,6 @@ def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
         torch.testing.assert_close(got.float(), other.float(), rtol=2.0**-7,
                                    atol=2.0**-8 * float(other.float().abs().max()))
     assert _rel(got, ref) <= 2e-3
-    monkeypatch.setattr(gg, "GROUPED_SCALES_IN_RING", True)  # the words copied into the ring: the same bits
-    assert torch.equal(kernels.fp8_grouped_linear(x, w8, scale, BLOCK), got)
-    monkeypatch.setattr(gg, "GROUPED_SCALES_IN_RING", False)
     with invariance.batch_invariant(True):
         assert kernels.chosen("fp8_grouped_linear", x, w8, scale, BLOCK) != "gluon"
 
