@@ -336,6 +336,10 @@ AB_SWITCHES = {
     "gemv_lanes": flag(gluon_gemv, "TWO_LANE_ROWS", 0),
     # ... two lanes for every product (up to 16 activation rows)
     "gemv_lanes_all": flag(gluon_gemv, "TWO_LANE_ROWS", 16),
+    # the Gluon GEMVs' K split (gluon_gemv.balanced_work) costing a work item's fixed part or a split sum otherwise
+    # (other splits: other bits)
+    **{f"gemv_item_steps{v:g}": flag(gluon_gemv, "ITEM_STEPS", v) for v in (0.0, 0.5, 2.0, 4.0)},
+    **{f"gemv_split_steps{v:g}": flag(gluon_gemv, "SPLIT_STEPS", v) for v in (1.0, 2.0, 6.0, 10.0)},
     # a V4.1 ratio-2 compressor's decode step (ring writes and reads, the pooling) as torch's row copies around the
     # pooling kernel instead of one launch (triton_pool.RING_POOL)
     "ring_pool": flag(triton_pool, "RING_POOL", False),
