@@ -21,8 +21,9 @@ arithmetic).
 Numerics: each 32-deep FP8 product is promoted in K order with (weight scale x activation scale), as the
 Triton kernel's FP8 steps do (``fp8_gemm_rows_kernel(BF16_STEPS=False)``), so with the same K split the two
 should give the same bits; the GPU test checks that, and the reference within the FP8 GEMMs' tolerance.
-Not used in batch-invariant mode (its tiles and split follow the weight's shape only, but invariance is
-tested for the Triton tiles).
+Not used in batch-invariant mode: its K split follows the weight's shape, the SM count and the lanes the
+activation rows take (one row: two lanes, more: one), so a token's bits may differ between a step of one
+token and a step of several.
 
 Takes: bf16 activations [M <= 16, K] (quantized per 32 by ``act_quant`` first, one launch), E4M3 weights
 [N, K] with E8M0 scales per [32, 32] (V4.1's dense linears), K a multiple of 128.
