@@ -975,6 +975,7 @@ fi
 if has s24c; then  # session 24 (~1.5 min): s24b had every other GEMV setting lose to the defaults, and 6 ring slots
   # a lane beat 8 alone (a CSA layer's dense GEMVs at M = 1 63.1 vs 65.5 us in two lanes); in the model, with the
   # grid on 3/4 of the SMs again
+  gpu_tests s24c 120 "FAILED|Error" tests/gpu/test_gluon_gemv_gpu.py -k pair  # its call count mended after tests1
   decode_ab s24c 240 --batches 1 8 --ab gemv_stages6:1,8 gemv_stages4:1 gluon_share75:1,8 --ab-rounds 7
   pack
 fi
