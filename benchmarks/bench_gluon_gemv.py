@@ -72,10 +72,10 @@ def compile_offline_bf16(stages: int, group_rows: int = 1024, lanes: int = 2) ->
                  divisible, f"bf16_gemv_kernel (STAGES={stages}, GROUP_ROWS={group_rows}, LANES={lanes})")
 
 
-def gluon_gemv_stages() -> int:
+def gluon_gemv_stages(lanes: int = 1) -> int:
     from deepinfer_adapters.kernels import gluon_gemv
 
-    return gluon_gemv.STAGES
+    return gluon_gemv.TWO_LANE_STAGES if lanes == 2 else gluon_gemv.STAGES
 
 
 def main():
@@ -95,7 +95,7 @@ def main():
         for stages, lanes in itertools.product(args.stages, args.lanes):
             compile_offline(stages, lanes=lanes)
         for w_bk, lanes in itertools.product((128, 32), args.lanes):
-            compile_offline(gluon_gemv_stages(), pairs=True, w_bk=w_bk, lanes=lanes)
+            compile_offline(gluon_gemv_stages(lanes), pairs=True, w_bk=w_bk, lanes=lanes)
         compile_offline_bf16(gluon_gemv.GROUPED_STAGES, lanes=gluon_gemv.GROUPED_LANES)
         return
 
@@ -123,7 +123,7 @@ def main():
                                          for x, w in zip(xs, ws)])}
             rels = {}
             for stages, lanes in itertools.product(args.stages, args.lanes):
-                gluon_gemv.STAGES = stages
+                gluon_gemv.STAGES = gluon_gemv.TWO_LANE_STAGES = stages
                 gluon_gemv.TWO_LANE_ROWS = gluon_gemv.TOKENS if lanes == 2 else 0
                 key = f"gluon_s{stages}_l{lanes}"
                 try:

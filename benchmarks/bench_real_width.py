@@ -336,8 +336,9 @@ AB_SWITCHES = {
     "gemv_lanes": flag(gluon_gemv, "TWO_LANE_ROWS", 0),
     # ... two lanes for every product (up to 16 activation rows)
     "gemv_lanes_all": flag(gluon_gemv, "TWO_LANE_ROWS", 16),
-    # the FP8 Gluon GEMV's ring of another depth than gluon_gemv.STAGES (slots a lane)
+    # the FP8 Gluon GEMV's ring of another depth than gluon_gemv.STAGES (one lane) or TWO_LANE_STAGES (slots a lane)
     **{f"gemv_stages{v}": flag(gluon_gemv, "STAGES", v) for v in (4, 6, 10)},
+    **{f"gemv_two_lane_stages{v}": flag(gluon_gemv, "TWO_LANE_STAGES", v) for v in (6, 8)},
     # the Gluon GEMVs' K split (gluon_gemv.balanced_work) costing a work item's fixed part or a split sum otherwise
     # (other splits: other bits)
     **{f"gemv_item_steps{v:g}": flag(gluon_gemv, "ITEM_STEPS", v) for v in (0.0, 0.5, 2.0, 4.0)},

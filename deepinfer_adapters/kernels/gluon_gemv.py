@@ -76,7 +76,13 @@ GROUPED_STAGES = 4  # slots a lane (12 KB each); 6: 18.3 us
 GROUPED_SM_SHARE = 1.0  # 7/8: 19.1 us (items left over for some lanes)
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
-STAGES = 8  # ring slots (10 KB each): 8 keep ~80 KB of an SM's weights in flight
+STAGES = 8  # ring slots (10 KB each) of a program with one lane: 8 keep ~80 KB of an SM's weights in flight
+# ... a lane's where two share the SM: 80 KB an SM too. H200, session 24 (7 alternating rounds, the lanes rule and the
+# ring scales on): B=1 1.729 ms against 1.758 with 8 a lane (7 of 7 rounds); 6 a lane 1.855 against 1.780 / 1.878
+# (the machine drifting), B=8 with 6 in one lane 4.461 against 4.433 / 4.440. Alone, a CSA layer's dense GEMVs at
+# M = 1 in two lanes: 63.1 us with 6, 65.5 with 8 (the model gains more: less shared memory, more room for the side
+# streams' kernels next to a GEMV)
+TWO_LANE_STAGES = 4
 # A launch's K split and programs (``balanced_work``): the split whose busiest lane costs least, on the fewest
 # programs that keep it. By a count of steps at B=1 (230 lanes) it shortens the busiest lane of wo_b 37 -> 30
 # step-costs (8 splits for 4) against the rule before (split while fewer than 264 row tiles, on SM_SHARE of the SMs),
@@ -222,7 +228,8 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
     experts, a_rows = pairs if pairs is not None else (ws, ws)  # unused pointers without pairs
     fp8_gemv_kernel[(programs,)](
         w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, rows, K, k_per_split, split, n_items, tiles_per_pair,
-        *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0, STAGES=STAGES,
+        *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0,
+        STAGES=TWO_LANE_STAGES if lanes(rows) == 2 else STAGES,
         W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=lanes(rows), num_warps=4,
         **pdl_options())
     return out if split == 1 else sum_splits(out, out_dtype)
