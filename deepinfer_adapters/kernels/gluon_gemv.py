@@ -81,7 +81,7 @@ STAGES = 8  # ring slots (10 KB each) of a program with one lane: 8 keep ~80 KB 
 # ring scales on): B=1 1.729 ms against 1.758 with 8 a lane (7 of 7 rounds); 6 a lane 1.855 against 1.780 / 1.878
 # (the machine drifting), B=8 with 6 in one lane 4.461 against 4.433 / 4.440. Alone, a CSA layer's dense GEMVs at
 # M = 1 in two lanes: 63.1 us with 6, 65.5 with 8 (the model gains more: less shared memory, more room for the side
-# streams' kernels next to a GEMV)
+# streams' kernels next to a GEMV). Again at 4 (s24d, 5 rounds): B=1 1.783 / 1.825 against 1.841 with 8 (4 of 5)
 TWO_LANE_STAGES = 4
 # A launch's K split and programs (``balanced_work``): the split whose busiest lane costs least, on the fewest
 # programs that keep it. By a count of steps at B=1 (230 lanes) it shortens the busiest lane of wo_b 37 -> 30
