@@ -1,6 +1,7 @@
-"""How the Gluon decode GEMV shares its work out (``gluon_gemv._work``; host arithmetic, no GPU): ``balanced_work``
-picks the K split whose busiest lane costs least and then the fewest programs that keep it. The expected splits below were counted by hand from the rule's cost (a
-lane's items times their steps + 1, plus 3 where K is split) at V4.1's widths on 115 programs of two lanes."""
+"""How the Gluon decode GEMV shares its work out (``gluon_gemv._work``; host arithmetic, no GPU):
+``balanced_work`` picks the K split whose busiest lane costs least and then the fewest programs that keep it.
+The expected splits below were counted by hand from the rule's cost (a lane's items times their steps + 1,
+plus 3 where K is split) at V4.1's widths on 115 programs of two lanes."""
 
 from __future__ import annotations
 

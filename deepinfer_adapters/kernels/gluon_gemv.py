@@ -77,11 +77,12 @@ GROUPED_SM_SHARE = 1.0  # 7/8: 19.1 us (items left over for some lanes)
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each) of a program with one lane: 8 keep ~80 KB of an SM's weights in flight
-# ... a lane's where two share the SM: 80 KB an SM too. H200, session 24 (7 alternating rounds, the lanes rule and the
-# ring scales on): B=1 1.729 ms against 1.758 with 8 a lane (7 of 7 rounds); 6 a lane 1.855 against 1.780 / 1.878
-# (the machine drifting), B=8 with 6 in one lane 4.461 against 4.433 / 4.440. Alone, a CSA layer's dense GEMVs at
-# M = 1 in two lanes: 63.1 us with 6, 65.5 with 8 (the model gains more: less shared memory, more room for the side
-# streams' kernels next to a GEMV). Again at 4 (s24d, 5 rounds): B=1 1.783 / 1.825 against 1.841 with 8 (4 of 5)
+# ... ring slots a lane where two lanes share an SM: 2 x 4 x 10 KB, the same 80 KB an SM. H200, session 24 (7
+# alternating rounds, the lanes rule and the ring scales on): B=1 1.729 ms against 1.758 with 8 a lane (7 of 7
+# rounds); 6 a lane 1.855 against 1.780 / 1.878 (the machine drifting), B=8 with 6 in one lane 4.461 against 4.433 /
+# 4.440. Alone, a CSA layer's dense GEMVs at M = 1 in two lanes: 63.1 us with 6, 65.5 with 8 (the model gains more:
+# less shared memory, more room for the side streams' kernels next to a GEMV). Again at 4 (s24d, 5 rounds): B=1
+# 1.783 / 1.825 against 1.841 with 8 (4 of 5)
 TWO_LANE_STAGES = 4
 # A launch's K split and programs (``balanced_work``): the split whose busiest lane costs least, on the fewest
 # programs that keep it. By a count of steps at B=1 (230 lanes) it shortens the busiest lane of wo_b 37 -> 30
@@ -92,9 +93,9 @@ TWO_LANE_STAGES = 4
 ITEM_STEPS = 1.0  # a work item's fixed cost in 128-input steps (its first scales, its store)
 SPLIT_STEPS = 3.0  # the split sum's launch in steps (~2 us against ~0.6 a busy lane's step)
 PROGRAMS_PER_SM = 1  # the kernel takes ~255 registers a thread for its 256 (ptxas): one program fits an SM
-# two warpgroups an SM for the FP8 products (two lanes, each with its loader warp and ring of STAGES slots, as wo_a's
-# kernel) where a product has at most this many activation rows: a one-token step's dense linears and every pair,
-# else one. H200, session 22, 5 alternating rounds: two lanes everywhere B=1 2.018 vs 2.069 ms one lane, B=8 4.611
+# two warpgroups an SM for the FP8 products (two lanes, each with its loader warp and ring of TWO_LANE_STAGES slots,
+# as wo_a's kernel) where a product has at most this many activation rows: a one-token step's dense linears and
+# every pair, else one. H200, session 22, 5 alternating rounds: two lanes everywhere B=1 2.018 vs 2.069 ms one lane, B=8 4.611
 # vs 4.574 (alone, M=8 wo_b 24.3 vs 25.7 us, the smaller linears even); this rule against one lane everywhere, B=1
 # 2.024 vs 2.058 and 1.999 vs 2.023 (two runs). The small weights (< 32 MB) stay here too, though alone the Triton
 # FP8 GEMV takes them 1.5-2 us faster: on it, B=1 2.230 vs 2.177 ms (the Gluon grid leaves SMs to the side streams)
