@@ -93,12 +93,12 @@ TWO_LANE_STAGES = 4
 ITEM_STEPS = 1.0  # a work item's fixed cost in 128-input steps (its first scales, its store)
 SPLIT_STEPS = 3.0  # the split sum's launch in steps (~2 us against ~0.6 a busy lane's step)
 PROGRAMS_PER_SM = 1  # the kernel takes ~255 registers a thread for its 256 (ptxas): one program fits an SM
-# two warpgroups an SM for the FP8 products (two lanes, each with its loader warp and ring of TWO_LANE_STAGES slots,
-# as wo_a's kernel) where a product has at most this many activation rows: a one-token step's dense linears and
-# every pair, else one. H200, session 22, 5 alternating rounds: two lanes everywhere B=1 2.018 vs 2.069 ms one
-# lane, B=8 4.611 vs 4.574 (alone, M=8 wo_b 24.3 vs 25.7 us, the smaller linears even); this rule against one lane everywhere, B=1
-# 2.024 vs 2.058 and 1.999 vs 2.023 (two runs). The small weights (< 32 MB) stay here too, though alone the Triton
-# FP8 GEMV takes them 1.5-2 us faster: on it, B=1 2.230 vs 2.177 ms (the Gluon grid leaves SMs to the side streams)
+# two warpgroups an SM for the FP8 products (two lanes, each with its loader warp and ring of TWO_LANE_STAGES slots, as
+# wo_a's kernel) where a product has at most this many activation rows: a one-token step's dense linears and every pair,
+# else one. H200, session 22, 5 alternating rounds: two lanes everywhere B=1 2.018 vs 2.069 ms one lane, B=8 4.611 vs
+# 4.574 (alone, M=8 wo_b 24.3 vs 25.7 us, the smaller linears even); this rule against one lane everywhere, B=1 2.024 vs
+# 2.058 and 1.999 vs 2.023 (two runs). The small weights (< 32 MB) stay here too, though alone the Triton FP8 GEMV takes
+# them 1.5-2 us faster: on it, B=1 2.230 vs 2.177 ms (the Gluon grid leaves SMs to the side streams)
 TWO_LANE_ROWS = 1
 # the share of the SMs the persistent grid takes: below 1, SMs stay free for the side streams' kernels
 SM_SHARE = 0.875
