@@ -339,6 +339,10 @@ AB_SWITCHES = {
     # the FP8 Gluon GEMV's ring of another depth than gluon_gemv.STAGES (one lane) or TWO_LANE_STAGES (slots a lane)
     **{f"gemv_stages{v}": flag(gluon_gemv, "STAGES", v) for v in (4, 6, 10)},
     **{f"gemv_two_lane_stages{v}": flag(gluon_gemv, "TWO_LANE_STAGES", v) for v in (6, 8)},
+    # wo_a's ring (bf16_gemv_kernel: GROUPED_STAGES slots of 12 KB a lane, two lanes) of another depth, and one
+    # token's experts (pair_gemm) on another share of the SMs than gluon_gemv.PAIR_SM_SHARE
+    **{f"grouped_stages{v}": flag(gluon_gemv, "GROUPED_STAGES", v) for v in (2, 3, 6)},
+    **{f"pair_share{round(v * 100)}": flag(gluon_gemv, "PAIR_SM_SHARE", v) for v in (0.75, 0.875, 1.0)},
     # the Gluon GEMVs' K split (gluon_gemv.balanced_work) costing a work item's fixed part or a split sum otherwise
     # (other splits: other bits)
     **{f"gemv_item_steps{v:g}": flag(gluon_gemv, "ITEM_STEPS", v) for v in (0.0, 0.5, 2.0, 4.0)},

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -983,6 +983,20 @@ if has s24d; then  # session 24 (~2.5 min): 4 ring slots a lane where two lanes 
   # s24c: B=1 1.729 vs 1.758 ms) -- the GEMV GPU tests at it, then B=1 against 8 a lane again
   gpu_tests s24d 110 "FAILED|Error" tests/gpu/test_gluon_gemv_gpu.py
   decode_ab s24d 150 --batches 1 --ab gemv_two_lane_stages8:1 --ab-rounds 5
+  pack
+fi
+if has s25check; then  # prepared at the end of session 24 (~5 min): the GEMVs' shared-memory footprint, the lever
+  # session 24 found (4 ring slots a lane in two lanes beat 8: B=1 1.729 vs 1.758 ms). The B=1 timeline at the new
+  # defaults with PDL off (kernel times without their waits: which stream carries each layer's critical path); wo_a's
+  # ring (2 lanes x 4 slots x 12 KB) alone at 2 / 3 / 4 slots, then in the model; one token's experts on 3/4, 7/8,
+  # all of the SMs (PAIR_SM_SHARE 0.94); 4 slots in one lane at B=8 (one-lane dense GEMVs at M = 8)
+  decode_ab s25t 200 --batches 1 --base pdl --timeline 1
+  sed -n '/# by kernel/,/^$/p' "$OUT/s25t/timeline_graph_b1.txt" | head -16 | cut -c1-110; pack
+  timeout 100 python benchmarks/bench_gluon_gemv.py --grouped --stages 2 3 4 --lanes 2 --shares 1.0 \
+    > "$OUT/gluon_grouped_s25check.log" 2>&1
+  grep -E "^wo_a|Error" "$OUT/gluon_grouped_s25check.log"; pack
+  decode_ab s25check 330 --batches 1 8 --ab grouped_stages3:1,8 grouped_stages2:1,8 pair_share75:1 pair_share88:1 \
+    pair_share100:1 gemv_stages4:8 --ab-rounds 7
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
