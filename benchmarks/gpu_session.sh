@@ -989,14 +989,19 @@ if has s25check; then  # prepared at the end of session 24 (~5 min): the GEMVs' 
   # session 24 found (4 ring slots a lane in two lanes beat 8: B=1 1.729 vs 1.758 ms). The B=1 timeline at the new
   # defaults with PDL off (kernel times without their waits: which stream carries each layer's critical path); wo_a's
   # ring (2 lanes x 4 slots x 12 KB) alone at 2 / 3 / 4 slots, then in the model; one token's experts on 3/4, 7/8,
-  # all of the SMs (PAIR_SM_SHARE 0.94); 4 slots in one lane at B=8 (one-lane dense GEMVs at M = 8)
+  # all of the SMs (PAIR_SM_SHARE 0.94); 4 slots in one lane at B=8 (one-lane dense GEMVs at M = 8). First the
+  # K-split partials added in the GEMV by each tile's last split (gluon_gemv.FIXUP_SPLITS, prepared, off: no
+  # split-sum launch; arrivals counted per tile and stream, acquire-release): its GPU tests (the split sum's bits,
+  # under PDL in a graph, two streams at once), then the A/B with the others
+  gpu_tests s25check 150 "FAILED|Error|Timeout" tests/gpu/test_gluon_gemv_gpu.py
+  pack
   decode_ab s25t 200 --batches 1 --base pdl --timeline 1
   sed -n '/# by kernel/,/^$/p' "$OUT/s25t/timeline_graph_b1.txt" | head -16 | cut -c1-110; pack
   timeout 100 python benchmarks/bench_gluon_gemv.py --grouped --stages 2 3 4 --lanes 2 --shares 1.0 \
     > "$OUT/gluon_grouped_s25check.log" 2>&1
   grep -E "^wo_a|Error" "$OUT/gluon_grouped_s25check.log"; pack
-  decode_ab s25check 330 --batches 1 8 --ab grouped_stages3:1,8 grouped_stages2:1,8 pair_share75:1 pair_share88:1 \
-    pair_share100:1 gemv_stages4:8 --ab-rounds 7
+  decode_ab s25check 330 --batches 1 8 --ab fixup_splits:1,8 grouped_stages3:1,8 grouped_stages2:1,8 \
+    pair_share75:1 pair_share88:1 pair_share100:1 gemv_stages4:8 --ab-rounds 7
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
