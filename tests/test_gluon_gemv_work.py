@@ -64,5 +64,5 @@ def test_outputs_of_a_launch(monkeypatch):
     monkeypatch.setattr(gluon_gemv, "FIXUP_SPLITS", True)
     split = gluon_gemv._outputs(4, gluon_gemv.COUNTERS_A_STREAM + 1, 3, 1792, cpu, torch.bfloat16)
     assert split.out.shape == (4, 3, 1792) and split.out.dtype == torch.float32 and not split.fixup
-    assert split.final.shape == (3, 1792) and split.final.dtype == torch.bfloat16
+    assert split.dtype == torch.bfloat16  # what the split sum rounds to after the launch
     assert split.kernel_args()[:2] == (1792, 3 * 1792)

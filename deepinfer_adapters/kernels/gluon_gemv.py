@@ -198,12 +198,14 @@ def balanced_work(n_tiles: int, K: int, most_programs: int, lanes_per_program: i
 
 class _Outputs(NamedTuple):
     """A launch's outputs: ``out`` the kernel's OUT (the result, or where K is split its fp32 partials [split,
-    rows, N]); ``final`` the result [rows, N] where the kernel adds the partials itself (``fixup``: the tile's
-    last split, counting arrivals in ``counters``), else ``out`` (unused)."""
+    rows, N]); ``final`` the result [rows, N] in ``dtype`` where the kernel adds the partials itself (``fixup``:
+    the tile's last split, counting arrivals in ``counters``), else ``out`` (an unused pointer, as ``counters``:
+    the split sum adds the partials after the launch)."""
     out: torch.Tensor
     final: torch.Tensor
     counters: torch.Tensor
     fixup: bool
+    dtype: torch.dtype
 
     def kernel_args(self) -> tuple:
         """OUT's token and split strides, FINAL, COUNTERS and FINAL's token stride (the kernels' order)."""
@@ -213,18 +215,19 @@ class _Outputs(NamedTuple):
     def result(self) -> torch.Tensor:
         if self.out.dim() == 2 or self.fixup:
             return self.final
-        return sum_splits(self.out, self.final.dtype)
+        return sum_splits(self.out, self.dtype)
 
 
 def _outputs(split: int, tiles: int, rows: int, N: int, device: torch.device, out_dtype: torch.dtype) -> _Outputs:
     """``_Outputs`` of a launch of ``tiles`` 64-row tiles, each split ``split`` ways."""
     if split == 1:
         out = torch.empty((rows, N), device=device, dtype=out_dtype)
-        return _Outputs(out, out, out, False)
+        return _Outputs(out, out, out, False, out_dtype)
     parts = torch.empty((split, rows, N), device=device, dtype=torch.float32)
     if not (FIXUP_SPLITS and tiles <= COUNTERS_A_STREAM):
-        return _Outputs(parts, torch.empty((rows, N), device=device, dtype=out_dtype), parts, False)
-    return _Outputs(parts, torch.empty((rows, N), device=device, dtype=out_dtype), _counters(device), True)
+        return _Outputs(parts, parts, parts, False, out_dtype)
+    return _Outputs(parts, torch.empty((rows, N), device=device, dtype=out_dtype), _counters(device), True,
+                    out_dtype)
 
 
 _COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
@@ -266,7 +269,8 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
     from deepinfer_adapters.kernels.gluon_gemv_jit import fp8_gemv_kernel
 
     rows = 1 if pairs is not None else q.shape[0]  # activation rows a product: a pair takes one
-    split, k_per_split, programs = _work(n_tiles, K, lanes(rows), q.device, share)
+    n_lanes = lanes(rows)
+    split, k_per_split, programs = _work(n_tiles, K, n_lanes, q.device, share)
     outs = _outputs(split, n_tiles, out_rows, N, q.device, out_dtype)
     n_items = n_tiles * split
     q = q if q.is_contiguous() else q.contiguous()
@@ -275,8 +279,8 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
     fp8_gemv_kernel[(programs,)](
         w_desc, a_desc, ws, q_scale, outs.out, experts, a_rows, N, rows, K, k_per_split, split, n_items,
         tiles_per_pair, *nt_kt, ws.stride(0), q_scale.stride(0), *outs.kernel_args(),
-        STAGES=TWO_LANE_STAGES if lanes(rows) == 2 else STAGES, W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None,
-        LANES=lanes(rows), num_warps=4, FIXUP=outs.fixup, **pdl_options())
+        STAGES=TWO_LANE_STAGES if n_lanes == 2 else STAGES, W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None,
+        LANES=n_lanes, num_warps=4, FIXUP=outs.fixup, **pdl_options())
     return outs.result()
 
 
