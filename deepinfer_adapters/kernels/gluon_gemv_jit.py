@@ -217,18 +217,27 @@ def _step(acc, zero, w_smem, a_smem, ready, empty, g, words, a0, a1, a2, a3, STA
     return acc
 
 
+# the layout an item's [64 weight rows, T tokens] result is stored from (and a tile's partials summed in)
+_OUT_LAYOUT = gl.constexpr(gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1]))
+
+
+@gluon.jit
+def _tile_places(row0, out_row0, N, M, W_ROWS: gl.constexpr, T: gl.constexpr):
+    """Where an item's result goes, in ``_OUT_LAYOUT``: its output rows (row0 + row) [W_ROWS], its tokens
+    (out_row0 + token) [T], and the mask [W_ROWS, T] of rows below N and tokens below M."""
+    orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, _OUT_LAYOUT))
+    otoks = gl.arange(0, T, layout=gl.SliceLayout(0, _OUT_LAYOUT))
+    mask = gl.expand_dims(orows < N, 1) & gl.expand_dims(otoks < M, 0)
+    return orows, out_row0 + otoks, mask
+
+
 @gluon.jit
 def _store_tile(acc, OUT, row0, out_row0, split, N, M, stride_om, stride_os):
     """An item's [64 weight rows, T tokens] result into OUT[split][out_row0 + token, row0 + row] (rows past N and
     tokens past M left out), in OUT's dtype."""
-    W_ROWS: gl.constexpr = acc.shape[0]
-    T: gl.constexpr = acc.shape[1]
-    out_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1])
-    res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
-    orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, out_layout))
-    otoks = gl.arange(0, T, layout=gl.SliceLayout(0, out_layout))
-    mask = gl.expand_dims(orows < N, 1) & gl.expand_dims(otoks < M, 0)
-    ptrs = OUT + split.to(gl.int64) * stride_os + gl.expand_dims((out_row0 + otoks).to(gl.int64) * stride_om, 0) \
+    res = gl.convert_layout(acc.to(OUT.dtype.element_ty), _OUT_LAYOUT)
+    orows, toks, mask = _tile_places(row0, out_row0, N, M, acc.shape[0], acc.shape[1])
+    ptrs = OUT + split.to(gl.int64) * stride_os + gl.expand_dims(toks.to(gl.int64) * stride_om, 0) \
         + gl.expand_dims(orows, 1)
     gl.store(ptrs, res, mask=mask)
 
@@ -239,16 +248,14 @@ def _sum_tile(PARTS, FINAL, row0, out_row0, n_splits, N, M, stride_om, stride_os
     """FINAL[out_row0 + token, row0 + row] = PARTS[0] + PARTS[1] + ... over a tile's K splits, added one by one
     in split order in fp32 and rounded once to FINAL's dtype: ``split_sum_kernel``'s order, so its bits. The
     partials come from other SMs: read from L2 (.cg), past the L1 lines this SM may hold."""
-    out_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1])
-    orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, out_layout))
-    otoks = gl.arange(0, T, layout=gl.SliceLayout(0, out_layout))
-    mask = gl.expand_dims(orows < N, 1) & gl.expand_dims(otoks < M, 0)
-    toks = gl.expand_dims((out_row0 + otoks).to(gl.int64), 0)
-    parts = PARTS + toks * stride_om + gl.expand_dims(orows, 1)
+    orows, toks, mask = _tile_places(row0, out_row0, N, M, W_ROWS, T)
+    toks = toks.to(gl.int64)
+    parts = PARTS + gl.expand_dims(toks * stride_om, 0) + gl.expand_dims(orows, 1)
     total = gl.load(parts, mask=mask, other=0.0, cache_modifier=".cg")
     for s in range(1, n_splits):
         total += gl.load(parts + s * stride_os, mask=mask, other=0.0, cache_modifier=".cg")
-    gl.store(FINAL + toks * stride_fm + gl.expand_dims(orows, 1), total.to(FINAL.dtype.element_ty), mask=mask)
+    finals = FINAL + gl.expand_dims(toks * stride_fm, 0) + gl.expand_dims(orows, 1)
+    gl.store(finals, total.to(FINAL.dtype.element_ty), mask=mask)
 
 
 @gluon.jit
