@@ -26,9 +26,8 @@ def _offline_pdl() -> dict:
     return {"PDL": gluon_gemv.GLUON_PDL, "NEXT_LAUNCH": gluon_gemv.NEXT_LAUNCH_POINTS.index(gluon_gemv.NEXT_LAUNCH)}
 
 
-def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32, lanes: int = 1, fixup: bool = False) -> None:
-    """The dense GEMV (weight scales per [32, 32]) or, ``pairs``, one token's experts (per (1, ``w_bk``)); K
-    split, its partials added by the kernel (``fixup``) or after it."""
+def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32, lanes: int = 1) -> None:
+    """The dense GEMV (weight scales per [32, 32]) or, ``pairs``, one token's experts (per (1, ``w_bk``))."""
     from triton.experimental.gluon import language as gl
 
     from benchmarks.gluon_offline import compile_sm90
@@ -43,20 +42,15 @@ def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32, lanes: int
            "AS": "*fp32", "OUT": "*bf16" if pairs else "*fp32", "EXPERT": "*i32", "AROW": "*i32",
            "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32", "n_items": "i32",
            "tiles_per_pair": "i32", "NT": "i32", "KT": "i32", "stride_wsn": "i32", "stride_asm": "i32",
-           "stride_om": "i32", "stride_os": "i32", "FINAL": "*bf16", "COUNTERS": "*i32", "stride_fm": "i32",
-           "STAGES": "constexpr", "W_BN": "constexpr", "W_BK": "constexpr", "PAIRS": "constexpr", "LANES": "constexpr",
-           "PDL": "constexpr", "NEXT_LAUNCH": "constexpr", "FIXUP": "constexpr"}
-    if fixup:
-        sig["OUT"] = "*fp32"
-    divisible = ("WS", "AS", "OUT", "FINAL", "COUNTERS", "K", "k_per_split", "stride_asm", "stride_om", "stride_os",
-                 "stride_fm")
+           "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr", "W_BN": "constexpr", "W_BK": "constexpr",
+           "PAIRS": "constexpr", "LANES": "constexpr", "PDL": "constexpr", "NEXT_LAUNCH": "constexpr"}
+    divisible = ("WS", "AS", "OUT", "K", "k_per_split", "stride_asm", "stride_om", "stride_os")
     compile_sm90(fp8_gemv_kernel, sig, {"STAGES": stages, "W_BN": 1 if pairs else 32, "W_BK": w_bk, "PAIRS": pairs,
-                                        "LANES": lanes, **_offline_pdl(), "FIXUP": fixup},
-                 divisible, f"fp8_gemv_kernel (STAGES={stages}, PAIRS={pairs}, W_BK={w_bk}, LANES={lanes}, "
-                 f"FIXUP={fixup})")
+                                        "LANES": lanes, **_offline_pdl()},
+                 divisible, f"fp8_gemv_kernel (STAGES={stages}, PAIRS={pairs}, W_BK={w_bk}, LANES={lanes})")
 
 
-def compile_offline_bf16(stages: int, group_rows: int = 1024, lanes: int = 2, fixup: bool = False) -> None:
+def compile_offline_bf16(stages: int, group_rows: int = 1024, lanes: int = 2) -> None:
     """``bf16_gemv_kernel``: a decode step's wo_a (bf16 products, weight scales per [32, 32], rows grouped)."""
     from triton.experimental.gluon import language as gl
 
@@ -69,15 +63,13 @@ def compile_offline_bf16(stages: int, group_rows: int = 1024, lanes: int = 2, fi
     a_layout = gl.NVMMASharedLayout.get_default_for([T, 128], gl.bfloat16)
     sig = {"w_desc": f"tensordesc<fp8e4nv[{R},128],{w_layout!r}>", "a_desc": f"tensordesc<bf16[{T},128],{a_layout!r}>",
            "WS": "*i32", "OUT": "*fp32", "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32",
-           "n_items": "i32", "stride_wsn": "i32", "stride_om": "i32", "stride_os": "i32", "FINAL": "*bf16",
-           "COUNTERS": "*i32", "stride_fm": "i32", "STAGES": "constexpr", "W_BN": "constexpr",
-           "GROUP_ROWS": "constexpr", "LANES": "constexpr", "PDL": "constexpr", "NEXT_LAUNCH": "constexpr",
-           "FIXUP": "constexpr"}
-    divisible = ("WS", "OUT", "FINAL", "COUNTERS", "N", "K", "k_per_split", "stride_om", "stride_os", "stride_fm")
+           "n_items": "i32", "stride_wsn": "i32", "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr",
+           "W_BN": "constexpr", "GROUP_ROWS": "constexpr", "LANES": "constexpr", "PDL": "constexpr",
+           "NEXT_LAUNCH": "constexpr"}
+    divisible = ("WS", "OUT", "N", "K", "k_per_split", "stride_om", "stride_os")
     compile_sm90(bf16_gemv_kernel, sig, {"STAGES": stages, "W_BN": 32, "GROUP_ROWS": group_rows, "LANES": lanes,
-                                         **_offline_pdl(), "FIXUP": fixup},
-                 divisible, f"bf16_gemv_kernel (STAGES={stages}, GROUP_ROWS={group_rows}, LANES={lanes}, "
-                 f"FIXUP={fixup})")
+                                         **_offline_pdl()},
+                 divisible, f"bf16_gemv_kernel (STAGES={stages}, GROUP_ROWS={group_rows}, LANES={lanes})")
 
 
 def gluon_gemv_stages(lanes: int = 1) -> int:
@@ -100,12 +92,11 @@ def main():
     if args.compile_only:
         from deepinfer_adapters.kernels import gluon_gemv
 
-        for stages, lanes, fixup in itertools.product(args.stages, args.lanes, (False, True)):
-            compile_offline(stages, lanes=lanes, fixup=fixup)
+        for stages, lanes in itertools.product(args.stages, args.lanes):
+            compile_offline(stages, lanes=lanes)
         for w_bk, lanes in itertools.product((128, 32), args.lanes):
             compile_offline(gluon_gemv_stages(lanes), pairs=True, w_bk=w_bk, lanes=lanes)
-        for fixup in (False, True):
-            compile_offline_bf16(gluon_gemv.GROUPED_STAGES, lanes=gluon_gemv.GROUPED_LANES, fixup=fixup)
+        compile_offline_bf16(gluon_gemv.GROUPED_STAGES, lanes=gluon_gemv.GROUPED_LANES)
         return
 
     from benchmarks.bench_decode_gemv import BLOCK, LINEARS, PER_LAYER, random_weight

@@ -339,9 +339,6 @@ AB_SWITCHES = {
     # the FP8 Gluon GEMV's ring of another depth than gluon_gemv.STAGES (one lane) or TWO_LANE_STAGES (slots a lane)
     **{f"gemv_stages{v}": flag(gluon_gemv, "STAGES", v) for v in (4, 6, 10)},
     **{f"gemv_two_lane_stages{v}": flag(gluon_gemv, "TWO_LANE_STAGES", v) for v in (6, 8)},
-    # the Gluon GEMVs' K-split partials added by each tile's last split (gluon_gemv.FIXUP_SPLITS; prepared, off):
-    # no split-sum launch after them
-    "fixup_splits": flag(gluon_gemv, "FIXUP_SPLITS", True),
     # wo_a's ring (bf16_gemv_kernel: GROUPED_STAGES slots of 12 KB a lane, two lanes) of another depth, and one
     # token's experts (pair_gemm) on another share of the SMs than gluon_gemv.PAIR_SM_SHARE
     **{f"grouped_stages{v}": flag(gluon_gemv, "GROUPED_STAGES", v) for v in (2, 3, 6)},

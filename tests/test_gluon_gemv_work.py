@@ -50,19 +50,3 @@ def test_work_follows_the_rule_on_the_share_of_the_sms(monkeypatch):
     # 3 = 24; unsplit 41; 4 ways two a lane: 2 x 11 + 3 = 25; 8 ways four a lane: 4 x 6 + 3 = 27), on the 28
     # programs that keep one item a lane
     assert gluon_gemv._work(28, 5120, 2, cpu, share=0.25) == (2, 2560, 28)
-
-
-def test_outputs_of_a_launch(monkeypatch):
-    """``_outputs``: unsplit, the result itself; split, fp32 partials [split, rows, N] and a result the split sum
-    fills after the launch -- or, with ``FIXUP_SPLITS``, the kernel (unless the launch has more tiles than a
-    stream's counters, which keeps the split sum)."""
-    cpu = torch.device("cpu")
-    whole = gluon_gemv._outputs(1, 28, 3, 1792, cpu, torch.bfloat16)
-    assert whole.out is whole.final and whole.out.shape == (3, 1792) and whole.out.dtype == torch.bfloat16
-    assert not whole.fixup and whole.result() is whole.final
-    assert whole.kernel_args()[:2] == (1792, 0) and whole.kernel_args()[4] == 1792
-    monkeypatch.setattr(gluon_gemv, "FIXUP_SPLITS", True)
-    split = gluon_gemv._outputs(4, gluon_gemv.COUNTERS_A_STREAM + 1, 3, 1792, cpu, torch.bfloat16)
-    assert split.out.shape == (4, 3, 1792) and split.out.dtype == torch.float32 and not split.fixup
-    assert split.dtype == torch.bfloat16  # what the split sum rounds to after the launch
-    assert split.kernel_args()[:2] == (1792, 3 * 1792)

@@ -38,7 +38,6 @@ a ring each) an SM.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 import torch
 
@@ -93,12 +92,6 @@ TWO_LANE_STAGES = 4
 # scales in the ring B=1 1.882 vs 1.890 / 1.906, B=8 4.513 vs 4.573 / 4.545 (7 of 7 rounds)
 ITEM_STEPS = 1.0  # a work item's fixed cost in 128-input steps (its first scales, its store)
 SPLIT_STEPS = 3.0  # the split sum's launch in steps (~2 us against ~0.6 a busy lane's step)
-# where K is split, the tile's last split to finish adds the tile's partials itself (``_finish_item``: arrivals
-# counted per tile, in split order, the split sum's bits) instead of a split-sum launch after the GEMV: at B=1 46
-# launches of ~1.2-2 us (+ ~0.4 us gaps) a step, about five a layer on the critical path (the s24a timeline).
-# Prepared in session 24, not yet run on a GPU
-FIXUP_SPLITS = False
-COUNTERS_A_STREAM = 1 << 14  # tiles a launch may have for FIXUP_SPLITS (more: the split-sum launch)
 PROGRAMS_PER_SM = 1  # the kernel takes ~255 registers a thread for its 256 (ptxas): one program fits an SM
 # two warpgroups an SM for the FP8 products (two lanes, each with its loader warp and ring of TWO_LANE_STAGES slots, as
 # wo_a's kernel) where a product has at most this many activation rows: a one-token step's dense linears and every pair,
@@ -196,52 +189,11 @@ def balanced_work(n_tiles: int, K: int, most_programs: int, lanes_per_program: i
     return split, k_per_split, -(-n_tiles * split // (per_lane * lanes_per_program))
 
 
-class _Outputs(NamedTuple):
-    """A launch's outputs: ``out`` the kernel's OUT (the result, or where K is split its fp32 partials [split,
-    rows, N]); ``final`` the result [rows, N] in ``dtype`` where the kernel adds the partials itself (``fixup``:
-    the tile's last split, counting arrivals in ``counters``), else ``out`` (an unused pointer, as ``counters``:
-    the split sum adds the partials after the launch)."""
-    out: torch.Tensor
-    final: torch.Tensor
-    counters: torch.Tensor
-    fixup: bool
-    dtype: torch.dtype
-
-    def kernel_args(self) -> tuple:
-        """OUT's token and split strides, FINAL, COUNTERS and FINAL's token stride (the kernels' order)."""
-        split_stride = self.out.stride(0) if self.out.dim() == 3 else 0
-        return self.out.stride(-2), split_stride, self.final, self.counters, self.final.stride(-2)
-
-    def result(self) -> torch.Tensor:
-        if self.out.dim() == 2 or self.fixup:
-            return self.final
-        return sum_splits(self.out, self.dtype)
-
-
-def _outputs(split: int, tiles: int, rows: int, N: int, device: torch.device, out_dtype: torch.dtype) -> _Outputs:
-    """``_Outputs`` of a launch of ``tiles`` 64-row tiles, each split ``split`` ways."""
-    if split == 1:
-        out = torch.empty((rows, N), device=device, dtype=out_dtype)
-        return _Outputs(out, out, out, False, out_dtype)
-    parts = torch.empty((split, rows, N), device=device, dtype=torch.float32)
-    if not (FIXUP_SPLITS and tiles <= COUNTERS_A_STREAM):
-        return _Outputs(parts, parts, parts, False, out_dtype)
-    return _Outputs(parts, torch.empty((rows, N), device=device, dtype=out_dtype), _counters(device), True,
-                    out_dtype)
-
-
-_COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
-
-
-def _counters(device: torch.device) -> torch.Tensor:
-    """The current stream's arrival counters (int32 zeros between launches: each launch's last arrival at a
-    tile re-arms it). One set a stream: launches on a stream run one after the other (under PDL each
-    partition waits for the kernel before it), while a side stream's GEMV may run at the same time."""
-    key = (device, torch.cuda.current_stream(device).cuda_stream)
-    counters = _COUNTERS.get(key)
-    if counters is None:
-        counters = _COUNTERS[key] = torch.zeros(COUNTERS_A_STREAM, device=device, dtype=torch.int32)
-    return counters
+def _output(split: int, rows: int, N: int, device: torch.device, out_dtype: torch.dtype) -> torch.Tensor:
+    """The fp32 partials [split, rows, N] where K is split (``sum_splits`` adds them), else [rows, N] in
+    ``out_dtype``."""
+    return torch.empty((split, rows, N) if split > 1 else (rows, N), device=device,
+                       dtype=torch.float32 if split > 1 else out_dtype)
 
 
 def pdl_options() -> dict:
@@ -271,17 +223,18 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
     rows = 1 if pairs is not None else q.shape[0]  # activation rows a product: a pair takes one
     n_lanes = lanes(rows)
     split, k_per_split, programs = _work(n_tiles, K, n_lanes, q.device, share)
-    outs = _outputs(split, n_tiles, out_rows, N, q.device, out_dtype)
+    out = _output(split, out_rows, N, q.device, out_dtype)
     n_items = n_tiles * split
     q = q if q.is_contiguous() else q.contiguous()
     w_desc, a_desc = _tma(w_rows, ROWS), _tma(q, TOKENS)
     experts, a_rows = pairs if pairs is not None else (ws, ws)  # unused pointers without pairs
     fp8_gemv_kernel[(programs,)](
-        w_desc, a_desc, ws, q_scale, outs.out, experts, a_rows, N, rows, K, k_per_split, split, n_items,
-        tiles_per_pair, *nt_kt, ws.stride(0), q_scale.stride(0), *outs.kernel_args(),
-        STAGES=TWO_LANE_STAGES if n_lanes == 2 else STAGES, W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None,
-        LANES=n_lanes, num_warps=4, FIXUP=outs.fixup, **pdl_options())
-    return outs.result()
+        w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, rows, K, k_per_split, split, n_items, tiles_per_pair,
+        *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0,
+        STAGES=TWO_LANE_STAGES if n_lanes == 2 else STAGES,
+        W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=n_lanes, num_warps=4,
+        **pdl_options())
+    return out if split == 1 else sum_splits(out, out_dtype)
 
 
 def pairs_fit(x: torch.Tensor, weights: tuple[torch.Tensor, ...], scales: tuple[torch.Tensor, ...],
@@ -349,15 +302,15 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, b
     N = weight.shape[0]
     n_tiles = N // ROWS
     split, k_per_split, programs = _work(n_tiles, K, GROUPED_LANES, x.device, GROUPED_SM_SHARE)
-    outs = _outputs(split, n_tiles, T, N, x.device, x.dtype)
+    out = _output(split, T, N, x.device, x.dtype)
     n_items = n_tiles * split
     w_desc, a_desc = _tma(weight, ROWS), _tma(x.contiguous().view(T, G * K), TOKENS)
     words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
     bf16_gemv_kernel[(programs,)](
-        w_desc, a_desc, words, outs.out, N, T, K, k_per_split, split, n_items, words.stride(0), *outs.kernel_args(),
-        STAGES=GROUPED_STAGES, W_BN=32, GROUP_ROWS=N // G, LANES=GROUPED_LANES, num_warps=4, FIXUP=outs.fixup,
-        **pdl_options())
-    return outs.result().view(T, G, N // G)
+        w_desc, a_desc, words, out, N, T, K, k_per_split, split, n_items, words.stride(0), out.stride(-2),
+        out.stride(0) if split > 1 else 0, STAGES=GROUPED_STAGES, W_BN=32, GROUP_ROWS=N // G, LANES=GROUPED_LANES,
+        num_warps=4, **pdl_options())
+    return (out if split == 1 else sum_splits(out, x.dtype)).view(T, G, N // G)
 
 
 register("fp8_linear", "gluon", fp8_linear, supports=fits, priority=20)  # above the Triton kernels (10)

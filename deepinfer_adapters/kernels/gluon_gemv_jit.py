@@ -217,68 +217,20 @@ def _step(acc, zero, w_smem, a_smem, ready, empty, g, words, a0, a1, a2, a3, STA
     return acc
 
 
-# the layout an item's [64 weight rows, T tokens] result is stored from (and a tile's partials summed in)
-_OUT_LAYOUT = gl.constexpr(gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1]))
-
-
-@gluon.jit
-def _tile_places(row0, out_row0, N, M, W_ROWS: gl.constexpr, T: gl.constexpr):
-    """Where an item's result goes, in ``_OUT_LAYOUT``: its output rows (row0 + row) [W_ROWS], its tokens
-    (out_row0 + token) [T], and the mask [W_ROWS, T] of rows below N and tokens below M."""
-    orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, _OUT_LAYOUT))
-    otoks = gl.arange(0, T, layout=gl.SliceLayout(0, _OUT_LAYOUT))
-    mask = gl.expand_dims(orows < N, 1) & gl.expand_dims(otoks < M, 0)
-    return orows, out_row0 + otoks, mask
-
-
 @gluon.jit
 def _store_tile(acc, OUT, row0, out_row0, split, N, M, stride_om, stride_os):
     """An item's [64 weight rows, T tokens] result into OUT[split][out_row0 + token, row0 + row] (rows past N and
     tokens past M left out), in OUT's dtype."""
-    res = gl.convert_layout(acc.to(OUT.dtype.element_ty), _OUT_LAYOUT)
-    orows, toks, mask = _tile_places(row0, out_row0, N, M, acc.shape[0], acc.shape[1])
-    ptrs = OUT + split.to(gl.int64) * stride_os + gl.expand_dims(toks.to(gl.int64) * stride_om, 0) \
+    W_ROWS: gl.constexpr = acc.shape[0]
+    T: gl.constexpr = acc.shape[1]
+    out_layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, 4], [0, 1])
+    res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
+    orows = row0 + gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, out_layout))
+    otoks = gl.arange(0, T, layout=gl.SliceLayout(0, out_layout))
+    mask = gl.expand_dims(orows < N, 1) & gl.expand_dims(otoks < M, 0)
+    ptrs = OUT + split.to(gl.int64) * stride_os + gl.expand_dims((out_row0 + otoks).to(gl.int64) * stride_om, 0) \
         + gl.expand_dims(orows, 1)
     gl.store(ptrs, res, mask=mask)
-
-
-@gluon.jit
-def _sum_tile(PARTS, FINAL, row0, out_row0, n_splits, N, M, stride_om, stride_os, stride_fm, W_ROWS: gl.constexpr,
-              T: gl.constexpr):
-    """FINAL[out_row0 + token, row0 + row] = PARTS[0] + PARTS[1] + ... over a tile's K splits, added one by one
-    in split order in fp32 and rounded once to FINAL's dtype: ``split_sum_kernel``'s order, so its bits. The
-    partials come from other SMs: read from L2 (.cg), past the L1 lines this SM may hold."""
-    orows, toks, mask = _tile_places(row0, out_row0, N, M, W_ROWS, T)
-    toks = toks.to(gl.int64)
-    parts = PARTS + gl.expand_dims(toks * stride_om, 0) + gl.expand_dims(orows, 1)
-    total = gl.load(parts, mask=mask, other=0.0, cache_modifier=".cg")
-    for s in range(1, n_splits):
-        total += gl.load(parts + s * stride_os, mask=mask, other=0.0, cache_modifier=".cg")
-    finals = FINAL + gl.expand_dims(toks * stride_fm, 0) + gl.expand_dims(orows, 1)
-    gl.store(finals, total.to(FINAL.dtype.element_ty), mask=mask)
-
-
-@gluon.jit
-def _finish_item(acc, OUT, FINAL, COUNTERS, tile, row0, out_row0, split, n_splits, N, M, stride_om, stride_os,
-                 stride_fm, FIXUP: gl.constexpr):
-    """An item's result stored: the output where K is not split, else its split's fp32 partial (OUT[split]).
-    FIXUP: the tile's last split to arrive then adds the tile's partials into FINAL itself (``_sum_tile``), so
-    no split-sum launch follows. Arrivals are counted in COUNTERS[tile] (every thread's partial stored before
-    one thread's acquire-release add; the count shared out through a reduction, which synchronizes the
-    warpgroup); the last arrival re-arms the counter (zero) for the next launch on this stream."""
-    _store_tile(acc, OUT, row0, out_row0, split, N, M, stride_om, stride_os)
-    if FIXUP:
-        if n_splits > 1:
-            gl.thread_barrier()
-            one_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])  # a value a thread of the warpgroup
-            lane = gl.arange(0, 128, layout=one_layout)
-            first = lane == 0
-            counter = COUNTERS + tile + lane * 0
-            before = gl.atomic_add(counter, lane * 0 + 1, mask=first, sem="acq_rel", scope="gpu")
-            if gl.max(gl.where(first, before, -1), axis=0) == n_splits - 1:
-                _sum_tile(OUT, FINAL, row0, out_row0, n_splits, N, M, stride_om, stride_os, stride_fm,
-                          acc.shape[0], acc.shape[1])
-                gl.store(counter, lane * 0, mask=first)
 
 
 @gluon.jit
@@ -286,8 +238,7 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_it
                    M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr,
                    W_BN: gl.constexpr, W_BK: gl.constexpr, PAIRS: gl.constexpr, LANE: gl.constexpr = 0,
                    LANES: gl.constexpr = 1, PDL: gl.constexpr = False, ws_smem=None, as_smem=None,
-                   SCALES_IN_RING: gl.constexpr = False, FINAL=None, COUNTERS=None, stride_fm=0,
-                   FIXUP: gl.constexpr = False):
+                   SCALES_IN_RING: gl.constexpr = False):
     """A warpgroup of ``fp8_gemv_kernel``: ``_step`` over the K range of each item of its lane."""
     _wait_for_previous(PDL)
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
@@ -325,16 +276,14 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_it
                 if i + 1 < k_steps:
                     acc = _step(acc, zero, w_smem, a_smem, ready, empty, g + i + 1, wb, b0, b1, b2, b3, STAGES, W_BK)
         g += k_steps
-        _finish_item(acc, OUT, FINAL, COUNTERS, item // n_splits, row0, pair, split, n_splits, N, M, stride_om,
-                     stride_os, stride_fm, FIXUP)
+        _store_tile(acc, OUT, row0, pair, split, N, M, stride_om, stride_os)
 
 
 @gluon.jit
 def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_split, n_splits, n_items, tiles_per_pair,
-                    NT, KT, stride_wsn, stride_asm, stride_om, stride_os, FINAL, COUNTERS, stride_fm,
-                    STAGES: gl.constexpr, W_BN: gl.constexpr, W_BK: gl.constexpr, PAIRS: gl.constexpr,
-                    LANES: gl.constexpr = 1, PDL: gl.constexpr = False, NEXT_LAUNCH: gl.constexpr = 0,
-                    FIXUP: gl.constexpr = False):
+                    NT, KT, stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr,
+                    W_BK: gl.constexpr, PAIRS: gl.constexpr, LANES: gl.constexpr = 1, PDL: gl.constexpr = False,
+                    NEXT_LAUNCH: gl.constexpr = 0):
     """Persistent: program p takes work items p, p + programs, ... (an item: a 64-row tile x one K split) and
     writes OUT[split][token, row] = sum over the split's K range of A[token] W[row] with both operands'
     block scales. WS: the weight's E8M0 scales, per 32 inputs as int32 words (four blocks a word) or per 128
@@ -345,8 +294,7 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
     kernel before first; the next kernel may launch from the start (NEXT_LAUNCH 0), after each loader's last
     copy (1) or at the end (2). Weight scales as words (W_BK 32): each step's scales copied by the loader into the
     ring next to its tiles (cp.async, tracked by the step's ready barrier); as bytes (W_BK 128, pairs only)
-    loaded by the warpgroup a step ahead. FIXUP (K split): OUT holds the partials and each tile's last split
-    adds them into FINAL (``_finish_item``, arrivals counted in COUNTERS, ``stride_fm`` FINAL's token stride)."""
+    loaded by the warpgroup a step ahead."""
     _let_next_launch(PDL and NEXT_LAUNCH == 0)
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
@@ -359,8 +307,7 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
         gl.warp_specialize([
             (_gemv_products, (w0, a0, ready0, empty0, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K,
                               N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
-                              PAIRS, 0, 1, PDL, ws0, as0, SCALES_IN_RING, FINAL, COUNTERS,
-                              stride_fm, FIXUP)),
+                              PAIRS, 0, 1, PDL, ws0, as0, SCALES_IN_RING)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, EXPERT, AROW, n_items, n_splits, k_per_split,
                             K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 1, PDL, NEXT_LAUNCH, ws0, as0, WS, AS,
                             N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
@@ -371,12 +318,10 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
         gl.warp_specialize([
             (_gemv_products, (w0, a0, ready0, empty0, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K,
                               N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
-                              PAIRS, 0, 2, PDL, ws0, as0, SCALES_IN_RING, FINAL, COUNTERS,
-                              stride_fm, FIXUP)),
+                              PAIRS, 0, 2, PDL, ws0, as0, SCALES_IN_RING)),
             (_gemv_products, (w1, a1, ready1, empty1, WS, AS, OUT, EXPERT, AROW, n_items, n_splits, k_per_split, K,
                               N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
-                              PAIRS, 1, 2, PDL, ws1, as1, SCALES_IN_RING, FINAL, COUNTERS,
-                              stride_fm, FIXUP)),
+                              PAIRS, 1, 2, PDL, ws1, as1, SCALES_IN_RING)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, EXPERT, AROW, n_items, n_splits, k_per_split,
                             K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 2, PDL, NEXT_LAUNCH, ws0, as0, WS, AS,
                             N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
@@ -408,8 +353,7 @@ def _bf16_step(acc, w_smem, a_smem, ws_smem, ready, empty, g, STAGES: gl.constex
 
 @gluon.jit
 def _bf16_products(w_smem, a_smem, ws_smem, ready, empty, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
-                   stride_os, STAGES: gl.constexpr, LANE: gl.constexpr, LANES: gl.constexpr, PDL: gl.constexpr,
-                   FINAL, COUNTERS, stride_fm, FIXUP: gl.constexpr):
+                   stride_os, STAGES: gl.constexpr, LANE: gl.constexpr, LANES: gl.constexpr, PDL: gl.constexpr):
     """A warpgroup of ``bf16_gemv_kernel``: ``_bf16_step`` over the K range of each item of its lane, the
     products accumulated in fp32."""
     _wait_for_previous(PDL)
@@ -426,15 +370,13 @@ def _bf16_products(w_smem, a_smem, ws_smem, ready, empty, OUT, n_items, n_splits
         for i in range(k_steps):  # the loader copies each step's words into the ring with its tiles
             acc = _bf16_step(acc, w_smem, a_smem, ws_smem, ready, empty, g + i, STAGES, w_layout)
         g += k_steps
-        _finish_item(acc, OUT, FINAL, COUNTERS, item // n_splits, row0, 0, split, n_splits, N, M, stride_om,
-                     stride_os, stride_fm, FIXUP)
+        _store_tile(acc, OUT, row0, 0, split, N, M, stride_om, stride_os)
 
 
 @gluon.jit
 def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_items, stride_wsn, stride_om,
-                     stride_os, FINAL, COUNTERS, stride_fm, STAGES: gl.constexpr, W_BN: gl.constexpr,
-                     GROUP_ROWS: gl.constexpr, LANES: gl.constexpr, PDL: gl.constexpr = False,
-                     NEXT_LAUNCH: gl.constexpr = 0, FIXUP: gl.constexpr = False):
+                     stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr, GROUP_ROWS: gl.constexpr,
+                     LANES: gl.constexpr, PDL: gl.constexpr = False, NEXT_LAUNCH: gl.constexpr = 0):
     """Persistent, as ``fp8_gemv_kernel``: OUT[split][token, row] = sum over the split's K range of A[token]
     (bf16, not quantized) times the weight row converted to bf16 with its [W_BN, 32] E8M0 block scales (int32
     words: four blocks a 128-input step, copied by the loader into the ring with the step's tiles). GROUP_ROWS
@@ -444,7 +386,7 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
     LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots; of P programs, program p's
     lane l takes items p + l P, p + (l + 2) P, ... The conversion to bf16 holds one warpgroup to ~0.7 us a step
     against ~0.26 us for the step's copies (session 21): a second one converts while the first waits. PDL,
-    NEXT_LAUNCH, FINAL, COUNTERS, FIXUP: as ``fp8_gemv_kernel``'s."""
+    NEXT_LAUNCH: as ``fp8_gemv_kernel``'s."""
     _let_next_launch(PDL and NEXT_LAUNCH == 0)
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
@@ -454,7 +396,7 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
     if LANES == 1:
         gl.warp_specialize([
             (_bf16_products, (w0, a0, ws0, ready0, empty0, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
-                              stride_os, STAGES, 0, 1, PDL, FINAL, COUNTERS, stride_fm, FIXUP)),
+                              stride_os, STAGES, 0, 1, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 1, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
                             stride_wsn, 0, W_BN, True, False)),
@@ -464,9 +406,9 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
         ws1, as1 = _scale_slots(STAGES, W_ROWS, T)
         gl.warp_specialize([
             (_bf16_products, (w0, a0, ws0, ready0, empty0, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
-                              stride_os, STAGES, 0, 2, PDL, FINAL, COUNTERS, stride_fm, FIXUP)),
+                              stride_os, STAGES, 0, 2, PDL)),
             (_bf16_products, (w1, a1, ws1, ready1, empty1, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
-                              stride_os, STAGES, 1, 2, PDL, FINAL, COUNTERS, stride_fm, FIXUP)),
+                              stride_os, STAGES, 1, 2, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 2, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
                             stride_wsn, 0, W_BN, True, False)),

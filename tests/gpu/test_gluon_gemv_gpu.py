@@ -48,17 +48,15 @@ def _rel(a, b):
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
-@pytest.mark.parametrize("fixup", [False, True])
 @pytest.mark.parametrize("lanes", [1, 2])
 @pytest.mark.parametrize("M", [1, 5, 16])
 @pytest.mark.parametrize("N,K", [(1792, 5120), (1824, 5120), (4096, 1280), (5120, 8192), (5120, 2304), (4608, 5120)])
-def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(monkeypatch, M, N, K, lanes, fixup):
+def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(monkeypatch, M, N, K, lanes):
     """With one warpgroup an SM or two (``TWO_LANE_ROWS`` below every M or above: each lane with its ring), its
     K split (``balanced_work``, unsplit to 8 splits over these shapes) given to the Triton kernel too: the same
-    bits, the partials added after the GEMV or by each tile's last split (``FIXUP_SPLITS``)."""
+    bits."""
     gg = _gg()
     monkeypatch.setattr(gg, "TWO_LANE_ROWS", gg.TOKENS if lanes == 2 else 0)
-    monkeypatch.setattr(gg, "FIXUP_SPLITS", fixup)
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 
     x, w8, scale = _inputs(M, N, K, N + M)
@@ -70,8 +68,7 @@ def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(monkeypatch, M, N
     split, _, programs = gg._work(n_tiles, K, gg.lanes(M), x.device)
     same_split = tg.GemmConfig(16, gg.ROWS, 4, 4, 4, programs=n_tiles * split if split > 1 else 0)
     triton = tg.gemm(q, s, 32, w8, scale, BLOCK, torch.bfloat16, config=same_split, swapped=True, bf16_steps=False)
-    print(f"REPORT gluon gemv lanes={lanes} fixup={fixup} M={M} N={N} K={K}: split {split} on {programs} programs, "
-          f"rel={rel:.2e}, "
+    print(f"REPORT gluon gemv lanes={lanes} M={M} N={N} K={K}: split {split} on {programs} programs, rel={rel:.2e}, "
           f"bits of the Triton FP8 steps: {torch.equal(got, triton)} (rel {_rel(got, triton):.1e})")
     assert got.shape == (M, N) and torch.isfinite(got).all()
     assert rel <= 2e-3
@@ -79,18 +76,15 @@ def test_gluon_gemv_matches_reference_and_the_triton_fp8_steps(monkeypatch, M, N
     assert torch.equal(got, triton)
 
 
-@pytest.mark.parametrize("fixup", [False, True])
 @pytest.mark.parametrize("lanes", [1, 2])
 @pytest.mark.parametrize("programs", [1, 3, 7])
-def test_few_programs_take_many_items_each(monkeypatch, programs, lanes, fixup):
+def test_few_programs_take_many_items_each(monkeypatch, programs, lanes):
     """A persistent program's ring runs on across its items (phases included): with 1, 3 or 7 programs each
     takes tens of items of 1 to 3 steps (the last K split of 5120 in 384s is one step), so the ring wraps
-    mid-item (the scale slots with it), in one lane or two; a tile's splits may all fall to one program (the
-    partials then added by it where ``FIXUP_SPLITS``). The bits must not depend on how the items are shared
-    out."""
+    mid-item (the scale slots with it), in one lane or two. The bits must not depend on how the items are
+    shared out."""
     gg = _gg()
     monkeypatch.setattr(gg, "TWO_LANE_ROWS", gg.TOKENS if lanes == 2 else 0)
-    monkeypatch.setattr(gg, "FIXUP_SPLITS", fixup)
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 
     x, w8, scale = _inputs(3, 1792, 5120, 11)
@@ -102,22 +96,17 @@ def test_few_programs_take_many_items_each(monkeypatch, programs, lanes, fixup):
     assert _rel(few, reference_fp8.fp8_linear(x, w8, scale, BLOCK, 32)) <= 2e-3
 
 
-@pytest.mark.parametrize("fixup", [False, True])
 @pytest.mark.parametrize("next_launch", [0, 1, 2])
 @pytest.mark.parametrize("M", [1, 8])
-def test_a_chain_under_pdl_in_a_graph_gives_the_bits_without_it(monkeypatch, M, next_launch, fixup):
+def test_a_chain_under_pdl_in_a_graph_gives_the_bits_without_it(monkeypatch, M, next_launch):
     """act_quant -> GEMV -> act_quant -> GEMV replayed from a CUDA graph under programmatic dependent launch
     (``pdl_options``: each GEMV launched while the quantization before it runs, the quantization after it
     launched from the GEMV's start, after its last copies or at its end: ``NEXT_LAUNCH``), the input rewritten
     between replays: the bits of the same chain run eagerly without PDL. A partition reading the activations or
-    their scales before its wait would read the last replay's. ``FIXUP_SPLITS``: the second GEMV counts its
-    tiles' arrivals in the counters the first one re-armed, replay after replay (K split at both M)."""
+    their scales before its wait would read the last replay's."""
     gg = _gg()
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
     from deepinfer_adapters.kernels import triton_support
-
-    monkeypatch.setattr(gg, "FIXUP_SPLITS", fixup)
-    assert gg._work(5120 // gg.ROWS, 5120, gg.lanes(M), torch.device("cuda"))[0] > 1
 
     x, w8, scale = _inputs(M, 5120, 5120, 21 + M)
 
@@ -140,33 +129,6 @@ def test_a_chain_under_pdl_in_a_graph_gives_the_bits_without_it(monkeypatch, M, 
         static.copy_(inp)
         graph.replay()
         assert torch.equal(out, expected)
-
-
-def test_split_gemvs_on_two_streams_at_once_keep_their_counters_apart(monkeypatch):
-    """``FIXUP_SPLITS`` with a GEMV running on a side stream next to one on the main stream, over and over with
-    no synchronization between them (as the decode step's side streams do): each stream counts arrivals in its
-    own counters, so every result has the bits of the same GEMV run alone."""
-    gg = _gg()
-    from deepinfer_adapters.kernels import triton_fp8_gemm as tg
-
-    monkeypatch.setattr(gg, "FIXUP_SPLITS", True)
-    cases = [_inputs(1, 1792, 5120, 31), _inputs(1, 5120, 8192, 32)]
-    quantized = [(tg.act_quant(x, 32), w8, scale) for x, w8, scale in cases]
-    for (q, s), w8, scale in quantized:
-        assert gg._work(-(-w8.shape[0] // gg.ROWS), w8.shape[1], gg.lanes(1), q.device)[0] > 1
-    alone = [gg.gemv(q, s, w8, scale, torch.bfloat16) for (q, s), w8, scale in quantized]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    outs = []
-    for _ in range(20):
-        with torch.cuda.stream(side):
-            (q, s), w8, scale = quantized[1]
-            outs.append((1, gg.gemv(q, s, w8, scale, torch.bfloat16)))
-        (q, s), w8, scale = quantized[0]
-        outs.append((0, gg.gemv(q, s, w8, scale, torch.bfloat16)))
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    assert all(torch.equal(out, alone[i]) for i, out in outs)
 
 
 def test_dispatch_takes_it_where_it_fits(monkeypatch):
@@ -222,14 +184,12 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     assert rel <= NORM_RTOL
     monkeypatch.setattr(gg, "PAIR_SM_SHARE", 0.25)
     assert torch.equal(triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0), out)  # 33 programs
-    monkeypatch.setattr(gg, "FIXUP_SPLITS", not gg.FIXUP_SPLITS)  # the partials added by the kernel or after it
-    assert torch.equal(triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0), out)
     x2 = torch.randn(2, D, device="cuda", generator=g).bfloat16()
     w2_, ids2 = routing(2, E, 6, seed=per + 1)
     triton_moe.moe_experts(x2, w2_, ids2, *experts, block, 32, 10.0)
     with invariance.batch_invariant(True):
         triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0)
-    assert len(calls) == 6  # two for each one-token run (the default share, a quarter of the SMs, the other fixup)
+    assert len(calls) == 4  # two for each one-token run (at the default share and at a quarter of the SMs)
 
 
 @pytest.mark.parametrize("lanes", [1, 2])
@@ -240,7 +200,7 @@ def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
     bf16 products -- the weight converted with its [32, 32] block scales in registers, each group's rows reading their
     group's inputs -- within bf16 GEMM rounding of the reference and of the Triton grouped kernel. K split at the
     small widths; batch-invariant mode keeps the Triton kernel. One warpgroup or two (each with its ring and
-    scale slots); the partials added by the kernel or after it (``FIXUP_SPLITS``): the same bits."""
+    scale slots)."""
     gg = _gg()
     monkeypatch.setattr(gg, "GROUPED_LANES", lanes)
     g = torch.Generator(device="cuda").manual_seed(T + G)
@@ -261,8 +221,6 @@ def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
         torch.testing.assert_close(got.float(), other.float(), rtol=2.0**-7,
                                    atol=2.0**-8 * float(other.float().abs().max()))
     assert _rel(got, ref) <= 2e-3
-    monkeypatch.setattr(gg, "FIXUP_SPLITS", not gg.FIXUP_SPLITS)  # the partials added by the kernel or after it
-    assert torch.equal(kernels.fp8_grouped_linear(x, w8, scale, BLOCK), got)
     with invariance.batch_invariant(True):
         assert kernels.chosen("fp8_grouped_linear", x, w8, scale, BLOCK) != "gluon"
 
