@@ -343,6 +343,9 @@ AB_SWITCHES = {
     # token's experts (pair_gemm) on another share of the SMs than gluon_gemv.PAIR_SM_SHARE
     **{f"grouped_stages{v}": flag(gluon_gemv, "GROUPED_STAGES", v) for v in (2, 3, 6)},
     **{f"pair_share{round(v * 100)}": flag(gluon_gemv, "PAIR_SM_SHARE", v) for v in (0.75, 0.875, 1.0)},
+    # one token's experts: w13's K-split partials added by a split-sum launch, not by swiglu_quant
+    # (triton_moe.SWIGLU_ADDS_SPLITS)
+    "swiglu_adds_splits": flag(triton_moe, "SWIGLU_ADDS_SPLITS", False),
     # the Gluon GEMVs' K split (gluon_gemv.balanced_work) costing a work item's fixed part or a split sum otherwise
     # (other splits: other bits)
     **{f"gemv_item_steps{v:g}": flag(gluon_gemv, "ITEM_STEPS", v) for v in (0.0, 0.5, 2.0, 4.0)},

@@ -37,3 +37,35 @@ print("OK", checked)
 
 def test_swiglu_kernel_matches_the_reference_under_the_interpreter():
     assert "OK 8" in run_interpreted(SCRIPT)
+
+
+SPLITS_SCRIPT = r"""
+import torch
+from deepinfer_adapters.kernels import triton_moe
+from deepinfer_adapters.kernels.triton_fp8_gemm import sum_splits
+g = torch.Generator().manual_seed(1)
+checked = 0
+for S, R, I in ((2, 6, 512), (3, 1, 256)):
+    parts = torch.randn(S, R, 2 * I, generator=g) * 3  # a K-split w13's fp32 partials [split, pair, gate | up]
+    rw = torch.rand(R, generator=g)
+    for limit in (0.0, 7.0):
+        want_q, want_s = triton_moe.swiglu_quant(sum_splits(parts, torch.bfloat16), rw, limit, 32)
+        got_q, got_s = triton_moe.swiglu_quant(parts, rw, limit, 32)
+        assert torch.equal(got_q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(got_s, want_s)
+        first_q, _ = triton_moe.swiglu_quant(parts[0], rw, limit, 32)  # a control: one partial alone differs
+        assert not torch.equal(first_q.view(torch.uint8), want_q.view(torch.uint8))
+        checked += 1
+try:
+    triton_moe.swiglu_quant(parts.to(torch.bfloat16), rw, 0.0, 32)
+except ValueError as e:
+    assert "fp32" in str(e)
+    checked += 1
+print("OK", checked)
+"""
+
+
+def test_swiglu_quant_adds_k_split_partials_as_the_split_sum_does():
+    """``swiglu_quant`` over a K-split GEMM's fp32 partials gives the codes and scales it gives over
+    ``sum_splits``' bf16 sum (the Gluon pair GEMV's w13 hands it its partials, ``SWIGLU_ADDS_SPLITS``);
+    bf16 partials are refused by name."""
+    assert "OK 5" in run_interpreted(SPLITS_SCRIPT)

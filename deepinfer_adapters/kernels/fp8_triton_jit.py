@@ -561,19 +561,28 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
 
 
 @triton.jit
-def swiglu_quant_kernel(H, RW, Q, S, I, stride_h, stride_q, stride_s, limit,
+def swiglu_quant_kernel(H, RW, Q, S, I, stride_h, stride_q, stride_s, limit, splits, stride_hs,
                         BLOCK: tl.constexpr, GROUPS: tl.constexpr, HAS_LIMIT: tl.constexpr,
-                        DEQUANT_OUT: tl.constexpr):
+                        DEQUANT_OUT: tl.constexpr, SUM_TO_BF16: tl.constexpr = False):
     """One sorted MoE row x GROUPS blocks: clamp, silu(gate) * up, times the route weight,
     rounded to bf16 (the reference's w2 input), then quantized like act_quant_kernel
-    (DEQUANT_OUT: the round-tripped values in Q's dtype instead of codes and scales)."""
+    (DEQUANT_OUT: the round-tripped values in Q's dtype instead of codes and scales). H may be a
+    K-split GEMM's fp32 partials (``splits`` of them, ``stride_hs`` apart): added first as
+    split_sum_kernel adds them (one by one in split order, fp32) and rounded to bf16 where
+    SUM_TO_BF16 -- the GEMM's result as its split sum would have stored it."""
     pdl_start()
     row = tl.program_id(0).to(tl.int64)
     group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
     offs = group[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     mask = offs < I
-    gate = tl.load(H + row * stride_h + offs, mask=mask, other=0.0).to(tl.float32)
-    up = tl.load(H + row * stride_h + I + offs, mask=mask, other=0.0).to(tl.float32)
+    gate = tl.load(H + row * stride_h + offs, mask=mask, other=0.0)
+    up = tl.load(H + row * stride_h + I + offs, mask=mask, other=0.0)
+    for s in range(1, splits):
+        gate += tl.load(H + s * stride_hs + row * stride_h + offs, mask=mask, other=0.0)
+        up += tl.load(H + s * stride_hs + row * stride_h + I + offs, mask=mask, other=0.0)
+    if SUM_TO_BF16:
+        gate, up = gate.to(tl.bfloat16), up.to(tl.bfloat16)
+    gate, up = gate.to(tl.float32), up.to(tl.float32)
     if HAS_LIMIT:
         up = tl.minimum(tl.maximum(up, -limit), limit)
         gate = tl.minimum(gate, limit)

@@ -215,9 +215,11 @@ def _tma(t: torch.Tensor, box_rows: int):
 def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: torch.Tensor, out_rows: int, N: int,
             K: int, n_tiles: int, tiles_per_pair: int, out_dtype: torch.dtype, *, w_bn: int, w_bk: int,
             pairs: tuple[torch.Tensor, torch.Tensor] | None = None, nt_kt: tuple[int, int] = (1, 1),
-            share: float | None = None) -> torch.Tensor:
+            share: float | None = None, partials: bool = False) -> torch.Tensor:
     """Split K, allocate the output, build the TMA descriptors (weight boxes of ROWS x 128 from ``w_rows``,
-    activation boxes of TOKENS x 128) and launch ``fp8_gemv_kernel``; ``pairs``: (experts, activation rows)."""
+    activation boxes of TOKENS x 128) and launch ``fp8_gemv_kernel``; ``pairs``: (experts, activation rows).
+    ``partials``: where K is split, the fp32 partials [split, rows, N] as the kernel left them (the caller's
+    next kernel adds them in split order, as ``sum_splits``), not their sum."""
     from deepinfer_adapters.kernels.gluon_gemv_jit import fp8_gemv_kernel
 
     rows = 1 if pairs is not None else q.shape[0]  # activation rows a product: a pair takes one
@@ -234,7 +236,7 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
         STAGES=TWO_LANE_STAGES if n_lanes == 2 else STAGES,
         W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=n_lanes, num_warps=4,
         **pdl_options())
-    return out if split == 1 else sum_splits(out, out_dtype)
+    return out if split == 1 or partials else sum_splits(out, out_dtype)
 
 
 def pairs_fit(x: torch.Tensor, weights: tuple[torch.Tensor, ...], scales: tuple[torch.Tensor, ...],
@@ -256,12 +258,12 @@ def pairs_fit(x: torch.Tensor, weights: tuple[torch.Tensor, ...], scales: tuple[
 
 
 def pair_gemm(q: torch.Tensor, q_scale: torch.Tensor, a_rows: torch.Tensor, experts: torch.Tensor,
-              weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], out_dtype: torch.dtype
-              ) -> torch.Tensor:
+              weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], out_dtype: torch.dtype, *,
+              partials: bool = False) -> torch.Tensor:
     """out [P, N]: row r = (q[a_rows[r]] x its per-32 scales) (expert experts[r]'s weight x its (1, 32) or
     (1, 128) E8M0 scales)^T, for P pairs of one token (``triton_moe.pair_route``' rows); weight E4M3 in
     quant.to_e4m3_tiles' [E, N / 128, K / 128, 128, 128]. The persistent kernel's items are (pair, 64-row
-    tile, K split)."""
+    tile, K split). ``partials``: as ``_launch``'s (then out may be fp32 [split, P, N])."""
     E, NT, KT = weight.shape[:3]
     N, K, P = NT * 128, KT * 128, experts.numel()
     per_row = scale.view(torch.uint8).reshape(E * N, -1)  # an expert's scale rows after the one before's
@@ -269,7 +271,8 @@ def pair_gemm(q: torch.Tensor, q_scale: torch.Tensor, a_rows: torch.Tensor, expe
     tiles_per_pair = -(-N // ROWS)
     # the weight as rows of 128 inputs, tile after tile: a step's box starts at its 128 x 128 tile's row
     return _launch(weight.view(-1, 128), q, q_scale, ws, P, N, K, P * tiles_per_pair, tiles_per_pair, out_dtype,
-                   w_bn=1, w_bk=block[1], pairs=(experts, a_rows), nt_kt=(NT, KT), share=PAIR_SM_SHARE)
+                   w_bn=1, w_bk=block[1], pairs=(experts, a_rows), nt_kt=(NT, KT), share=PAIR_SM_SHARE,
+                   partials=partials)
 
 
 def grouped_fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], **_) -> bool:

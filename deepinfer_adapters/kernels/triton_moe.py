@@ -83,6 +83,9 @@ DECODE_PATH = "bf16"
 # the same experts as E4M3 on their bf16 path 431 / 1411.
 FP4_DECODE_PATH = "fp8"
 PAIR_SORT_KERNEL = True  # pair routing's per-token sort in one Triton launch (else torch's sort + gather)
+# one token's experts: w13's K-split partials added by swiglu_quant, not by a split-sum launch between the two
+# (~2.5 us a MoE layer on the critical path at B=1, the s25check timeline)
+SWIGLU_ADDS_SPLITS = True
 
 
 @functools.cache
@@ -133,17 +136,23 @@ def route(expert_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch
 def swiglu_quant(h13: torch.Tensor, route_w: torch.Tensor, limit: float, block: int, *,
                  dequant_to: torch.dtype | None = None):
     """h13 [R, 2I] bf16 (gate | up), route_w [R] fp32 -> (E4M3 [R, I], fp32 scales [R, I / block]);
-    with ``dequant_to`` the round-tripped values in that dtype instead (and None)."""
+    with ``dequant_to`` the round-tripped values in that dtype instead (and None). h13 may also be a
+    K-split GEMM's fp32 partials [S, R, 2I] (``gluon_gemv.pair_gemm(partials=True)``): the kernel adds them as
+    ``sum_splits(h13, bf16)`` would, one launch instead of two, the same bits."""
     triton, kernel, _, _ = _kernels()
-    R, I = h13.shape[0], h13.shape[1] // 2
+    splits = h13.shape[0] if h13.dim() == 3 else 1
+    if splits > 1 and h13.dtype != torch.float32:
+        raise ValueError(f"swiglu_quant: K-split partials must be fp32, not {h13.dtype}")
+    h13 = h13 if h13.dim() == 3 else h13.unsqueeze(0)
+    R, I = h13.shape[1], h13.shape[2] // 2
     q = torch.empty(R, I, device=h13.device, dtype=dequant_to or torch.float8_e4m3fn)
     s = None if dequant_to else torch.empty(R, triton.cdiv(I, block), device=h13.device, dtype=torch.float32)
     groups = max(1, min(triton.next_power_of_2(triton.cdiv(I, block)), 4096 // block))
     if R:
         kernel[(R, triton.cdiv(triton.cdiv(I, block), groups))](
-            h13, route_w, q, q if s is None else s, I, h13.stride(0), q.stride(0), 0 if s is None else s.stride(0),
-            float(limit), BLOCK=block, GROUPS=groups, HAS_LIMIT=limit > 0, DEQUANT_OUT=dequant_to is not None,
-            num_warps=4, **pdl_launch())
+            h13, route_w, q, q if s is None else s, I, h13.stride(1), q.stride(0), 0 if s is None else s.stride(0),
+            float(limit), splits, h13.stride(0), BLOCK=block, GROUPS=groups, HAS_LIMIT=limit > 0,
+            DEQUANT_OUT=dequant_to is not None, SUM_TO_BF16=splits > 1, num_warps=4, **pdl_launch())
     return q, s
 
 
@@ -297,12 +306,14 @@ def _joined(shared: torch.Tensor | Callable[[], torch.Tensor] | None, x: torch.T
 
 def _pairs_on_gluon(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit, shared):
     """One token's experts on the Gluon GEMV (``gluon_gemv.pair_gemm``, where ``gluon_gemv.GLUON_PAIRS``): the
-    fp8 path's arithmetic, each pair its own row (``pair_route``), no K split at real widths (432 / 480 work
-    items for w13 / w2)."""
+    fp8 path's arithmetic, each pair its own row (``pair_route``), K split where ``gluon_gemv.balanced_work``
+    finds it pays (w13 at B=1 in the s25check timeline); then ``swiglu_quant`` adds w13's partials
+    (``SWIGLU_ADDS_SPLITS``)."""
     T, k = expert_ids.shape
     tiles, rw = pair_route(expert_ids, route_w)
     q, s = fp8.act_quant(x, act_block)
-    h13 = gluon_gemv.pair_gemm(q, s, tiles.row_idx, tiles.expert, w13, w13_scale, block, x.dtype)
+    h13 = gluon_gemv.pair_gemm(q, s, tiles.row_idx, tiles.expert, w13, w13_scale, block, x.dtype,
+                               partials=SWIGLU_ADDS_SPLITS and x.dtype == torch.bfloat16)
     h8, hs = swiglu_quant(h13, rw, limit, act_block)
     out = gluon_gemv.pair_gemm(h8, hs, tiles.row0, tiles.expert, w2, w2_scale, block, x.dtype)
     return combine(out, T, k, None, _joined(shared, x))

@@ -152,7 +152,8 @@ def test_dispatch_takes_it_where_it_fits(monkeypatch):
 def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     """``gluon_gemv.pair_gemm`` (where ``GLUON_PAIRS``) runs one token's routed experts as the MoE's fp8 path
     does: within the MoE tolerance of the reference, for E4M3 tiles with scales per (1, 32) and (1, 128); K
-    split where few tiles run (the small widths), not at the real ones. Two tokens and batch-invariant mode
+    split by ``balanced_work``, w13's partials added by ``swiglu_quant`` or by a split sum (the same bits).
+    Two tokens and batch-invariant mode
     keep the Triton paths. On another share of the SMs (``PAIR_SM_SHARE``): the same bits. (Scales per (1, 32)
     come to the products through the ring's scale slots, per (1, 128) by the warpgroup's loads.)"""
     from deepinfer_adapters.kernels import triton_moe
@@ -168,7 +169,7 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     block = (1, per)
     calls = []
     pair_gemm = gg.pair_gemm
-    monkeypatch.setattr(gg, "pair_gemm", lambda *a: (calls.append(a[4].shape), pair_gemm(*a))[1])
+    monkeypatch.setattr(gg, "pair_gemm", lambda *a, **kw: (calls.append(a[4].shape), pair_gemm(*a, **kw))[1])
     monkeypatch.setattr(gg, "GLUON_PAIRS", True)
     g = torch.Generator(device="cuda").manual_seed(7)
     x = torch.randn(1, D, device="cuda", generator=g).bfloat16()
@@ -184,12 +185,16 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     assert rel <= NORM_RTOL
     monkeypatch.setattr(gg, "PAIR_SM_SHARE", 0.25)
     assert torch.equal(triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0), out)  # 33 programs
+    # w13's partials (where its K is split) added by their own split sum rather than by swiglu_quant: the same bits
+    monkeypatch.setattr(triton_moe, "SWIGLU_ADDS_SPLITS", not triton_moe.SWIGLU_ADDS_SPLITS)
+    assert torch.equal(triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0), out)
+    monkeypatch.setattr(triton_moe, "SWIGLU_ADDS_SPLITS", not triton_moe.SWIGLU_ADDS_SPLITS)
     x2 = torch.randn(2, D, device="cuda", generator=g).bfloat16()
     w2_, ids2 = routing(2, E, 6, seed=per + 1)
     triton_moe.moe_experts(x2, w2_, ids2, *experts, block, 32, 10.0)
     with invariance.batch_invariant(True):
         triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0)
-    assert len(calls) == 4  # two for each one-token run (at the default share and at a quarter of the SMs)
+    assert len(calls) == 6  # two for each one-token run (the default share, a quarter of the SMs, the split sum)
 
 
 @pytest.mark.parametrize("lanes", [1, 2])
