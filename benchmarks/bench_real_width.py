@@ -346,6 +346,9 @@ AB_SWITCHES = {
     # one token's experts: w13's K-split partials added by a split-sum launch, not by swiglu_quant
     # (triton_moe.SWIGLU_ADDS_SPLITS)
     "swiglu_adds_splits": flag(triton_moe, "SWIGLU_ADDS_SPLITS", False),
+    # ... and its activation quantized by act_quant after the pair sort, not in the sort's launch
+    # (triton_moe.SORT_QUANTIZES)
+    "sort_quantizes": flag(triton_moe, "SORT_QUANTIZES", False),
     # the Gluon GEMVs' K split (gluon_gemv.balanced_work) costing a work item's fixed part or a split sum otherwise
     # (other splits: other bits)
     **{f"gemv_item_steps{v:g}": flag(gluon_gemv, "ITEM_STEPS", v) for v in (0.0, 0.5, 2.0, 4.0)},

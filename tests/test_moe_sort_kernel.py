@@ -100,3 +100,34 @@ def test_blocked_pair_sort_matches_the_torch_route_under_the_interpreter():
     lines = [line.split() for line in run_interpreted(BLOCKED).strip().splitlines()]
     assert len(lines) == 7
     assert all(line == ["1", "1", "1"] for line in lines), lines
+
+
+SORT_QUANTIZE_SCRIPT = r"""
+import torch
+from deepinfer_adapters.kernels import triton_moe_sort
+from deepinfer_adapters.kernels.triton_fp8_gemm import act_quant
+g = torch.Generator().manual_seed(3)
+checked = 0
+for T, k, E, D in ((1, 6, 384, 5120), (3, 6, 16, 96), (2, 8, 64, 4096 + 64)):
+    ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)])
+    w = torch.rand(T, k, generator=g)
+    x = (torch.randn(T, D, generator=g) * torch.logspace(-3, 2, D)).bfloat16()
+    experts, rw = triton_moe_sort.sort_each_token(ids, w)
+    e2, rw2, q, s = triton_moe_sort.sort_each_token_and_quantize(ids, w, x, 32)
+    want_q, want_s = act_quant(x, 32)
+    assert torch.equal(e2, experts) and torch.equal(rw2, rw)
+    assert torch.equal(experts.view(T, k), ids.sort(1).values.int())  # ascending experts, each token
+    assert q.shape == (T, D) and s.shape == want_s.shape
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
+    assert (q.float() != 0).float().mean() > 0.5  # codes written, not left as the allocation's
+    checked += 1
+print("OK", checked)
+"""
+
+
+def test_sort_each_token_quantizes_in_the_same_launch_as_act_quant():
+    """``sort_each_token_and_quantize`` (the one-token MoE's sort with the experts' input quantized by the launch's
+    later programs, ``triton_moe.SORT_QUANTIZES``): the sort's experts and route weights, and ``act_quant``'s codes
+    and scales bit for bit -- one token at the real width (two chunks of 128 blocks), several tokens, a width that
+    ends mid-chunk."""
+    assert "OK 3" in run_interpreted(SORT_QUANTIZE_SCRIPT)

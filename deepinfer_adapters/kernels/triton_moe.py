@@ -86,6 +86,9 @@ PAIR_SORT_KERNEL = True  # pair routing's per-token sort in one Triton launch (e
 # one token's experts: w13's K-split partials added by swiglu_quant, not by a split-sum launch between the two
 # (~2.5 us a MoE layer on the critical path at B=1, the s25check timeline)
 SWIGLU_ADDS_SPLITS = True
+# ... and the token's activation quantized by the programs after the sort's, in its launch (one launch fewer on
+# the critical path a MoE layer)
+SORT_QUANTIZES = True
 
 
 @functools.cache
@@ -162,8 +165,6 @@ def pair_route(expert_ids: torch.Tensor, route_w: torch.Tensor) -> tuple[fp8.Gro
     routing is one small sort, not ~25 ops. An expert picked by several tokens is read once
     per pair, so this is the default for one token only (its k experts are distinct). H200,
     real-width model, random routing: 8 and 32 tokens took 1.3 and 7.3 ms longer per step."""
-    T, k = expert_ids.shape
-    device = expert_ids.device
     if PAIR_SORT_KERNEL:  # one launch (triton_moe_sort.sort_each_token); torch's sort and gather ~7
         from deepinfer_adapters.kernels import triton_moe_sort
 
@@ -171,13 +172,19 @@ def pair_route(expert_ids: torch.Tensor, route_w: torch.Tensor) -> tuple[fp8.Gro
     else:
         ids, perm = expert_ids.sort(dim=1, stable=True)
         experts, rw = ids.flatten().to(torch.int32), route_w.float().gather(1, perm).flatten()
+    return _pair_tiles(experts, *expert_ids.shape), rw
+
+
+def _pair_tiles(experts: torch.Tensor, T: int, k: int) -> fp8.Groups:
+    """``pair_route``'s tiles over its sorted experts [T k]: row r its own tile, reading token r // k."""
+    device = experts.device
 
     def build() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         rows = torch.arange(T * k, device=device, dtype=torch.int32)
         return rows, rows + 1, rows // k
 
     row0, row1, row_idx = fp8.shape_cached(("moe_pairs", T, k, device), build)
-    return fp8.Groups(expert=experts, row0=row0, row1=row1, row_idx=row_idx), rw
+    return fp8.Groups(expert=experts, row0=row0, row1=row1, row_idx=row_idx)
 
 
 def combine(out: torch.Tensor, T: int, k: int, rows: torch.Tensor | None = None,
@@ -310,8 +317,14 @@ def _pairs_on_gluon(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block,
     finds it pays (w13 at B=1 in the s25check timeline); then ``swiglu_quant`` adds w13's partials
     (``SWIGLU_ADDS_SPLITS``)."""
     T, k = expert_ids.shape
-    tiles, rw = pair_route(expert_ids, route_w)
-    q, s = fp8.act_quant(x, act_block)
+    if SORT_QUANTIZES and PAIR_SORT_KERNEL:
+        from deepinfer_adapters.kernels import triton_moe_sort
+
+        experts, rw, q, s = triton_moe_sort.sort_each_token_and_quantize(expert_ids, route_w, x, act_block)
+        tiles = _pair_tiles(experts, T, k)
+    else:
+        tiles, rw = pair_route(expert_ids, route_w)
+        q, s = fp8.act_quant(x, act_block)
     h13 = gluon_gemv.pair_gemm(q, s, tiles.row_idx, tiles.expert, w13, w13_scale, block, x.dtype,
                                partials=SWIGLU_ADDS_SPLITS and x.dtype == torch.bfloat16)
     h8, hs = swiglu_quant(h13, rw, limit, act_block)

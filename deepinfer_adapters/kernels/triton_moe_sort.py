@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 
 from deepinfer_adapters.kernels import triton_fp8_gemm as fp8
+from deepinfer_adapters.kernels.fp8_triton_jit import quantize_store
 from deepinfer_adapters.kernels.triton_pdl import pdl_start
 from deepinfer_adapters.kernels.triton_support import pdl_launch
 
@@ -86,31 +87,69 @@ def sort_pairs_kernel(IDS, ORDER, ROW_IDX, EXPERT, ROW0, ROW1, POS, SCRATCH, P, 
 
 
 @triton.jit
-def sort_each_token_kernel(IDS, W, EXPERT, RW, K: tl.constexpr, K_PAD: tl.constexpr, BIG: tl.constexpr):
-    """Token t's K pairs by expert, stably (key = expert x K_PAD + pair): the experts (int32)
-    and their route weights (fp32) at rows t K .. t K + K - 1."""
+def sort_each_token_kernel(IDS, W, EXPERT, RW, T, X, Q, S, D, stride_xm, stride_qm, stride_sm, chunks,
+                           K: tl.constexpr, K_PAD: tl.constexpr, BIG: tl.constexpr, QUANTIZE: tl.constexpr = False,
+                           BLOCK: tl.constexpr = 32, GROUPS: tl.constexpr = 1):
+    """Programs 0 .. T - 1: token t's K pairs by expert, stably (key = expert x K_PAD + pair): the
+    experts (int32) and their route weights (fp32) at rows t K .. t K + K - 1. QUANTIZE: the programs
+    after them quantize the tokens' activations X [T, D] as ``act_quant_kernel`` does (``chunks`` of
+    GROUPS blocks of BLOCK values a row: its codes and scales, the same bits) -- the experts' input,
+    in the routing's launch rather than one of its own after it."""
     pdl_start()
     t = tl.program_id(0).to(tl.int64)
-    j = tl.arange(0, K_PAD)
-    inside = j < K
-    ids = tl.load(IDS + t * K + j, mask=inside, other=BIG).to(tl.int64)  # padding sorts last
-    key = tl.sort(ids * K_PAD + j, 0)
-    pair = key % K_PAD
-    tl.store(EXPERT + t * K + j, (key // K_PAD).to(tl.int32), mask=inside)
-    tl.store(RW + t * K + j, tl.load(W + t * K + pair, mask=inside, other=0.0).to(tl.float32), mask=inside)
+    if t < T:
+        j = tl.arange(0, K_PAD)
+        inside = j < K
+        ids = tl.load(IDS + t * K + j, mask=inside, other=BIG).to(tl.int64)  # padding sorts last
+        key = tl.sort(ids * K_PAD + j, 0)
+        pair = key % K_PAD
+        tl.store(EXPERT + t * K + j, (key // K_PAD).to(tl.int32), mask=inside)
+        tl.store(RW + t * K + j, tl.load(W + t * K + pair, mask=inside, other=0.0).to(tl.float32), mask=inside)
+    elif QUANTIZE:
+        row = (t - T) // chunks
+        group = ((t - T) % chunks) * GROUPS + tl.arange(0, GROUPS)
+        offs = group[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+        mask = offs < D
+        x = tl.load(X + row * stride_xm + offs, mask=mask, other=0.0).to(tl.float32)
+        quantize_store(x, Q + row * stride_qm, S + row * stride_sm, offs, group, mask, D, BLOCK, False)
 
 
 def sort_each_token(expert_ids: torch.Tensor, route_w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """expert_ids, route_w [T, k] -> (experts int32 [T k], route weights fp32 [T k]): each token's
     pairs in ascending expert order (stable: repeated experts keep pair order)."""
+    return _sort_each_token(expert_ids, route_w, None, 0)[:2]
+
+
+def sort_each_token_and_quantize(expert_ids: torch.Tensor, route_w: torch.Tensor, x: torch.Tensor, block: int
+                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``sort_each_token``'s (experts, route weights) and ``triton_fp8_gemm.act_quant(x, block)``'s (E4M3 [T, D],
+    fp32 scales [T, D / block]) from one launch: the one-token MoE's two steps before its experts."""
+    return _sort_each_token(expert_ids, route_w, x, block)
+
+
+def _sort_each_token(expert_ids, route_w, x, block):
     T, k = expert_ids.shape
-    expert = torch.empty(T * k, device=expert_ids.device, dtype=torch.int32)
-    rw = torch.empty(T * k, device=expert_ids.device, dtype=torch.float32)
+    device = expert_ids.device
+    expert = torch.empty(T * k, device=device, dtype=torch.int32)
+    rw = torch.empty(T * k, device=device, dtype=torch.float32)
+    if x is None:
+        q = s = rw  # unused pointers
+        D, chunks, groups, strides = 0, 0, 1, (0, 0, 0)
+    else:
+        x = x if x.stride(-1) == 1 else x.contiguous()
+        D = x.shape[1]
+        blocks = triton.cdiv(D, block)
+        groups = max(1, min(triton.next_power_of_2(blocks), 4096 // block))  # act_quant's
+        chunks = triton.cdiv(blocks, groups)
+        q = torch.empty(T, D, device=device, dtype=torch.float8_e4m3fn)
+        s = torch.empty(T, blocks, device=device, dtype=torch.float32)
+        strides = (x.stride(0), q.stride(0), s.stride(0))
     if T:
-        sort_each_token_kernel[(T,)](expert_ids.contiguous(), route_w.contiguous(), expert, rw, K=k,
-                                     K_PAD=max(2, triton.next_power_of_2(k)), BIG=2**40, num_warps=1,
-                                     **pdl_launch())
-    return expert, rw
+        sort_each_token_kernel[(T + T * chunks,)](
+            expert_ids.contiguous(), route_w.contiguous(), expert, rw, T, rw if x is None else x, q, s, D, *strides,
+            max(chunks, 1), K=k, K_PAD=max(2, triton.next_power_of_2(k)), BIG=2**40, QUANTIZE=x is not None,
+            BLOCK=block or 32, GROUPS=groups, num_warps=1 if x is None else 4, **pdl_launch())
+    return expert, rw, (None if x is None else q), (None if x is None else s)
 
 
 @triton.jit

@@ -152,9 +152,9 @@ def test_dispatch_takes_it_where_it_fits(monkeypatch):
 def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     """``gluon_gemv.pair_gemm`` (where ``GLUON_PAIRS``) runs one token's routed experts as the MoE's fp8 path
     does: within the MoE tolerance of the reference, for E4M3 tiles with scales per (1, 32) and (1, 128); K
-    split by ``balanced_work``, w13's partials added by ``swiglu_quant`` or by a split sum (the same bits).
-    Two tokens and batch-invariant mode
-    keep the Triton paths. On another share of the SMs (``PAIR_SM_SHARE``): the same bits. (Scales per (1, 32)
+    split by ``balanced_work``; w13's partials added by ``swiglu_quant`` or by a split sum, the token quantized
+    in the sort's launch or by ``act_quant`` (the same bits). Two tokens and batch-invariant mode keep the
+    Triton paths. On another share of the SMs (``PAIR_SM_SHARE``): the same bits. (Scales per (1, 32)
     come to the products through the ring's scale slots, per (1, 128) by the warpgroup's loads.)"""
     from deepinfer_adapters.kernels import triton_moe
     from deepinfer_adapters.model_impl.quant import to_e4m3_tiles
@@ -185,16 +185,18 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     assert rel <= NORM_RTOL
     monkeypatch.setattr(gg, "PAIR_SM_SHARE", 0.25)
     assert torch.equal(triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0), out)  # 33 programs
-    # w13's partials (where its K is split) added by their own split sum rather than by swiglu_quant: the same bits
-    monkeypatch.setattr(triton_moe, "SWIGLU_ADDS_SPLITS", not triton_moe.SWIGLU_ADDS_SPLITS)
-    assert torch.equal(triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0), out)
-    monkeypatch.setattr(triton_moe, "SWIGLU_ADDS_SPLITS", not triton_moe.SWIGLU_ADDS_SPLITS)
+    # w13's partials (where its K is split) added by their own split sum rather than by swiglu_quant, and the
+    # token quantized by act_quant rather than in the sort's launch: the same bits
+    for switch in ("SWIGLU_ADDS_SPLITS", "SORT_QUANTIZES"):
+        monkeypatch.setattr(triton_moe, switch, not getattr(triton_moe, switch))
+        assert torch.equal(triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0), out), switch
+        monkeypatch.setattr(triton_moe, switch, not getattr(triton_moe, switch))
     x2 = torch.randn(2, D, device="cuda", generator=g).bfloat16()
     w2_, ids2 = routing(2, E, 6, seed=per + 1)
     triton_moe.moe_experts(x2, w2_, ids2, *experts, block, 32, 10.0)
     with invariance.batch_invariant(True):
         triton_moe.moe_experts(x, w, ids, *experts, block, 32, 10.0)
-    assert len(calls) == 6  # two for each one-token run (the default share, a quarter of the SMs, the split sum)
+    assert len(calls) == 8  # two for each one-token run (the default share, a quarter of the SMs, the two switches)
 
 
 @pytest.mark.parametrize("lanes", [1, 2])
