@@ -325,6 +325,9 @@ AB_SWITCHES = {
     # a compressed layer's decode keys and index in torch (a gather, two cats, a where) instead of one Triton launch
     # (kernels/triton_keys.py)
     "selected_keys": torch_backend("selected_keys"),
+    # a decode step's window (the new KV row stored, the window's keys gathered) as torch's index_copy_ and
+    # index_select instead of one Triton launch (kernels/triton_window.py)
+    "window_kernel": torch_backend("window_store_gather"),
     # a source's compressed rows stored in torch (a gather, a where, an index_put) instead of one Triton launch
     # (kernels/triton_store.py)
     "store_rows": torch_backend("store_rows"),

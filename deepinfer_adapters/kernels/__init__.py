@@ -140,6 +140,10 @@ def store_rows(*args: Any, **kwargs: Any) -> Any:
     return call("store_rows", *args, **kwargs)
 
 
+def window_store_gather(*args: Any, **kwargs: Any) -> Any:
+    return call("window_store_gather", *args, **kwargs)
+
+
 def _composed_ring_pool(kv: Any, score: Any, kv_ring: Any, score_ring: Any, at: Any, group: Any,
                         out_dtype: Any = None) -> Any:
     """``ring_pool`` as torch's row copies and gathers around the ``softmax_pool`` op (its own backend): where no
@@ -204,4 +208,5 @@ from deepinfer_adapters.kernels import gluon_gemv  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_linear, triton_quant, triton_route, triton_topk  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_engram, triton_hadamard  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_compressor, triton_keys, triton_pool  # noqa: E402,F401
+from deepinfer_adapters.kernels import triton_window  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_store  # noqa: E402,F401

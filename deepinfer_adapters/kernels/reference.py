@@ -19,7 +19,7 @@ from deepinfer_adapters.kernels.invariance import wide
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "topk_torch_order", "swiglu", "moe_route", "softmax_pool",
        "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather", "rms_norm_in_dtype", "selected_keys", "ring_pool",
-       "store_rows")
+       "store_rows", "window_store_gather")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -315,6 +315,17 @@ def store_rows(pool: torch.Tensor, addr: torch.Tensor, value: torch.Tensor, keep
     [B, C]; keep [B] bool -- a decode step's compressed rows, stored where the token completes its group."""
     value = value.to(pool.dtype)
     pool[addr] = value if keep is None else torch.where(keep.unsqueeze(1), value, pool[addr])
+
+
+def window_store_gather(rows: torch.Tensor, write_rows: torch.Tensor, read_rows: torch.Tensor,
+                        kv: torch.Tensor) -> torch.Tensor:
+    """A decode step's window: in place ``rows[write_rows[b]] = kv[b]`` (rounded to the rows' dtype), then the
+    keys ``rows[read_rows]`` [B W, d] in kv's dtype. rows [R, d] (the window rings, flattened); kv [B, d];
+    read_rows [B W]: sequence b's W rows (``WindowSlots``), the last of them its new one (write_rows[b]) and no
+    other read row a written one; rows written twice (a graph's padding sequences) take one value -- what a
+    kernel that stores and gathers at once may rely on."""
+    rows.index_copy_(0, write_rows, kv.to(rows.dtype))
+    return rows.index_select(0, read_rows).to(kv.dtype)
 
 
 def softmax_pool(kv: torch.Tensor, score: torch.Tensor) -> torch.Tensor:

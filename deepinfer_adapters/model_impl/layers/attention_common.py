@@ -225,14 +225,10 @@ class AttentionBase(nn.Module):
         ring = state.fixed(self.key, "window_kv")
         size = ring.shape[1]
         slots = batch.shared(("window_slots", size, self.window), lambda: WindowSlots.of(batch, size, self.window))
-        # one index over the flattened ring (a view: state fields are contiguous): torch's row
-        # copy and gather, where two index tensors take its per-element index kernel (H200, 128
-        # sequences: 50 -> 17 us for the read, benchmarks/bench_gather.py; the write at 8
-        # sequences was 3.4-4.1 us so, session 10)
-        rows = ring.flatten(0, 1)
-        rows.index_copy_(0, slots.write_rows, kv.to(ring.dtype))
-        keys = rows.index_select(0, slots.read_rows).view(*slots.valid.shape, *ring.shape[2:])
-        return keys.to(kv.dtype), slots
+        # one index over the flattened ring (a view: state fields are contiguous), not two index tensors (torch's
+        # per-element index kernel: H200, 128 sequences, 50 -> 17 us for the read, benchmarks/bench_gather.py)
+        keys = kernels.window_store_gather(ring.flatten(0, 1), slots.write_rows, slots.read_rows, kv)
+        return keys.view(*slots.valid.shape, *ring.shape[2:]), slots
 
     def attend_gathered(self, q: torch.Tensor, keys: torch.Tensor, index: torch.Tensor,
                         numerics: Numerics) -> torch.Tensor:

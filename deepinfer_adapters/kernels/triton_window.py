@@ -1,0 +1,73 @@
+"""Triton backend of ``window_store_gather`` (CUDA; registered as "triton"): a decode step's new KV row stored
+into its window ring and the window's keys gathered, in one launch.
+
+Why: in torch these are an ``index_copy_`` and an ``index_select`` (~3-5 and ~2-2.6 us at B=1 on the H200, the
+s25check timeline), two launches that take no part in programmatic dependent launch, between the KV projection
+and the sparse attention of every layer. One program a key row: the row's last key is its sequence's new one,
+taken from kv (rounded to the ring's dtype, as the store rounds it) while the same program stores it; every
+other key is a ring row no program of the launch writes (``reference.window_store_gather``' contract), so no
+program waits for another.
+
+Triton is imported lazily (importing ``deepinfer_adapters`` needs no GPU stack).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from deepinfer_adapters.kernels import register
+from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
+
+
+@functools.cache
+def _kernel():
+    import triton
+    import triton.language as tl
+
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
+    from deepinfer_adapters.kernels.triton_pdl import pdl_start
+
+    @triton.jit
+    def window_store_gather_kernel(ROWS, WRITE, READ, KV, KEYS, W, d, stride_r, stride_w, stride_kv, stride_k,
+                                   BLOCK_D: tl.constexpr):
+        pdl_start()
+        i = tl.program_id(0)
+        b = i // W
+        cols = tl.arange(0, BLOCK_D)
+        mask = cols < d
+        if i % W == W - 1:  # the sequence's new key: stored, and kept as the ring holds it
+            value = tl.load(KV + b.to(tl.int64) * stride_kv + cols, mask=mask).to(ROWS.dtype.element_ty)
+            tl.store(ROWS + tl.load(WRITE + b * stride_w) * stride_r + cols, value, mask=mask)
+        else:
+            value = tl.load(ROWS + tl.load(READ + i) * stride_r + cols, mask=mask)
+        tl.store(KEYS + i.to(tl.int64) * stride_k + cols, value.to(KEYS.dtype.element_ty), mask=mask)
+
+    return triton, window_store_gather_kernel
+
+
+def window_store_gather(rows: torch.Tensor, write_rows: torch.Tensor, read_rows: torch.Tensor,
+                        kv: torch.Tensor) -> torch.Tensor:
+    """See ``reference.window_store_gather``."""
+    triton, kernel = _kernel()
+    B, d = kv.shape
+    keys = torch.empty(read_rows.numel(), d, device=kv.device, dtype=kv.dtype)
+    if B:
+        # write_rows may be a strided view (``WindowSlots``: the last column of the read rows)
+        kernel[(read_rows.numel(),)](rows, write_rows, read_rows, kv, keys, read_rows.numel() // B, d, rows.stride(0),
+                                     write_rows.stride(0), kv.stride(0), keys.stride(0),
+                                     BLOCK_D=triton.next_power_of_2(d), num_warps=4, **pdl_launch())
+    return keys
+
+
+def supports(rows: torch.Tensor, write_rows: torch.Tensor, read_rows: torch.Tensor, kv: torch.Tensor) -> bool:
+    B = kv.shape[0] if kv.dim() == 2 else 0
+    return (rows.is_cuda and rows.dim() == 2 and kv.dim() == 2 and kv.shape[1] == rows.shape[1]
+            and rows.stride(1) == 1 and kv.stride(1) == 1 and rows.dtype in FLOAT_DTYPES and kv.dtype in FLOAT_DTYPES
+            and write_rows.dtype == read_rows.dtype == torch.long and write_rows.shape == (B,)
+            and read_rows.dim() == 1 and B > 0 and read_rows.numel() % B == 0
+            and read_rows.is_contiguous() and triton_available())
+
+
+register("window_store_gather", "triton", window_store_gather, supports=supports, priority=10)
