@@ -328,6 +328,8 @@ AB_SWITCHES = {
     # a decode step's window (the new KV row stored, the window's keys gathered) as torch's index_copy_ and
     # index_select instead of one Triton launch (kernels/triton_window.py)
     "window_kernel": torch_backend("window_store_gather"),
+    # ... and the step's window ring rows (WindowSlots) as torch's integer ops (~7 launches) instead of one
+    "window_slots": torch_backend("window_slots"),
     # a source's compressed rows stored in torch (a gather, a where, an index_put) instead of one Triton launch
     # (kernels/triton_store.py)
     "store_rows": torch_backend("store_rows"),

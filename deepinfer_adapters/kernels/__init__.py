@@ -144,6 +144,10 @@ def window_store_gather(*args: Any, **kwargs: Any) -> Any:
     return call("window_store_gather", *args, **kwargs)
 
 
+def window_slots(*args: Any, **kwargs: Any) -> Any:
+    return call("window_slots", *args, **kwargs)
+
+
 def _composed_ring_pool(kv: Any, score: Any, kv_ring: Any, score_ring: Any, at: Any, group: Any,
                         out_dtype: Any = None) -> Any:
     """``ring_pool`` as torch's row copies and gathers around the ``softmax_pool`` op (its own backend): where no

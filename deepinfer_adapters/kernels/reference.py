@@ -19,7 +19,7 @@ from deepinfer_adapters.kernels.invariance import wide
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "topk_torch_order", "swiglu", "moe_route", "softmax_pool",
        "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather", "rms_norm_in_dtype", "selected_keys", "ring_pool",
-       "store_rows", "window_store_gather")
+       "store_rows", "window_store_gather", "window_slots")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -326,6 +326,20 @@ def window_store_gather(rows: torch.Tensor, write_rows: torch.Tensor, read_rows:
     kernel that stores and gathers at once may rely on."""
     rows.index_copy_(0, write_rows, kv.to(rows.dtype))
     return rows.index_select(0, read_rows).to(kv.dtype)
+
+
+def window_slots(positions: torch.Tensor, slots: torch.Tensor, size: int,
+                 window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where a decode step's sequences (positions p and state slots [B]) sit in window rings of ``size`` rows
+    a slot, flattened: (write_rows [B] = the new token's row; read_rows [B window] = the rows of positions
+    p - window + 1 .. p, oldest first; valid [B, window] = which of those positions exist (>= 0); attend_index
+    [B, window] = b window + j where valid, else -1 -- the keys' index into those rows gathered)."""
+    B = positions.shape[0]
+    pos = positions.unsqueeze(1) + torch.arange(1 - window, 1, device=positions.device)
+    rows = slots.unsqueeze(1) * size + pos % size
+    valid = pos >= 0
+    index = torch.where(valid, torch.arange(B * window, device=positions.device).view(B, window), -1)
+    return rows[:, -1].contiguous(), rows.flatten(), valid, index
 
 
 def softmax_pool(kv: torch.Tensor, score: torch.Tensor) -> torch.Tensor:

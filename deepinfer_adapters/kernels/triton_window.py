@@ -1,5 +1,6 @@
-"""Triton backend of ``window_store_gather`` (CUDA; registered as "triton"): a decode step's new KV row stored
-into its window ring and the window's keys gathered, in one launch.
+"""Triton backends of ``window_store_gather`` and ``window_slots`` (CUDA; registered as "triton"): a decode step's
+new KV row stored into its window ring and the window's keys gathered, in one launch; and the step's ring rows
+(``WindowSlots``), in one launch where torch's integer ops were ~7 at the first layer that reads a window.
 
 Why: in torch these are an ``index_copy_`` and an ``index_select`` (~3-5 and ~2-2.6 us at B=1 on the H200, the
 s25check timeline), two launches that take no part in programmatic dependent launch, between the KV projection
@@ -44,13 +45,29 @@ def _kernel():
             value = tl.load(ROWS + tl.load(READ + i) * stride_r + cols, mask=mask)
         tl.store(KEYS + i.to(tl.int64) * stride_k + cols, value.to(KEYS.dtype.element_ty), mask=mask)
 
-    return triton, window_store_gather_kernel
+    @triton.jit
+    def window_slots_kernel(POS, SLOTS, WRITE, READ, VALID, INDEX, size, W, W_PAD: tl.constexpr):
+        pdl_start()
+        b = tl.program_id(0).to(tl.int64)
+        j = tl.arange(0, W_PAD)
+        inside = j < W
+        p = tl.load(POS + b)
+        pos = p - W + 1 + j
+        base = tl.load(SLOTS + b) * size
+        read = pos % size
+        read = tl.where(read < 0, read + size, read)  # a floored modulo, as torch's (C's keeps the sign)
+        tl.store(READ + b * W + j, base + read, mask=inside)
+        tl.store(VALID + b * W + j, (pos >= 0).to(tl.int8), mask=inside)
+        tl.store(INDEX + b * W + j, tl.where(pos >= 0, b * W + j, -1), mask=inside)
+        tl.store(WRITE + b, base + p % size)
+
+    return triton, window_store_gather_kernel, window_slots_kernel
 
 
 def window_store_gather(rows: torch.Tensor, write_rows: torch.Tensor, read_rows: torch.Tensor,
                         kv: torch.Tensor) -> torch.Tensor:
     """See ``reference.window_store_gather``."""
-    triton, kernel = _kernel()
+    triton, kernel, _ = _kernel()
     B, d = kv.shape
     keys = torch.empty(read_rows.numel(), d, device=kv.device, dtype=kv.dtype)
     if B:
@@ -70,4 +87,26 @@ def supports(rows: torch.Tensor, write_rows: torch.Tensor, read_rows: torch.Tens
             and read_rows.is_contiguous() and triton_available())
 
 
+def window_slots(positions: torch.Tensor, slots: torch.Tensor, size: int,
+                 window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """See ``reference.window_slots``: one program a sequence."""
+    triton, _, kernel = _kernel()
+    B, device = positions.shape[0], positions.device
+    write = torch.empty(B, device=device, dtype=torch.long)
+    read = torch.empty(B * window, device=device, dtype=torch.long)
+    valid = torch.empty(B, window, device=device, dtype=torch.bool)
+    index = torch.empty(B, window, device=device, dtype=torch.long)
+    if B:
+        kernel[(B,)](positions, slots, write, read, valid.view(torch.int8), index, size, window,
+                     W_PAD=triton.next_power_of_2(window), num_warps=4, **pdl_launch())
+    return write, read, valid, index
+
+
+def supports_slots(positions: torch.Tensor, slots: torch.Tensor, size: int, window: int) -> bool:
+    return (positions.is_cuda and positions.dim() == 1 and slots.shape == positions.shape
+            and positions.dtype == slots.dtype == torch.long and positions.is_contiguous() and slots.is_contiguous()
+            and window > 0 and size > 0 and triton_available())
+
+
 register("window_store_gather", "triton", window_store_gather, supports=supports, priority=10)
+register("window_slots", "triton", window_slots, supports=supports_slots, priority=10)

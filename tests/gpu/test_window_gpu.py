@@ -1,6 +1,6 @@
 """``window_store_gather`` on CUDA: the Triton kernel stores the new KV rows and gathers the window's keys as the
 torch reference does, bit for bit, at V4.1's decode shapes (window 128, head dim 512), with the rows of
-``WindowSlots`` (a strided write index), an fp32 or bf16 ring and bf16 keys (rounded to nearest even, as torch's
+``WindowSlots`` (from ``window_slots``' kernel, equal to the reference's), an fp32 or bf16 ring and bf16 keys (rounded to nearest even, as torch's
 cast), and a graph's padding sequences writing one row."""
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ def test_window_kernel_matches_reference(positions, slots, ring_dtype):
     batch = DecodeBatch(torch.zeros(B, dtype=torch.long, device="cuda"), torch.tensor(positions, device="cuda"),
                         torch.tensor(slots, device="cuda"), max(positions) + 1)
     ws = WindowSlots.of(batch, size, window)
+    assert kernels.chosen("window_slots", batch.positions, batch.slots, size, window) == "triton"
+    for got, want in zip(kernels.window_slots(batch.positions, batch.slots, size, window),
+                         reference.window_slots(batch.positions, batch.slots, size, window)):
+        assert got.dtype == want.dtype and torch.equal(got, want)
     g = torch.Generator(device="cuda").manual_seed(B)
     ring = torch.randn(9 * size, d, device="cuda", generator=g).to(ring_dtype)
     kv = torch.randn(B, d, device="cuda", generator=g).bfloat16()

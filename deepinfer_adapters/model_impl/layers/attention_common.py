@@ -37,19 +37,16 @@ class WindowSlots:
     """Where a decode step's positions sit in the window rings: the same for every layer
     (one ring size), so a step computes it once (``DecodeBatch.shared``)."""
 
-    write_rows: torch.Tensor  # [B] row of the flattened rings each new token goes to
+    write_rows: torch.Tensor  # [B] row of the flattened rings each new token goes to (fields: window_slots' order)
     read_rows: torch.Tensor  # [B * W] rows of the flattened rings holding positions p - W + 1 .. p, oldest first
     valid: torch.Tensor  # [B, W] which of those positions exist (>= 0)
     attend_index: torch.Tensor  # [B, W] ``gathered_index(valid)``: a window-only layer's attention
 
     @classmethod
     def of(cls, batch: DecodeBatch, size: int, window: int) -> "WindowSlots":
-        pos = batch.positions.unsqueeze(1) + batch.arange(window, start=1 - window)
-        read = pos % size
-        valid = pos >= 0
-        rows = batch.slots.unsqueeze(1) * size + read
-        return cls(write_rows=rows[:, -1], read_rows=rows.flatten(), valid=valid,
-                   attend_index=gathered_index(batch, valid))
+        """``kernels.window_slots``: one launch on the GPU, where torch's integer ops were ~7 at the first layer
+        that reads a window."""
+        return cls(*kernels.window_slots(batch.positions, batch.slots, size, window))
 
 
 def join_rows(outs: list[torch.Tensor]) -> torch.Tensor:
