@@ -351,6 +351,8 @@ AB_SWITCHES = {
     # one token's experts: w13's K-split partials added by a split-sum launch, not by swiglu_quant
     # (triton_moe.SWIGLU_ADDS_SPLITS)
     "swiglu_adds_splits": flag(triton_moe, "SWIGLU_ADDS_SPLITS", False),
+    # ... its programs taking another number of blocks than triton_moe.SPLIT_SUM_GROUPS
+    **{f"swiglu_split_groups{v}": flag(triton_moe, "SPLIT_SUM_GROUPS", v) for v in (2, 8)},
     # ... and its activation quantized by act_quant after the pair sort, not in the sort's launch
     # (triton_moe.SORT_QUANTIZES)
     "sort_quantizes": flag(triton_moe, "SORT_QUANTIZES", False),
