@@ -1009,7 +1009,8 @@ if has s25a; then  # session 25 (~6 min): launches off the B=1 critical path, ea
   # (sort_quantizes), the window's store + gather in one Triton launch (window_kernel), the step's window rows in
   # one (window_slots). Their GPU tests first, then the A/Bs and a B=1 timeline (PDL off) at the new defaults
   gpu_tests s25a 200 "FAILED|Error|Timeout" tests/gpu/test_window_gpu.py tests/gpu/test_swiglu_gpu.py \
-    tests/gpu/test_gluon_gemv_gpu.py tests/gpu/test_moe_gpu.py -k "window or swiglu or pair or matches_reference or shared"
+    tests/gpu/test_gluon_gemv_gpu.py tests/gpu/test_moe_gpu.py \
+    -k "window or swiglu or pair or matches_reference or shared"
   pack
   decode_ab s25a 330 --batches 1 8 --ab swiglu_adds_splits:1,8 sort_quantizes:1,8 window_kernel:1,8 \
     window_slots:1,8 --ab-rounds 7

@@ -3,7 +3,8 @@ the Triton kernel (kernels/triton_window.py) under Triton's CPU interpreter give
 -- the new row rounded to the ring's dtype and read back as the key, every other key the ring's row, rows no
 sequence writes untouched -- with the step's rows from ``WindowSlots`` (padding sequences sharing one slot, a
 sequence near its start; the write rows also as a strided view); and ``window_slots``, the step's rows, from one
-launch as the reference's torch ops give them. tests/gpu/test_window_gpu.py runs it compiled, with the rounding to bf16."""
+launch as the reference's torch ops give them. tests/gpu/test_window_gpu.py runs both compiled, with the rounding
+to bf16."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ for positions, slots, size, window, d, ring_dtype, kv_dtype in [
     # (the interpreter's fp32 -> bf16 cast is not round-to-nearest: an fp32 ring under bf16 keys holds bf16 values)
     ring = torch.randn(4 * size, d, generator=g).to(kv_dtype).to(ring_dtype)
     kv = torch.randn(len(positions), d, generator=g).to(kv_dtype)
-    kv[torch.tensor(slots) == 3] = kv[-1].clone()  # padding sequences (slot 3) write one row with one value, as in a graph
+    kv[torch.tensor(slots) == 3] = kv[-1].clone()  # padding (slot 3): one row written with one value, as in a graph
     got_ring, want_ring = ring.clone(), ring.clone()
     got = triton_window.window_store_gather(got_ring, ws.write_rows, ws.read_rows, kv)
     want = reference.window_store_gather(want_ring, ws.write_rows, ws.read_rows, kv)

@@ -1,7 +1,7 @@
 """``window_store_gather`` on CUDA: the Triton kernel stores the new KV rows and gathers the window's keys as the
 torch reference does, bit for bit, at V4.1's decode shapes (window 128, head dim 512), with the rows of
-``WindowSlots`` (from ``window_slots``' kernel, equal to the reference's), an fp32 or bf16 ring and bf16 keys (rounded to nearest even, as torch's
-cast), and a graph's padding sequences writing one row."""
+``WindowSlots`` (from ``window_slots``' kernel, equal to the reference's), an fp32 or bf16 ring and bf16 keys
+(rounded to nearest even, as torch's cast), and a graph's padding sequences writing one row."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from deepinfer_adapters.model_impl.layers.attention_common import WindowSlots
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
 
 
-@pytest.mark.parametrize("positions,slots", [([4096], [0]), ([4096, 7, 300, 129, 0, 0, 0, 0], [0, 1, 2, 3, 8, 8, 8, 8])])
+@pytest.mark.parametrize("positions,slots", [([4096], [0]),
+                                            ([4096, 7, 300, 129, 0, 0, 0, 0], [0, 1, 2, 3, 8, 8, 8, 8])])
 @pytest.mark.parametrize("ring_dtype", [torch.float32, torch.bfloat16])
 def test_window_kernel_matches_reference(positions, slots, ring_dtype):
     B, size, window, d = len(positions), 136, 128, 512
