@@ -161,6 +161,12 @@ def _kernels():
 # ------------------------------------------------------------------------ wrappers ----
 
 
+def quant_groups(blocks: int, block: int) -> int:
+    """Blocks of ``block`` values one quantizing program takes from a row of ``blocks`` blocks (act_quant's and
+    its fused twins' grids): the whole row up to 4096 values, in a power of two. The bits never depend on it."""
+    return max(1, min(1 << (max(1, blocks) - 1).bit_length(), 4096 // block))
+
+
 def act_quant(x: torch.Tensor, block: int, *, dequant_to: torch.dtype | None = None):
     """x [M, K] -> (E4M3 [M, K], fp32 scales [M, K / block]); with ``dequant_to`` the
     round-tripped values in that dtype instead (and None)."""
@@ -169,7 +175,7 @@ def act_quant(x: torch.Tensor, block: int, *, dequant_to: torch.dtype | None = N
     x = x if x.stride(-1) == 1 else x.contiguous()
     q = torch.empty(M, K, device=x.device, dtype=dequant_to or torch.float8_e4m3fn)
     s = None if dequant_to else torch.empty(M, triton.cdiv(K, block), device=x.device, dtype=torch.float32)
-    groups = max(1, min(triton.next_power_of_2(triton.cdiv(K, block)), 4096 // block))
+    groups = quant_groups(triton.cdiv(K, block), block)
     if M:
         kernel[(M, triton.cdiv(triton.cdiv(K, block), groups))](
             x, q, q if s is None else s, K, x.stride(0), q.stride(0), 0 if s is None else s.stride(0),

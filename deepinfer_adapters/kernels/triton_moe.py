@@ -151,7 +151,7 @@ def swiglu_quant(h13: torch.Tensor, route_w: torch.Tensor, limit: float, block: 
     R, I = h13.shape[1], h13.shape[2] // 2
     q = torch.empty(R, I, device=h13.device, dtype=dequant_to or torch.float8_e4m3fn)
     s = None if dequant_to else torch.empty(R, triton.cdiv(I, block), device=h13.device, dtype=torch.float32)
-    groups = max(1, min(triton.next_power_of_2(triton.cdiv(I, block)), 4096 // block))
+    groups = fp8.quant_groups(triton.cdiv(I, block), block)
     if splits > 1:  # each value's partials are loaded one after the other: more programs, fewer values each (at
         # 128 blocks a program one token's 6 rows took 8.8 us, against 2.4 over a bf16 sum; H200, s25a timeline)
         groups = min(groups, SPLIT_SUM_GROUPS)

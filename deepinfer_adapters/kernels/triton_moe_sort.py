@@ -139,7 +139,7 @@ def _sort_each_token(expert_ids, route_w, x, block):
         x = x if x.stride(-1) == 1 else x.contiguous()
         D = x.shape[1]
         blocks = triton.cdiv(D, block)
-        groups = max(1, min(triton.next_power_of_2(blocks), 4096 // block))  # act_quant's
+        groups = fp8.quant_groups(blocks, block)  # act_quant's grid
         chunks = triton.cdiv(blocks, groups)
         q = torch.empty(T, D, device=device, dtype=torch.float8_e4m3fn)
         s = torch.empty(T, blocks, device=device, dtype=torch.float32)

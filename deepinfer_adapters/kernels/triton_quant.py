@@ -48,7 +48,7 @@ def _fp4(x: torch.Tensor, group: int, e4m3_scale: bool) -> torch.Tensor:
         rows = rows.view(1, -1)
         n = rows.shape[1]
     out = torch.empty(rows.shape, device=x.device, dtype=x.dtype)
-    groups = max(1, min(triton.next_power_of_2(n // group), 4096 // group))
+    groups = fp8.quant_groups(n // group, group)
     if rows.shape[0] and n:
         kernel[(rows.shape[0], triton.cdiv(n // group, groups))](
             rows, out, n, rows.stride(0), out.stride(0), GROUP=group, GROUPS=groups, E4M3_SCALE=e4m3_scale,

@@ -71,7 +71,7 @@ def window_store_gather(rows: torch.Tensor, write_rows: torch.Tensor, read_rows:
     B, d = kv.shape
     keys = torch.empty(read_rows.numel(), d, device=kv.device, dtype=kv.dtype)
     if B:
-        # write_rows may be a strided view (``WindowSlots``: the last column of the read rows)
+        # write_rows may be a strided view (e.g. the last column of the read rows viewed [B, W])
         kernel[(read_rows.numel(),)](rows, write_rows, read_rows, kv, keys, read_rows.numel() // B, d, rows.stride(0),
                                      write_rows.stride(0), kv.stride(0), keys.stride(0),
                                      BLOCK_D=triton.next_power_of_2(d), num_warps=4, **pdl_launch())
