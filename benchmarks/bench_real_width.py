@@ -348,6 +348,10 @@ AB_SWITCHES = {
     # token's experts (pair_gemm) on another share of the SMs than gluon_gemv.PAIR_SM_SHARE
     **{f"grouped_stages{v}": flag(gluon_gemv, "GROUPED_STAGES", v) for v in (2, 3, 6)},
     **{f"pair_share{round(v * 100)}": flag(gluon_gemv, "PAIR_SM_SHARE", v) for v in (0.75, 0.875, 1.0)},
+    # a dense Gluon GEMV on SM_SHARE of the SMs even where every SM would cut its busiest lane by a quarter (off), or
+    # on every SM from a cut of 15% (gluon_gemv.WHOLE_GPU_GAIN)
+    "whole_gpu": flag(gluon_gemv, "WHOLE_GPU_GAIN", 1.0),
+    "whole_gpu15": flag(gluon_gemv, "WHOLE_GPU_GAIN", 0.15),
     # one token's experts: w13's K-split partials added by a split-sum launch, not by swiglu_quant
     # (triton_moe.SWIGLU_ADDS_SPLITS)
     "swiglu_adds_splits": flag(triton_moe, "SWIGLU_ADDS_SPLITS", False),

@@ -50,3 +50,24 @@ def test_work_follows_the_rule_on_the_share_of_the_sms(monkeypatch):
     # 3 = 24; unsplit 41; 4 ways two a lane: 2 x 11 + 3 = 25; 8 ways four a lane: 4 x 6 + 3 = 27), on the 28
     # programs that keep one item a lane
     assert gluon_gemv._work(28, 5120, 2, cpu, share=0.25) == (2, 2560, 28)
+
+
+def test_a_dense_gemv_takes_every_sm_only_where_that_cuts_its_busiest_lane_enough(monkeypatch):
+    """``WHOLE_GPU_GAIN``: wq_b's 512 tiles of 10 steps take 3 items on some of 7/8 of 132 SMs' 230 lanes (3 x 11 =
+    33) and 2 on 128 of them (22: a third less), so it takes 128 programs; wo_b's best on every SM (3 splits, 26)
+    is 13% under its 30 and keeps the share; a launch given its own share (one token's experts, wo_a) keeps it."""
+    monkeypatch.setattr(gluon_gemv, "_sm_count", lambda device: 132)
+    cpu = torch.device("cpu")
+    assert gluon_gemv._work(512, 1280, 2, cpu) == (1, 1280, 128)
+    assert gluon_gemv._work(80, 8192, 2, cpu) == _lanes(80, 8192)
+    assert gluon_gemv._work(512, 1280, 2, cpu, share=0.875) == _lanes(512, 1280) == (1, 1280, 86)
+    monkeypatch.setattr(gluon_gemv, "WHOLE_GPU_GAIN", 0.1)
+    assert gluon_gemv._work(80, 8192, 2, cpu) == gluon_gemv.balanced_work(80, 8192, 132, 2, 1.0, 3.0)
+    monkeypatch.setattr(gluon_gemv, "WHOLE_GPU_GAIN", 1.0)
+    assert gluon_gemv._work(512, 1280, 2, cpu) == (1, 1280, 86)
+
+
+def test_lane_cost_counts_the_busiest_lanes_items_and_the_split_sum():
+    assert gluon_gemv.lane_cost(512, 1, 1280, 230, 1.0, 3.0) == 3 * 11  # 512 items on 230 lanes: 3 on some
+    assert gluon_gemv.lane_cost(512, 1, 1280, 256, 1.0, 3.0) == 2 * 11
+    assert gluon_gemv.lane_cost(80, 8, 1024, 214, 1.0, 3.0) == 3 * 9 + 3  # 640 items, split sum

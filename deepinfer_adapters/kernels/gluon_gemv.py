@@ -102,6 +102,10 @@ PROGRAMS_PER_SM = 1  # the kernel takes ~255 registers a thread for its 256 (ptx
 TWO_LANE_ROWS = 1
 # the share of the SMs the persistent grid takes: below 1, SMs stay free for the side streams' kernels
 SM_SHARE = 0.875
+# ... unless the whole GPU's programs cut the busiest lane's cost (``lane_cost``) by at least this fraction (1: never):
+# at B=1 wq_b's 512 tiles take 3 items on some of 115 programs' 230 lanes (cost 33), 2 on 128 programs (22); the
+# other dense GEMVs gain <= 13% (wo_b 30 -> 26) and keep their SMs for the side streams
+WHOLE_GPU_GAIN = 0.25
 # programmatic dependent launch for these GEMVs too, where the Triton kernels use it (triton_support.PDL): launched
 # while the kernel before (mostly act_quant) runs, each partition waits for it before reading its output or writing.
 # H200, session 23, alternating rounds: with the next kernel launched from the GEMV's start, B=1 1.930 ms against
@@ -165,9 +169,29 @@ def lanes(rows: int) -> int:
 
 def _work(n_tiles: int, K: int, lanes_per_program: int, device: torch.device,
           share: float | None = None) -> tuple[int, int, int]:
-    """(K splits, K per split, programs) of a launch over ``n_tiles`` 64-row tiles (``balanced_work``)."""
-    most = max(1, int(_sm_count(device) * (SM_SHARE if share is None else share))) * PROGRAMS_PER_SM
-    return balanced_work(n_tiles, K, most, lanes_per_program, ITEM_STEPS, SPLIT_STEPS)
+    """(K splits, K per split, programs) of a launch over ``n_tiles`` 64-row tiles (``balanced_work``) on
+    ``share`` of the SMs; without one, on ``SM_SHARE`` or every SM where that pays (``WHOLE_GPU_GAIN``)."""
+    sms = _sm_count(device)
+    most = max(1, int(sms * (SM_SHARE if share is None else share))) * PROGRAMS_PER_SM
+    work = balanced_work(n_tiles, K, most, lanes_per_program, ITEM_STEPS, SPLIT_STEPS)
+    if share is None and WHOLE_GPU_GAIN < 1 and most < sms * PROGRAMS_PER_SM:
+        whole = balanced_work(n_tiles, K, sms * PROGRAMS_PER_SM, lanes_per_program, ITEM_STEPS, SPLIT_STEPS)
+        if _cost(n_tiles, whole, lanes_per_program) <= (1 - WHOLE_GPU_GAIN) * _cost(n_tiles, work, lanes_per_program):
+            return whole
+    return work
+
+
+def _cost(n_tiles: int, work: tuple[int, int, int], lanes_per_program: int) -> float:
+    split, k_per_split, programs = work
+    return lane_cost(n_tiles, split, k_per_split, programs * lanes_per_program, ITEM_STEPS, SPLIT_STEPS)
+
+
+def lane_cost(n_tiles: int, split: int, k_per_split: int, lane_count: int, item_steps: float,
+              split_steps: float) -> float:
+    """The busiest of ``lane_count`` lanes' cost in 128-input steps: its items (``n_tiles`` x ``split``, shared
+    out evenly) times (their steps + ``item_steps``), plus ``split_steps`` for the split sum where K is split."""
+    per_lane = -(-n_tiles * split // lane_count)
+    return per_lane * (k_per_split // 128 + item_steps) + (split_steps if split > 1 else 0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -181,11 +205,11 @@ def balanced_work(n_tiles: int, K: int, most_programs: int, lanes_per_program: i
     best = None
     for splits in range(1, -(-K // 128) + 1):  # split_k's rounding: the K per split a multiple of 128
         split, k_per_split = split_k(n_tiles, K, 128, n_tiles * splits if splits > 1 else 0)
-        per_lane = -(-n_tiles * split // lane_count)
-        cost = per_lane * (k_per_split // 128 + item_steps) + (split_steps if split > 1 else 0)
+        cost = lane_cost(n_tiles, split, k_per_split, lane_count, item_steps, split_steps)
         if best is None or cost < best[0]:
-            best = (cost, split, k_per_split, per_lane)
-    _, split, k_per_split, per_lane = best
+            best = (cost, split, k_per_split)
+    _, split, k_per_split = best
+    per_lane = -(-n_tiles * split // lane_count)
     return split, k_per_split, -(-n_tiles * split // (per_lane * lanes_per_program))
 
 
