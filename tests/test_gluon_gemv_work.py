@@ -53,14 +53,20 @@ def test_work_follows_the_rule_on_the_share_of_the_sms(monkeypatch):
 
 
 def test_a_dense_gemv_takes_every_sm_only_where_that_cuts_its_busiest_lane_enough(monkeypatch):
-    """``WHOLE_GPU_GAIN``: wq_b's 512 tiles of 10 steps take 3 items on some of 7/8 of 132 SMs' 230 lanes (3 x 11 =
-    33) and 2 on 128 of them (22: a third less), so it takes 128 programs; wo_b's best on every SM (3 splits, 26)
-    is 13% under its 30 and keeps the share; a launch given its own share (one token's experts, wo_a) keeps it."""
+    """``WHOLE_GPU_GAIN`` (15%): wq_b's 512 tiles of 10 steps take 3 items on some of 7/8 of 132 SMs' 230 lanes (3 x
+    11 = 33) and 2 on 128 of them (22: a third less), so it takes 128 programs; the shared expert's w2 (80 tiles of
+    18 steps) 13 -> 10 on every SM (23%) too; wo_b's best on every SM (3 splits, 26) is 13% under its 30 and keeps
+    the share; a launch given its own share (one token's experts, wo_a) keeps it."""
     monkeypatch.setattr(gluon_gemv, "_sm_count", lambda device: 132)
     cpu = torch.device("cpu")
-    assert gluon_gemv._work(512, 1280, 2, cpu) == (1, 1280, 128)
+    whole = {shape: gluon_gemv.balanced_work(*shape, 132, 2, 1.0, 3.0) for shape in ((512, 1280), (80, 2304))}
+    assert whole[(512, 1280)] == (1, 1280, 128)
+    assert gluon_gemv._work(512, 1280, 2, cpu) == whole[(512, 1280)]
+    assert gluon_gemv._work(80, 2304, 2, cpu) == whole[(80, 2304)] != _lanes(80, 2304)
     assert gluon_gemv._work(80, 8192, 2, cpu) == _lanes(80, 8192)
     assert gluon_gemv._work(512, 1280, 2, cpu, share=0.875) == _lanes(512, 1280) == (1, 1280, 86)
+    monkeypatch.setattr(gluon_gemv, "WHOLE_GPU_GAIN", 0.25)
+    assert gluon_gemv._work(80, 2304, 2, cpu) == _lanes(80, 2304)
     monkeypatch.setattr(gluon_gemv, "WHOLE_GPU_GAIN", 0.1)
     assert gluon_gemv._work(80, 8192, 2, cpu) == gluon_gemv.balanced_work(80, 8192, 132, 2, 1.0, 3.0)
     monkeypatch.setattr(gluon_gemv, "WHOLE_GPU_GAIN", 1.0)

@@ -103,9 +103,12 @@ TWO_LANE_ROWS = 1
 # the share of the SMs the persistent grid takes: below 1, SMs stay free for the side streams' kernels
 SM_SHARE = 0.875
 # ... unless the whole GPU's programs cut the busiest lane's cost (``lane_cost``) by at least this fraction (1: never):
-# at B=1 wq_b's 512 tiles take 3 items on some of 115 programs' 230 lanes (cost 33), 2 on 128 programs (22); the
-# other dense GEMVs gain <= 13% (wo_b 30 -> 26) and keep their SMs for the side streams
-WHOLE_GPU_GAIN = 0.25
+# at B=1 wq_b's 512 tiles take 3 items on some of 115 programs' 230 lanes (cost 33), 2 on 128 programs (22), and the
+# shared expert's w2 13 -> 10; at B=8 wq_b 55 -> 44; the others gain <= 13% and keep their SMs for the side streams.
+# H200, session 26, 7 alternating rounds: at 15% B=8 4.421 ms against 4.451 off (6 of 7 rounds), B=1 1.857 / 1.853;
+# at 25% (wq_b at B=1 alone) B=1 1.773 / 1.767, B=8 (nothing taken) 4.406 / 4.423 -- wq_b 3 -> 2 items a lane does
+# not shorten the B=1 step: the keys' side streams next to it lose the SMs it takes
+WHOLE_GPU_GAIN = 0.15
 # programmatic dependent launch for these GEMVs too, where the Triton kernels use it (triton_support.PDL): launched
 # while the kernel before (mostly act_quant) runs, each partition waits for it before reading its output or writing.
 # H200, session 23, alternating rounds: with the next kernel launched from the GEMV's start, B=1 1.930 ms against

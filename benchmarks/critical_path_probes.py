@@ -1,0 +1,82 @@
+"""Critical-path probes for bench_real_width's A/Bs (``--ab probe_NAME:B``): each removes or shrinks one kind of
+work in the decode step so that the A/B's step time says how much of that work sits on the step's critical path --
+the most a fusion that removes it could gain. The probed step computes wrong values (its logits are not compared);
+it is timed only. A probe is not a configuration: nothing here is used outside the benchmark.
+
+- ``probe_split_sum``: the K-split partials' sum (``sum_splits``, ~47 launches a B=1 step) returns an
+  unwritten tensor, no launch;
+- ``probe_act_quant``: the dense Gluon GEMVs' activation quantization (``act_quant`` before each, ~46 launches)
+  returns unwritten tensors, no launch;
+- ``probe_sinkhorn1``: the hyper-connection mixes with one Sinkhorn pass instead of the model's 20;
+- ``probe_route``: the MoE route (one launch a MoE layer) returns fixed experts and weights, no launch;
+- ``probe_topk``: the index top-k (the selections of the compressed rows) returns fixed rows, no launch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from deepinfer_adapters import kernels
+from deepinfer_adapters.kernels import gluon_gemv, triton_fp8_gemm, triton_hc, triton_linear
+
+_CONSTANTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _constant(key: tuple, make: Callable[[], tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tensors made once (the graph's warm-up runs before its capture, so a capture finds them made)."""
+    if key not in _CONSTANTS:
+        _CONSTANTS[key] = make()
+    return _CONSTANTS[key]
+
+
+def _unsummed(parts: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(parts.shape[1:], device=parts.device, dtype=out_dtype)
+
+
+def _unquantized(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    M, K = x.shape
+    return (torch.empty(M, K, device=x.device, dtype=torch.float8_e4m3fn),
+            torch.empty(M, K // block, device=x.device, dtype=torch.float32))
+
+
+def _module_patch(name: str, fn: Callable, modules) -> tuple[Callable[[], None], Callable[[], None]]:
+    saved = {m: getattr(m, name) for m in modules}
+    return (lambda: [setattr(m, name, fn) for m in modules],
+            lambda: [setattr(m, name, f) for m, f in saved.items()])
+
+
+def _backend_probe(op: str, name: str, fn: Callable) -> tuple[Callable[[], None], Callable[[], None]]:
+    kernels.register(op, name, fn, supports=lambda *a, **k: False, priority=-100)  # only where pinned
+    return lambda: kernels.use_backend(op, name), lambda: kernels.use_backend(op, None)
+
+
+def _fixed_route(logits, bias, topk, renormalize, eps, scale, temp=1.0, ids=None):
+    T = logits.shape[0]
+    return _constant(("route", T, topk, logits.device), lambda: (
+        torch.full((T, topk), 1.0 / topk, device=logits.device),
+        torch.arange(topk, device=logits.device).repeat(T, 1)))
+
+
+def _fixed_topk(scores: torch.Tensor, k: int):
+    lead, m = scores.shape[:-1], scores.shape[-1]
+    n = scores.numel() // max(m, 1)
+    idx, val = _constant(("topk", n, k, scores.dtype, scores.device), lambda: (
+        torch.arange(k, device=scores.device).repeat(n, 1), torch.zeros(n, k, device=scores.device,
+                                                                         dtype=scores.dtype)))
+    return idx.view(*lead, k), val.view(*lead, k)
+
+
+def _one_pass_mixes(x, fn, norm_eps, scale, base, hc, iters, eps):
+    return triton_hc.hc_mixes(x, fn, norm_eps, scale, base, hc, 1, eps)
+
+
+PROBES = {
+    "probe_split_sum": _module_patch("sum_splits", _unsummed, (gluon_gemv, triton_linear, triton_fp8_gemm)),
+    "probe_act_quant": _module_patch("act_quant", _unquantized, (gluon_gemv,)),
+    "probe_sinkhorn1": _backend_probe("hc_mixes", "probe_sinkhorn1", _one_pass_mixes),
+    "probe_route": _backend_probe("moe_route", "probe_fixed", _fixed_route),
+    **{f"probe_topk{'' if op == 'topk_lowest_index' else '_torch'}": _backend_probe(op, "probe_fixed", _fixed_topk)
+       for op in ("topk_lowest_index", "topk_torch_order")},
+}
