@@ -9,7 +9,11 @@ it is timed only. A probe is not a configuration: nothing here is used outside t
   returns unwritten tensors, no launch;
 - ``probe_sinkhorn1``: the hyper-connection mixes with one Sinkhorn pass instead of the model's 20;
 - ``probe_route``: the MoE route (one launch a MoE layer) returns fixed experts and weights, no launch;
-- ``probe_topk``: the index top-k (the selections of the compressed rows) returns fixed rows, no launch.
+- ``probe_topk``: the index top-k (the selections of the compressed rows) returns fixed rows, no launch;
+- ``probe_gemv_NAME``: the dense Gluon GEMVs of one weight shape at V4.1's widths (wq_a+wkv, wq_b, wo_b, the shared
+  expert's two; ``all``: every dense one) return unwritten outputs (their act_quant still runs), no launch;
+- ``probe_wo_a``: the grouped wo_a returns an unwritten output, no launch;
+- ``probe_attn``: the sparse attention returns an unwritten output, no launch.
 """
 
 from __future__ import annotations
@@ -72,6 +76,29 @@ def _one_pass_mixes(x, fn, norm_eps, scale, base, hc, iters, eps):
     return triton_hc.hc_mixes(x, fn, norm_eps, scale, base, hc, 1, eps)
 
 
+GEMV_SHAPES = {"wqa": [(1792, 5120)], "wq_b": [(32768, 1280)], "wo_b": [(5120, 8192)],
+               "shared": [(4608, 5120), (5120, 2304)], "all": None}
+
+
+def _skipped_gemv(shapes):
+    real = gluon_gemv.gemv
+
+    def gemv(q, q_scale, weight, scale, out_dtype):
+        if shapes is None or tuple(weight.shape) in shapes:
+            return torch.empty(q.shape[0], weight.shape[0], device=q.device, dtype=out_dtype)
+        return real(q, q_scale, weight, scale, out_dtype)
+    return gemv
+
+
+def _unprojected(x, weight, scale, block, **_):
+    T, G, _ = x.shape
+    return torch.empty(T, G, weight.shape[0] // G, device=x.device, dtype=x.dtype)
+
+
+def _unattended(q, *args, **kwargs):
+    return torch.empty_like(q)
+
+
 PROBES = {
     "probe_split_sum": _module_patch("sum_splits", _unsummed, (gluon_gemv, triton_linear, triton_fp8_gemm)),
     "probe_act_quant": _module_patch("act_quant", _unquantized, (gluon_gemv,)),
@@ -79,4 +106,8 @@ PROBES = {
     "probe_route": _backend_probe("moe_route", "probe_fixed", _fixed_route),
     **{f"probe_topk{'' if op == 'topk_lowest_index' else '_torch'}": _backend_probe(op, "probe_fixed", _fixed_topk)
        for op in ("topk_lowest_index", "topk_torch_order")},
+    **{f"probe_gemv_{name}": _module_patch("gemv", _skipped_gemv(shapes), (gluon_gemv,))
+       for name, shapes in GEMV_SHAPES.items()},
+    "probe_wo_a": _backend_probe("fp8_grouped_linear", "probe_skip", _unprojected),
+    "probe_attn": _backend_probe("sparse_attn", "probe_skip", _unattended),
 }
