@@ -278,6 +278,7 @@ def torch_backend(op: str) -> tuple[Callable[[], None], Callable[[], None]]:
 # decode switches an A/B run (--ab) turns off and back on: the side stream (model_impl/overlap.py),
 # the routed experts' bf16 decode path (triton_moe.DECODE_PATH) and packed E2M1 experts' fp8 decode
 # path (triton_moe.FP4_DECODE_PATH; with --expert-block 0), programmatic dependent launch (triton_support.PDL)
+GROUPED_DEFAULTS = (gluon_gemv.GROUPED_LANES, gluon_gemv.GROUPED_STAGES)
 AB_SWITCHES = {
     "overlap": flag(overlap, "ENABLED", False),
     # only attention's keys next to its queries (overlap.DECODE_KEYS)
@@ -353,6 +354,15 @@ AB_SWITCHES = {
     # every SM only from a cut of 25% (gluon_gemv.WHOLE_GPU_GAIN)
     "whole_gpu": flag(gluon_gemv, "WHOLE_GPU_GAIN", 1.0),
     "whole_gpu25": flag(gluon_gemv, "WHOLE_GPU_GAIN", 0.25),
+    # split-K sparse attention's merge on programs of all 512 output dims, not 64 (triton_sparse_attn.MERGE_BLOCK_D)
+    "attn_merge_d": flag(triton_sparse_attn, "MERGE_BLOCK_D", 0),
+    # wo_a's ring GEMV in four lanes an SM (each with its loader warp and ring; gluon_gemv.GROUPED_LANES) instead of
+    # two, with 4 or 3 slots a lane (GROUPED_STAGES)
+    "grouped_lanes4": flag(gluon_gemv, "GROUPED_LANES", 4),
+    "grouped_lanes4_stages3": (lambda: (setattr(gluon_gemv, "GROUPED_LANES", 4),
+                                        setattr(gluon_gemv, "GROUPED_STAGES", 3)),
+                               lambda: (setattr(gluon_gemv, "GROUPED_LANES", GROUPED_DEFAULTS[0]),
+                                        setattr(gluon_gemv, "GROUPED_STAGES", GROUPED_DEFAULTS[1]))),
     # timing only, wrong values: one kind of work removed from the step (critical_path_probes.py)
     **PROBES,
     # one token's experts: w13's K-split partials added by a split-sum launch, not by swiglu_quant

@@ -71,7 +71,7 @@ PAIR_SM_SHARE = 0.94
 # (20.3 vs 19.3 us): the instruction count stayed. Its scale words copied into the ring by the loaders (session 24):
 # alone 15.7 -> 15.2 us at M = 1, 16.8 -> 16.1 at M = 8
 GLUON_GROUPED = True
-GROUPED_LANES = 2
+GROUPED_LANES = 2  # 1, 2 or 4 warpgroups an SM (``bf16_gemv_kernel``'s LANES)
 GROUPED_STAGES = 4  # slots a lane (12 KB each); 6: 18.3 us
 GROUPED_SM_SHARE = 1.0  # 7/8: 19.1 us (items left over for some lanes)
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
@@ -328,6 +328,8 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, b
     the activations as they are), each group's rows reading their group's inputs; ``grouped_fits`` says where."""
     from deepinfer_adapters.kernels.gluon_gemv_jit import bf16_gemv_kernel
 
+    if GROUPED_LANES not in (1, 2, 4):
+        raise ValueError(f"gluon_gemv.GROUPED_LANES must be 1, 2 or 4 (bf16_gemv_kernel's lanes), not {GROUPED_LANES}")
     T, G, K = x.shape
     N = weight.shape[0]
     n_tiles = N // ROWS

@@ -37,6 +37,9 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 # registers a thread of a loader warp that also copies the scales (its pointers: 64 rows' and 4 x 16 blocks'). Two
 # lanes' CTA: 4 warps at 256 + 4 at 224 + the loaders and Triton's two padding warps at 32 = the SM's 64K
 LOADER_REGS = gl.constexpr(32)
+# registers a thread of the three worker warpgroups of ``bf16_gemv_kernel`` with four lanes: 16 product warps at 104
+# and 4 loader warps (+ Triton's padding) at LOADER_REGS fit the 64K
+FOUR_LANE_REGS = gl.constexpr(104)
 
 # Triton 3.6 (the GPU machine's) calls the TMA load async_copy_global_to_shared; later releases async_load.
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -401,7 +404,7 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 1, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
                             stride_wsn, 0, W_BN, True, False)),
         ], [1], [LOADER_REGS])
-    else:
+    elif LANES == 2:
         w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
         ws1, as1 = _scale_slots(STAGES, W_ROWS, T)
         gl.warp_specialize([
@@ -418,3 +421,34 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
         # registers a thread: the CTA's 64K hold the first warpgroup at 256, the second at 224 and the loaders
         # (with the two warps Triton pads them with) at LOADER_REGS; ptxas then launches the 12 warps at 168 each
         ], [4, 1, 1], [224, LOADER_REGS, LOADER_REGS])
+    else:  # LANES 4: four warpgroups, each with its loader warp and ring (16 product warps + 4 loaders: the 64K
+        # registers hold ~104 a thread)
+        w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
+        ws1, as1 = _scale_slots(STAGES, W_ROWS, T)
+        w2, a2, ready2, empty2 = _ring(w_desc, a_desc, STAGES)
+        ws2, as2 = _scale_slots(STAGES, W_ROWS, T)
+        w3, a3, ready3, empty3 = _ring(w_desc, a_desc, STAGES)
+        ws3, as3 = _scale_slots(STAGES, W_ROWS, T)
+        gl.warp_specialize([
+            (_bf16_products, (w0, a0, ws0, ready0, empty0, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
+                              stride_os, STAGES, 0, 4, PDL)),
+            (_bf16_products, (w1, a1, ws1, ready1, empty1, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
+                              stride_os, STAGES, 1, 4, PDL)),
+            (_bf16_products, (w2, a2, ws2, ready2, empty2, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
+                              stride_os, STAGES, 2, 4, PDL)),
+            (_bf16_products, (w3, a3, ws3, ready3, empty3, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
+                              stride_os, STAGES, 3, 4, PDL)),
+            (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
+                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 4, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
+                            stride_wsn, 0, W_BN, True, False)),
+            (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, WS, WS, n_items, n_splits, k_per_split, K,
+                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 1, 4, PDL, NEXT_LAUNCH, ws1, as1, WS, WS, N, M,
+                            stride_wsn, 0, W_BN, True, False)),
+            (_gemv_loader, (w_desc, a_desc, w2, a2, ready2, empty2, WS, WS, n_items, n_splits, k_per_split, K,
+                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 2, 4, PDL, NEXT_LAUNCH, ws2, as2, WS, WS, N, M,
+                            stride_wsn, 0, W_BN, True, False)),
+            (_gemv_loader, (w_desc, a_desc, w3, a3, ready3, empty3, WS, WS, n_items, n_splits, k_per_split, K,
+                            tiles, 1, 1, STAGES, False, GROUP_ROWS, 3, 4, PDL, NEXT_LAUNCH, ws3, as3, WS, WS, N, M,
+                            stride_wsn, 0, W_BN, True, False)),
+        ], [4, 4, 4, 1, 1, 1, 1], [FOUR_LANE_REGS, FOUR_LANE_REGS, FOUR_LANE_REGS, LOADER_REGS, LOADER_REGS,
+                                   LOADER_REGS, LOADER_REGS])

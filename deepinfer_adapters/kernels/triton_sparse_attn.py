@@ -66,6 +66,10 @@ from deepinfer_adapters.kernels.reference import SPARSE_ATTN_BLOCK
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 BLOCK_K = SPARSE_ATTN_BLOCK  # indices per online-softmax block: the reference's rounding points
+# split-K's merge: output dims a program (0: all of d). A decode query's 64 heads x 512 dims on 4 programs read
+# 10 partials of 32 KB each in turn (~330 KB through one SM); split over d, 32 programs read 41 KB each. Elementwise
+# along d: the same bits either way
+MERGE_BLOCK_D = 64
 
 
 @dataclass(frozen=True)
@@ -182,12 +186,14 @@ def _kernels():
     @triton.jit
     def sparse_attn_merge(PM, PL, PACC, SINK, OUT, stride_os, stride_oh, H, D, NS,
                           BLOCK_H: tl.constexpr, D_PAD: tl.constexpr):
-        """Merge split-K partials: o = sum_j e^(m_j-M) acc_j / (sum_j e^(m_j-M) l_j + e^(sink-M))."""
+        """Merge split-K partials: o = sum_j e^(m_j-M) acc_j / (sum_j e^(m_j-M) l_j + e^(sink-M)), for
+        output dims [pid2 * D_PAD, +D_PAD) (each program recomputes its heads' M and denominator: the same
+        values in every program)."""
         pdl_start()
         s = tl.program_id(0).to(tl.int64)
         offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
         mask_h = offs_h < H
-        offs_d = tl.arange(0, D_PAD)
+        offs_d = tl.program_id(2) * D_PAD + tl.arange(0, D_PAD)
         mask_d = offs_d < D
         big_m = tl.full([BLOCK_H], -1e30, tl.float32)
         for j in range(0, NS):
@@ -292,8 +298,10 @@ def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torc
                      BLOCK_H=cfg.block_h, BLOCK_K=BLOCK_K, D_PAD=_pow2(d), PROBS_BF16=bool(probs_bf16),
                      SPLIT_K=split_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
         if split_k:
-            k_merge[(S, triton.cdiv(H, 16))](pm, pl, pacc, sink, out, out.stride(0), out.stride(1), H, d, ns,
-                                              BLOCK_H=16, D_PAD=_pow2(d), num_warps=4, **pdl_launch())
+            merge_d = min(MERGE_BLOCK_D or _pow2(d), _pow2(d))
+            k_merge[(S, triton.cdiv(H, 16), triton.cdiv(d, merge_d))](
+                pm, pl, pacc, sink, out, out.stride(0), out.stride(1), H, d, ns, BLOCK_H=16, D_PAD=merge_d,
+                num_warps=4, **pdl_launch())
     else:
         args = (q, kv, sink, idx, out, float(scale), *strides, H, d, K)
         dv = min(cfg.block_dv, _pow2(d))

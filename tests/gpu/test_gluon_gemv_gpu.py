@@ -199,7 +199,7 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     assert len(calls) == 8  # two for each one-token run (the default share, a quarter of the SMs, the two switches)
 
 
-@pytest.mark.parametrize("lanes", [1, 2])
+@pytest.mark.parametrize("lanes", [1, 2, 4])
 @pytest.mark.parametrize("T", [1, 5, 16])
 @pytest.mark.parametrize("G,R,K", [(8, 1024, 4096), (2, 128, 256)])
 def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
@@ -232,7 +232,7 @@ def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
         assert kernels.chosen("fp8_grouped_linear", x, w8, scale, BLOCK) != "gluon"
 
 
-@pytest.mark.parametrize("lanes", [1, 2])
+@pytest.mark.parametrize("lanes", [1, 2, 4])
 def test_grouped_linear_converts_every_e4m3_code_exactly(monkeypatch, lanes):
     """Every E4M3 code but NaN (subnormals and both zeros too) under block scales 2^-27 .. 2^13 comes out as the
     reference's bf16 value: one-hot activations pick single weights, so each output is one exact product.

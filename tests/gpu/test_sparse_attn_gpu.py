@@ -182,3 +182,19 @@ def test_decode_split_only_for_few_queries_outside_invariant_mode():
     assert _rel(split, ref) <= 6e-3
     with invariance.batch_invariant(True):
         assert kernels.chosen("sparse_attn", *few) != "triton_decode_split"
+
+
+@pytest.mark.parametrize("S,H,d,K", [(1, 64, 512, 640), (3, 64, 512, 200), (2, 20, 48, 130)])
+@pytest.mark.parametrize("merge_d", [16, 64, 128])
+def test_split_merge_over_output_dims_gives_the_bits_of_one_program_for_all(monkeypatch, S, H, d, K, merge_d):
+    """``MERGE_BLOCK_D``: split-K's merge with its output dims over programs (each recomputing its heads' max and
+    denominator) against one program for all of d: the same bits, odd widths and padded dims included, with no
+    output element left unwritten (the output's memory poisoned with NaN first)."""
+    tri = _tri()
+    q, kv, sink, idx = _inputs(S, H, d, 900, K, torch.bfloat16, 7 + S)
+    monkeypatch.setattr(tri, "MERGE_BLOCK_D", 0)
+    whole = _poisoned_call(tri.sparse_attn, q, kv, sink, idx, d**-0.5, config=tri.DECODE_SPLIT_CONFIG)
+    monkeypatch.setattr(tri, "MERGE_BLOCK_D", merge_d)
+    split = _poisoned_call(tri.sparse_attn, q, kv, sink, idx, d**-0.5, config=tri.DECODE_SPLIT_CONFIG)
+    assert torch.isfinite(split).all()
+    assert torch.equal(split, whole)
