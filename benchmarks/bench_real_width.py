@@ -346,9 +346,9 @@ AB_SWITCHES = {
     # the FP8 Gluon GEMV's ring of another depth than gluon_gemv.STAGES (one lane) or TWO_LANE_STAGES (slots a lane)
     **{f"gemv_stages{v}": flag(gluon_gemv, "STAGES", v) for v in (4, 6, 10)},
     **{f"gemv_two_lane_stages{v}": flag(gluon_gemv, "TWO_LANE_STAGES", v) for v in (6, 8)},
-    # wo_a's ring (bf16_gemv_kernel: GROUPED_STAGES slots of 12 KB a lane, two lanes) of another depth, and one
-    # token's experts (pair_gemm) on another share of the SMs than gluon_gemv.PAIR_SM_SHARE
-    **{f"grouped_stages{v}": flag(gluon_gemv, "GROUPED_STAGES", v) for v in (2, 3, 6)},
+    # wo_a's ring (bf16_gemv_kernel: GROUPED_STAGES slots of 12 KB a lane, GROUPED_LANES lanes) of another depth, and
+    # one    # token's experts (pair_gemm) on another share of the SMs than gluon_gemv.PAIR_SM_SHARE
+    **{f"grouped_stages{v}": flag(gluon_gemv, "GROUPED_STAGES", v) for v in (2, 4)},
     **{f"pair_share{round(v * 100)}": flag(gluon_gemv, "PAIR_SM_SHARE", v) for v in (0.75, 0.875, 1.0)},
     # a dense Gluon GEMV on SM_SHARE of the SMs even where every SM would cut its busiest lane by 15% (off), or on
     # every SM only from a cut of 25% (gluon_gemv.WHOLE_GPU_GAIN)
@@ -356,13 +356,11 @@ AB_SWITCHES = {
     "whole_gpu25": flag(gluon_gemv, "WHOLE_GPU_GAIN", 0.25),
     # split-K sparse attention's merge on programs of all 512 output dims, not 64 (triton_sparse_attn.MERGE_BLOCK_D)
     "attn_merge_d": flag(triton_sparse_attn, "MERGE_BLOCK_D", 0),
-    # wo_a's ring GEMV in four lanes an SM (each with its loader warp and ring; gluon_gemv.GROUPED_LANES) instead of
-    # two, with 4 or 3 slots a lane (GROUPED_STAGES)
-    "grouped_lanes4": flag(gluon_gemv, "GROUPED_LANES", 4),
-    "grouped_lanes4_stages3": (lambda: (setattr(gluon_gemv, "GROUPED_LANES", 4),
-                                        setattr(gluon_gemv, "GROUPED_STAGES", 3)),
-                               lambda: (setattr(gluon_gemv, "GROUPED_LANES", GROUPED_DEFAULTS[0]),
-                                        setattr(gluon_gemv, "GROUPED_STAGES", GROUPED_DEFAULTS[1]))),
+    # wo_a's ring GEMV in two lanes an SM of 4 slots each (session 25's) instead of gluon_gemv.GROUPED_LANES of
+    # GROUPED_STAGES
+    "grouped_lanes2": (lambda: (setattr(gluon_gemv, "GROUPED_LANES", 2), setattr(gluon_gemv, "GROUPED_STAGES", 4)),
+                       lambda: (setattr(gluon_gemv, "GROUPED_LANES", GROUPED_DEFAULTS[0]),
+                                setattr(gluon_gemv, "GROUPED_STAGES", GROUPED_DEFAULTS[1]))),
     # timing only, wrong values: one kind of work removed from the step (critical_path_probes.py)
     **PROBES,
     # one token's experts: w13's K-split partials added by a split-sum launch, not by swiglu_quant

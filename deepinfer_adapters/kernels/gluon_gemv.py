@@ -71,8 +71,12 @@ PAIR_SM_SHARE = 0.94
 # (20.3 vs 19.3 us): the instruction count stayed. Its scale words copied into the ring by the loaders (session 24):
 # alone 15.7 -> 15.2 us at M = 1, 16.8 -> 16.1 at M = 8
 GLUON_GROUPED = True
-GROUPED_LANES = 2  # 1, 2 or 4 warpgroups an SM (``bf16_gemv_kernel``'s LANES)
-GROUPED_STAGES = 4  # slots a lane (12 KB each); 6: 18.3 us
+# 1, 2 or 4 warpgroups an SM (``bf16_gemv_kernel``'s LANES), each with its loader warp and ring of GROUPED_STAGES
+# slots (12 KB each). Four lanes of 3 slots against two of 4 (H200, session 26): alone at M = 1 13.5 vs 13.9 us (four
+# of 4: 14.3; floor 8.1), in the model B=1 1.674 vs 1.686 ms (5 rounds) and 1.691 vs 1.713 (7 rounds), B=8 equal
+# (4.322 / 4.322, 4.333 / 4.325). Two lanes of 6 slots: 18.3 us (session 21)
+GROUPED_LANES = 4
+GROUPED_STAGES = 3
 GROUPED_SM_SHARE = 1.0  # 7/8: 19.1 us (items left over for some lanes)
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
