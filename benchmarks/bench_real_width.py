@@ -347,7 +347,7 @@ AB_SWITCHES = {
     **{f"gemv_stages{v}": flag(gluon_gemv, "STAGES", v) for v in (4, 6, 10)},
     **{f"gemv_two_lane_stages{v}": flag(gluon_gemv, "TWO_LANE_STAGES", v) for v in (6, 8)},
     # wo_a's ring (bf16_gemv_kernel: GROUPED_STAGES slots of 12 KB a lane, GROUPED_LANES lanes) of another depth, and
-    # one    # token's experts (pair_gemm) on another share of the SMs than gluon_gemv.PAIR_SM_SHARE
+    # one token's experts (pair_gemm) on another share of the SMs than gluon_gemv.PAIR_SM_SHARE
     **{f"grouped_stages{v}": flag(gluon_gemv, "GROUPED_STAGES", v) for v in (2, 4)},
     **{f"pair_share{round(v * 100)}": flag(gluon_gemv, "PAIR_SM_SHARE", v) for v in (0.75, 0.875, 1.0)},
     # a dense Gluon GEMV on SM_SHARE of the SMs even where every SM would cut its busiest lane by 15% (off), or on
