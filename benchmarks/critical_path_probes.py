@@ -13,7 +13,10 @@ it is timed only. A probe is not a configuration: nothing here is used outside t
 - ``probe_gemv_NAME``: the dense Gluon GEMVs of one weight shape at V4.1's widths (wq_a+wkv, wq_b, wo_b, the shared
   expert's two; ``all``: every dense one) return unwritten outputs (their act_quant still runs), no launch;
 - ``probe_wo_a``: the grouped wo_a returns an unwritten output, no launch;
-- ``probe_attn``: the sparse attention returns an unwritten output, no launch.
+- ``probe_attn``: the sparse attention returns an unwritten output, no launch;
+- ``probe_pairs``: one token's routed experts' GEMVs (``pair_gemm``, w13 and w2) return unwritten outputs;
+- ``probe_index_scores``, ``probe_hc_post``, ``probe_rope``: those ops return unwritten outputs (RoPE: its input);
+- ``probe_head``: the LM head (the ``linear`` of the vocabulary's rows) returns an unwritten output.
 """
 
 from __future__ import annotations
@@ -99,6 +102,34 @@ def _unattended(q, *args, **kwargs):
     return torch.empty_like(q)
 
 
+def _skipped_pairs(q, q_scale, a_rows, experts, weight, scale, block, out_dtype, *, partials=False):
+    return torch.empty(experts.numel(), weight.shape[1] * 128, device=q.device, dtype=out_dtype)
+
+
+def _unscored(q, keys, weights, visible=None):
+    return torch.empty(q.shape[0], keys.shape[-2], device=q.device, dtype=q.dtype)
+
+
+def _unmixed(y, residual, post, comb):
+    return torch.empty(residual.shape, device=y.device, dtype=y.dtype)
+
+
+def _unrotated(x, freqs, inverse=False, overwrite=False):
+    return x
+
+
+HEAD_ROWS = 129280  # V4.1's vocabulary
+
+
+def _headless(x, weight, out_dtype=torch.float32, **kwargs):
+    if weight.shape[0] == HEAD_ROWS:
+        return torch.empty(*x.shape[:-1], HEAD_ROWS, device=x.device, dtype=out_dtype)
+    for backend in kernels._BACKENDS["linear"]:  # the backend the call would have had
+        if backend.name != "probe_skip" and backend.supports(x, weight, out_dtype, **kwargs):
+            return backend.fn(x, weight, out_dtype, **kwargs)
+    raise RuntimeError("probe_head: no linear backend takes these inputs")
+
+
 PROBES = {
     "probe_split_sum": _module_patch("sum_splits", _unsummed, (gluon_gemv, triton_linear, triton_fp8_gemm)),
     "probe_act_quant": _module_patch("act_quant", _unquantized, (gluon_gemv,)),
@@ -110,4 +141,9 @@ PROBES = {
        for name, shapes in GEMV_SHAPES.items()},
     "probe_wo_a": _backend_probe("fp8_grouped_linear", "probe_skip", _unprojected),
     "probe_attn": _backend_probe("sparse_attn", "probe_skip", _unattended),
+    "probe_pairs": _module_patch("pair_gemm", _skipped_pairs, (gluon_gemv,)),
+    "probe_index_scores": _backend_probe("index_scores", "probe_skip", _unscored),
+    "probe_hc_post": _backend_probe("hc_post", "probe_skip", _unmixed),
+    "probe_rope": _backend_probe("apply_rope", "probe_skip", _unrotated),
+    "probe_head": _backend_probe("linear", "probe_skip", _headless),
 }
