@@ -31,7 +31,7 @@ Takes: bf16 activations [M <= 16, K] (quantized per 32 by ``act_quant`` first, o
 Also here: one token's routed experts (``pair_gemm``, FP8 products as above), and a decode step's wo_a
 (``grouped_linear``, ``GLUON_GROUPED``) on the same ring with bf16 products, as the reference's wo_a does
 not quantize its activations: ``bf16_gemv_kernel`` converts the weight tile with its block scales to bf16 in
-registers (``dequant_bf16``'s values) as wgmma's register operand, in two lanes (a warpgroup, a loader warp and
+registers (``dequant_bf16``'s values) as wgmma's register operand, in four lanes (a warpgroup, a loader warp and
 a ring each) an SM.
 """
 

@@ -14,8 +14,9 @@ weight under ~64 MB, session 18).
   weight scales per 128 inputs (W_BK 128) one byte.
 
 LANES 2 (``gluon_gemv.lanes``: one-row products of the FP8 kernel; ``GROUPED_LANES`` for wo_a's
-``bf16_gemv_kernel``): two warpgroups an SM, each with its loader warp and its ring, take the program's items
-lane-major -- one warpgroup's step is latency-bound (wo_a: ~0.7 us a step against ~0.26 for its copies, session 21).
+``bf16_gemv_kernel``, which also takes 4): two (four) warpgroups an SM, each with its loader warp and its ring, take
+the program's items lane-major -- one warpgroup's step is latency-bound (wo_a: ~0.7 us a step against ~0.26 for its
+copies, session 21).
 
 PDL (``gluon_gemv.pdl_options``): launched under programmatic dependent launch, as the Triton kernels
 (``triton_pdl``): every partition waits for the kernel before (``_wait_for_previous``) before it reads the
@@ -386,10 +387,11 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
     > 0: a grouped weight (wo_a), rows g GROUP_ROWS .. read activation inputs g K .. (g + 1) K - 1 (A as
     [tokens, groups x K]).
 
-    LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots; of P programs, program p's
-    lane l takes items p + l P, p + (l + 2) P, ... The conversion to bf16 holds one warpgroup to ~0.7 us a step
-    against ~0.26 us for the step's copies (session 21): a second one converts while the first waits. PDL,
-    NEXT_LAUNCH: as ``fp8_gemv_kernel``'s."""
+    LANES 2 or 4: that many warpgroups, each with its loader warp and a ring of STAGES slots; of P programs,
+    program p's lane l takes items p + l P, p + (l + LANES) P, ... The conversion to bf16 holds one warpgroup to
+    ~0.7 us a step against ~0.26 us for the step's copies (session 21): a second one converts while the first
+    waits; four gain little more (the SM's issue rate bounds the conversion; session 26). PDL, NEXT_LAUNCH: as
+    ``fp8_gemv_kernel``'s."""
     _let_next_launch(PDL and NEXT_LAUNCH == 0)
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
