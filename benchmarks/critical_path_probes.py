@@ -16,7 +16,11 @@ it is timed only. A probe is not a configuration: nothing here is used outside t
 - ``probe_attn``: the sparse attention returns an unwritten output, no launch;
 - ``probe_pairs``: one token's routed experts' GEMVs (``pair_gemm``, w13 and w2) return unwritten outputs;
 - ``probe_index_scores``, ``probe_hc_post``, ``probe_rope``: those ops return unwritten outputs (RoPE: its input);
-- ``probe_head``: the LM head (the ``linear`` of the vocabulary's rows) returns an unwritten output.
+- ``probe_head``: the LM head (the ``linear`` of the vocabulary's rows) returns an unwritten output;
+- ``probe_rms_norm`` (returns its input), ``probe_hc_pre_norm``, ``probe_swiglu_quant`` (one token's experts'
+  activation between w13 and w2), ``probe_window`` (the decode window's store + gather), ``probe_selected_keys``
+  (a compressed layer's keys and index: fixed, valid index rows): unwritten outputs, no launch (session 26:
+  prepared, not yet run).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Callable
 import torch
 
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import gluon_gemv, triton_fp8_gemm, triton_hc, triton_linear
+from deepinfer_adapters.kernels import gluon_gemv, triton_fp8_gemm, triton_hc, triton_linear, triton_moe
 
 _CONSTANTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -130,6 +134,34 @@ def _headless(x, weight, out_dtype=torch.float32, **kwargs):
     raise RuntimeError("probe_head: no linear backend takes these inputs")
 
 
+def _unnormed(x, weight, eps):
+    return x
+
+
+def _unmixed_norm(x, pre, weight, eps):
+    return torch.empty(x.shape[:-2] + x.shape[-1:], device=x.device, dtype=x.dtype)
+
+
+def _unactivated(h13, route_w, limit, block, *, dequant_to=None):
+    R, I = h13.shape[-2], h13.shape[-1] // 2
+    if dequant_to is not None:
+        return torch.empty(R, I, device=h13.device, dtype=dequant_to), None
+    return (torch.empty(R, I, device=h13.device, dtype=torch.float8_e4m3fn),
+            torch.empty(R, I // block, device=h13.device, dtype=torch.float32))
+
+
+def _unwindowed(rows, write_rows, read_rows, kv):
+    return torch.empty(read_rows.numel(), kv.shape[-1], device=kv.device, dtype=kv.dtype)
+
+
+def _fixed_keys(window, window_valid, pool, addr, seen):
+    B, W, d = window.shape
+    K = W + addr.shape[1]
+    index, _ = _constant(("keys", B, K, window.device), lambda: (
+        torch.arange(B * K, device=window.device).view(B, K), None))
+    return torch.empty(B, K, d, device=window.device, dtype=window.dtype), index
+
+
 PROBES = {
     "probe_split_sum": _module_patch("sum_splits", _unsummed, (gluon_gemv, triton_linear, triton_fp8_gemm)),
     "probe_act_quant": _module_patch("act_quant", _unquantized, (gluon_gemv,)),
@@ -146,4 +178,9 @@ PROBES = {
     "probe_hc_post": _backend_probe("hc_post", "probe_skip", _unmixed),
     "probe_rope": _backend_probe("apply_rope", "probe_skip", _unrotated),
     "probe_head": _backend_probe("linear", "probe_skip", _headless),
+    "probe_rms_norm": _backend_probe("rms_norm", "probe_skip", _unnormed),
+    "probe_hc_pre_norm": _backend_probe("hc_pre_norm", "probe_skip", _unmixed_norm),
+    "probe_swiglu_quant": _module_patch("swiglu_quant", _unactivated, (triton_moe,)),
+    "probe_window": _backend_probe("window_store_gather", "probe_skip", _unwindowed),
+    "probe_selected_keys": _backend_probe("selected_keys", "probe_skip", _fixed_keys),
 }

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [s27a] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -1078,6 +1078,15 @@ if has s26e; then  # session 26 (~1.5 min): more B=1 critical-path probes -- the
   # scores, hc_post, RoPE, the LM head
   decode_ab s26e 170 --batches 1 --ab probe_pairs:1 probe_index_scores:1 probe_hc_post:1 probe_rope:1 \
     probe_head:1 --ab-rounds 3
+  pack
+fi
+if has s27a; then  # prepared in session 26, not yet run (~4.5 min): the rest of the B=1 critical path by probes --
+  # the norms, hc_pre_norm, the experts' swiglu_quant, the decode window, a compressed layer's selected keys, the index
+  # scores again (s26e's 3 rounds were noisy) -- then the split attention's programs (32 heads; two blocks of 64)
+  decode_ab s27a 200 --batches 1 --ab probe_rms_norm:1 probe_hc_pre_norm:1 probe_swiglu_quant:1 probe_window:1 \
+    probe_selected_keys:1 probe_index_scores:1 --ab-rounds 5
+  pack
+  decode_ab s27ab 150 --batches 1 8 --ab attn_split_h32:1,8 attn_split_blocks2:1,8 --ab-rounds 5
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
