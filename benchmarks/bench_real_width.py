@@ -356,10 +356,11 @@ AB_SWITCHES = {
     "whole_gpu25": flag(gluon_gemv, "WHOLE_GPU_GAIN", 0.25),
     # split-K sparse attention's merge on programs of all 512 output dims, not 64 (triton_sparse_attn.MERGE_BLOCK_D)
     "attn_merge_d": flag(triton_sparse_attn, "MERGE_BLOCK_D", 0),
-    # a decode query's split attention in programs of 32 heads (half the row gathers) or of two 64-index blocks (half
-    # the partials), not 16 heads x one block (triton_sparse_attn.DECODE_SPLIT_CONFIG); other splits: other bits
+    # a decode query's split attention in programs of 32 heads (half the row gathers; 8 warps: in 4, ptxas spills at
+    # 255 registers, offline sm_90, session 26) or of two 64-index blocks (half the partials), not 16 heads x one
+    # block in 4 warps (195 registers; triton_sparse_attn.DECODE_SPLIT_CONFIG); other splits: other bits
     "attn_split_h32": flag(triton_sparse_attn, "DECODE_SPLIT_CONFIG",
-                           triton_sparse_attn.Config(block_h=32, num_warps=4, num_stages=2, split_blocks=1)),
+                           triton_sparse_attn.Config(block_h=32, num_warps=8, num_stages=2, split_blocks=1)),
     "attn_split_blocks2": flag(triton_sparse_attn, "DECODE_SPLIT_CONFIG",
                                triton_sparse_attn.Config(block_h=16, num_warps=4, num_stages=2, split_blocks=2)),
     # wo_a's ring GEMV in two lanes an SM of 4 slots each (session 25's) instead of gluon_gemv.GROUPED_LANES of
