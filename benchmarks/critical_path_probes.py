@@ -26,16 +26,18 @@ it is timed only. A probe is not a configuration: nothing here is used outside t
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import gluon_gemv, triton_fp8_gemm, triton_hc, triton_linear, triton_moe
 
-_CONSTANTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+Made = TypeVar("Made")
+_CONSTANTS: dict[tuple, object] = {}
 
 
-def _constant(key: tuple, make: Callable[[], tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+def _constant(key: tuple, make: Callable[[], Made]) -> Made:
     """Tensors made once (the graph's warm-up runs before its capture, so a capture finds them made)."""
     if key not in _CONSTANTS:
         _CONSTANTS[key] = make()
@@ -123,15 +125,19 @@ def _unrotated(x, freqs, inverse=False, overwrite=False):
 
 
 HEAD_ROWS = 129280  # V4.1's vocabulary
+_HEAD_PROBE = [False]  # on while probe_head's A/B runs
 
 
 def _headless(x, weight, out_dtype=torch.float32, **kwargs):
-    if weight.shape[0] == HEAD_ROWS:
-        return torch.empty(*x.shape[:-1], HEAD_ROWS, device=x.device, dtype=out_dtype)
-    for backend in kernels._BACKENDS["linear"]:  # the backend the call would have had
-        if backend.name != "probe_skip" and backend.supports(x, weight, out_dtype, **kwargs):
-            return backend.fn(x, weight, out_dtype, **kwargs)
-    raise RuntimeError("probe_head: no linear backend takes these inputs")
+    return torch.empty(*x.shape[:-1], HEAD_ROWS, device=x.device, dtype=out_dtype)
+
+
+def _head_probe() -> tuple[Callable[[], None], Callable[[], None]]:
+    """The head's ``linear`` alone to ``_headless`` (first in the registry for the head's shape while on); every
+    other ``linear`` call keeps the backend it would have had."""
+    kernels.register("linear", "probe_head", _headless, priority=1000,
+                     supports=lambda x, weight, *a, **k: _HEAD_PROBE[0] and weight.shape[0] == HEAD_ROWS)
+    return lambda: _HEAD_PROBE.__setitem__(0, True), lambda: _HEAD_PROBE.__setitem__(0, False)
 
 
 def _unnormed(x, weight, eps):
@@ -157,8 +163,7 @@ def _unwindowed(rows, write_rows, read_rows, kv):
 def _fixed_keys(window, window_valid, pool, addr, seen):
     B, W, d = window.shape
     K = W + addr.shape[1]
-    index, _ = _constant(("keys", B, K, window.device), lambda: (
-        torch.arange(B * K, device=window.device).view(B, K), None))
+    index = _constant(("keys", B, K, window.device), lambda: torch.arange(B * K, device=window.device).view(B, K))
     return torch.empty(B, K, d, device=window.device, dtype=window.dtype), index
 
 
@@ -177,7 +182,7 @@ PROBES = {
     "probe_index_scores": _backend_probe("index_scores", "probe_skip", _unscored),
     "probe_hc_post": _backend_probe("hc_post", "probe_skip", _unmixed),
     "probe_rope": _backend_probe("apply_rope", "probe_skip", _unrotated),
-    "probe_head": _backend_probe("linear", "probe_skip", _headless),
+    "probe_head": _head_probe(),
     "probe_rms_norm": _backend_probe("rms_norm", "probe_skip", _unnormed),
     "probe_hc_pre_norm": _backend_probe("hc_pre_norm", "probe_skip", _unmixed_norm),
     "probe_swiglu_quant": _module_patch("swiglu_quant", _unactivated, (triton_moe,)),

@@ -80,3 +80,18 @@ def test_probes_change_no_automatic_choice():
     assert kernels.chosen("linear", x, torch.randn(8, 40).bfloat16()) == "torch"
     for switch in probes.PROBES:
         assert switch.startswith("probe_")
+
+
+def test_the_head_probe_takes_only_the_heads_linear_and_only_while_on():
+    x = torch.randn(2, 8)
+    head, other = torch.zeros(probes.HEAD_ROWS, 8, dtype=torch.bfloat16), torch.zeros(16, 8, dtype=torch.bfloat16)
+    on, off = probes.PROBES["probe_head"]
+    assert kernels.chosen("linear", x, head) != "probe_head"
+    on()
+    try:
+        assert kernels.chosen("linear", x, head) == "probe_head"
+        assert kernels.chosen("linear", x, other) == "torch"
+        _like(kernels.linear(x, head), reference.linear(x, head))
+    finally:
+        off()
+    assert kernels.chosen("linear", x, head) != "probe_head"
