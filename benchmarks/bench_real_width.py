@@ -270,9 +270,10 @@ def flag(module, name: str, other) -> tuple[Callable[[], None], Callable[[], Non
     return lambda: setattr(module, name, other), lambda: setattr(module, name, default)
 
 
-def torch_backend(op: str) -> tuple[Callable[[], None], Callable[[], None]]:
-    """An A/B switch: ``op`` pinned to its torch reference for the A/B's other run, then chosen as usual again."""
-    return lambda: kernels.use_backend(op, "torch"), lambda: kernels.use_backend(op, None)
+def torch_backend(op: str, name: str = "torch") -> tuple[Callable[[], None], Callable[[], None]]:
+    """An A/B switch: ``op`` pinned to backend ``name`` (its torch reference) for the A/B's other run, then chosen
+    as usual again."""
+    return lambda: kernels.use_backend(op, name), lambda: kernels.use_backend(op, None)
 
 
 # decode switches an A/B run (--ab) turns off and back on: the side stream (model_impl/overlap.py),
@@ -368,6 +369,9 @@ AB_SWITCHES = {
     "grouped_lanes2": (lambda: (setattr(gluon_gemv, "GROUPED_LANES", 2), setattr(gluon_gemv, "GROUPED_STAGES", 4)),
                        lambda: (setattr(gluon_gemv, "GROUPED_LANES", GROUPED_DEFAULTS[0]),
                                 setattr(gluon_gemv, "GROUPED_STAGES", GROUPED_DEFAULTS[1]))),
+    # a sublayer's hc_post and the next sublayer's pre-norm as two launches (their own backends), not one
+    # (kernels/triton_hc_post_norm.py; the same bits)
+    "hc_post_norm": torch_backend("hc_post_pre_norm", "composed"),
     # timing only, wrong values: one kind of work removed from the step (critical_path_probes.py)
     **PROBES,
     # one token's experts: w13's K-split partials added by a split-sum launch, not by swiglu_quant
@@ -399,6 +403,9 @@ AB_SWITCHES = {
     "keys_parts": flag(overlap, "KEYS_PARTS_ASIDE", False),
     # a V4.1 decode step's engram ids before the embedding, not on a stream of their own (overlap.ENGRAM_IDS_ASIDE)
     "engram_ids_aside": flag(overlap, "ENGRAM_IDS_ASIDE", False),
+    # a V4.1 decode step's engram projection (table rows' gather, wkv GEMV) at its layer, not after the engram ids on
+    # their stream from the step's start (overlap.ENGRAM_KV_ASIDE)
+    "engram_kv_aside": flag(overlap, "ENGRAM_KV_ASIDE", False),
     # the V4.1 indexer's query side in the keys' stream, not a stream of its own (overlap.INDEX_QUERIES_ASIDE)
     "index_queries": flag(overlap, "INDEX_QUERIES_ASIDE", False),
     # the A/B's other run has the HC merge add 256 K splits a load instead of 64 (triton_hc.MERGE_CHUNK): a decode

@@ -112,6 +112,19 @@ def hc_post(*args: Any, **kwargs: Any) -> Any:
     return call("hc_post", *args, **kwargs)
 
 
+def hc_post_pre_norm(*args: Any, **kwargs: Any) -> Any:
+    return call("hc_post_pre_norm", *args, **kwargs)
+
+
+def _composed_hc_post_pre_norm(y: Any, residual: Any, post: Any, comb: Any, pre: Any, weight: Any, eps: float) -> Any:
+    """``hc_post_pre_norm`` as its two ops, each on its own backend: where no backend takes both in one launch."""
+    x = hc_post(y, residual, post, comb)
+    return x, hc_pre_norm(x, pre, weight, eps)
+
+
+register("hc_post_pre_norm", "composed", _composed_hc_post_pre_norm, priority=0)
+
+
 def index_scores(*args: Any, **kwargs: Any) -> Any:
     return call("index_scores", *args, **kwargs)
 
@@ -214,3 +227,4 @@ from deepinfer_adapters.kernels import triton_engram, triton_hadamard  # noqa: E
 from deepinfer_adapters.kernels import triton_compressor, triton_keys, triton_pool  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_window  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_store  # noqa: E402,F401
+from deepinfer_adapters.kernels import triton_hc_post_norm  # noqa: E402,F401

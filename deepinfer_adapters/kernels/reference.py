@@ -19,7 +19,7 @@ from deepinfer_adapters.kernels.invariance import wide
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "topk_torch_order", "swiglu", "moe_route", "softmax_pool",
        "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather", "rms_norm_in_dtype", "selected_keys", "ring_pool",
-       "store_rows", "window_store_gather", "window_slots")
+       "store_rows", "window_store_gather", "window_slots", "hc_post_pre_norm")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -241,6 +241,14 @@ def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: t
     """Expand y [T, D] to [T, hc, D]: post_b * y + sum_a comb[a, b] * residual_a."""
     mixed = _stream_sum(comb.unsqueeze(-1) * residual.unsqueeze(-2).float(), dim=-3)
     return (post.unsqueeze(-1) * y.unsqueeze(-2).float() + mixed).to(y.dtype)
+
+
+def hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
+                     pre: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, hc_pre_norm(x, pre, weight, eps)) with x = hc_post(y, residual, post, comb): a sublayer's new
+    streams and the next sublayer's input from them (layers/block_v41.py)."""
+    x = hc_post(y, residual, post, comb)
+    return x, hc_pre_norm(x, pre, weight, eps)
 
 
 def _stream_sum(t: torch.Tensor, dim: int) -> torch.Tensor:

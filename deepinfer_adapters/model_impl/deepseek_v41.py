@@ -21,7 +21,7 @@ from deepinfer_adapters.model_impl.engram_hash import (BLOCKED, EngramHasher, co
 from deepinfer_adapters.model_impl.layers.block_v41 import BlockV41
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.layers.dspark import DSparkStage
-from deepinfer_adapters.model_impl.layers.hyper_connection import hc_pre, hc_pre_norm, identity_pre_mix
+from deepinfer_adapters.model_impl.layers.hyper_connection import hc_pre, identity_pre_mix
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.replay import (Replay, compact_rows, compact_selections, compacted,
@@ -99,6 +99,16 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             recent[slot, pos % size] = compressed[rows][-size:]
         return ids
 
+    def _engram_decode(self, batch: DecodeBatch, state: StateCache,
+                       num: Numerics) -> tuple[torch.Tensor | None, dict[int, torch.Tensor]]:
+        """A decode step's engram ids and, with ``overlap.ENGRAM_KV_ASIDE``, each engram layer's projection of its
+        table rows by layer index (else none: each layer projects its rows when the stream reaches it)."""
+        hash_ids = self._engram_ids_decode(batch, state)
+        if hash_ids is None or not overlap.ENGRAM_KV_ASIDE:
+            return hash_ids, {}
+        return hash_ids, {b.layer.index: b.engram.project(hash_ids[:, b.engram.table_index], num)
+                          for b in self.layers if b.engram is not None}
+
     def _engram_ids_decode(self, batch: DecodeBatch, state: StateCache) -> torch.Tensor | None:
         """``engram_ids`` for one text token per sequence, on the device."""
         if self.cfg.engram is None:
@@ -137,18 +147,31 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         num = self.numerics
         batch.scratch.clear()
         # the engram ids (~20 small integer kernels: ~38 us at B = 1, H200 timeline, session 21) on a stream of their
-        # own next to the embedding and the layers before the first engram one (overlap.ENGRAM_IDS_ASIDE)
-        hash_ids = overlap.aside(batch.input_ids, lambda: self._engram_ids_decode(batch, state),
-                                 when=overlap.ENGRAM_IDS_ASIDE and self.cfg.engram is not None)
+        # own next to the embedding and the layers before the first engram one (overlap.ENGRAM_IDS_ASIDE), and with
+        # them each engram layer's projection of its table rows (overlap.ENGRAM_KV_ASIDE)
+        engram = overlap.aside(batch.input_ids, lambda: self._engram_decode(batch, state, num),
+                               when=overlap.ENGRAM_IDS_ASIDE and self.cfg.engram is not None)
         # hc copies of each embedding in one gather (an expanded index), not a gather and a repeat
         h = self.embed.weight[batch.input_ids.unsqueeze(1).expand(-1, self.cfg.hc_mult)].to(num.dtype)
         pre = self._identity_pre_mix(h.shape[0], h.device)
-        for block in self.layers:
+        normed = None
+        for block, next_norm in zip(self.layers, self._next_norms()):
             if block.engram is not None:
-                h = block.engram(h, hash_ids()[:, block.engram.table_index], num)
-            h, pre = block.decode(h, pre, batch, state, num)
-        hash_ids()  # joined here too: a step (and a graph's capture) ends with its side streams joined
-        return self.head(hc_pre_norm(h, pre, self.norm).float(), num)
+                hash_ids, kvs = engram()
+                kv = kvs.get(block.layer.index)
+                if kv is None:
+                    kv = block.engram.project(hash_ids[:, block.engram.table_index], num)
+                h = block.engram.gate(h, kv)
+            h, pre, normed = block.decode(h, pre, batch, state, num, normed=normed, next_norm=next_norm)
+        engram()  # joined here too: a step (and a graph's capture) ends with its side streams joined
+        return self.head(normed.float(), num)
+
+    def _next_norms(self) -> list[RMSNorm | None]:
+        """For each main block, the norm of the sublayer after it where the block's last hc_post may give that
+        sublayer's input too (``BlockV41._run``'s ``next_norm``): the next block's attention norm unless its Engram
+        layer changes the streams first; the final norm after the last block."""
+        after = [None if b.engram is not None else b.attn_norm for b in self.layers[1:]]
+        return [*after, self.norm]
 
     def _identity_pre_mix(self, num_seqs: int, device: torch.device) -> torch.Tensor:
         """``identity_pre_mix`` for a decode step: a constant, built once per batch size and device
@@ -165,8 +188,8 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         h = self.embed.weight[batch.input_ids].to(dt).unsqueeze(1).repeat(1, self.cfg.hc_mult, 1)
         pre = identity_pre_mix(h.shape[0], self.cfg.hc_mult, h.device)
         boundary, mode = self._replay_plan(batch, replay)
-        full, targets, kept = batch, [], None
-        for block in self.layers:
+        full, targets, kept, normed = batch, [], None, None
+        for block, next_norm in zip(self.layers, self._next_norms()):
             attn_batch = None
             if block.layer.index == boundary:
                 lo = rectangle(full, replay.keep)
@@ -178,11 +201,12 @@ class DeepseekV41ForCausalLM(CausalLMBase):
                 h = block.engram(h, hash_ids[:, block.engram.table_index], num, text)
             if block.layer.index in self.target_layers:  # DSpark reads the block *input*
                 targets.append(h.float().mean(1).to(dt))
-            h, pre = block(h, pre, batch, state, num, keep=kept if attn_batch else None, attn_batch=attn_batch)
+            h, pre, normed = block(h, pre, batch, state, num, keep=kept if attn_batch else None,
+                                   attn_batch=attn_batch, normed=normed, next_norm=next_norm)
             if attn_batch is not None:
                 compact_selections(batch.scratch, clips)
         rows = self._logits_rows(full, kept)
-        logits = self.head(hc_pre_norm(h[rows], pre[rows], self.norm).float(), num)
+        logits = self.head(normed[rows].float(), num)
         main_hidden = torch.cat(targets, -1) if targets else None
         if self.with_draft:
             self.observe(main_hidden, batch if self._targets_after(boundary) else full, state)
@@ -236,7 +260,7 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         h = self.embed.weight[batch.input_ids].to(num.dtype).unsqueeze(1).repeat(1, self.cfg.hc_mult, 1)
         pre = identity_pre_mix(h.shape[0], self.cfg.hc_mult, h.device)
         for stage in self.mtp:
-            h, pre = stage(h, pre, batch, state, num)
+            h, pre, _ = stage(h, pre, batch, state, num)
         x = hc_pre(h, pre).view(len(slots), d.block_size, -1)
         first = torch.tensor(last_tokens, device=x.device)
         tokens, logits, conf = self.mtp[-1].heads(x, self.head, first, num, sample)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -13,13 +13,23 @@ from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase
 from deepinfer_adapters.model_impl.layers.attention_v41 import AttentionV41
 from deepinfer_adapters.model_impl.layers.engram import Engram
-from deepinfer_adapters.model_impl.layers.hyper_connection import HyperConnection, hc_post, hc_pre_norm
+from deepinfer_adapters.model_impl.layers.hyper_connection import (HyperConnection, hc_post, hc_post_pre_norm,
+                                                                   hc_pre_norm)
 from deepinfer_adapters.model_impl.layers.moe import MoE
 from deepinfer_adapters.model_impl.layers.norm import RMSNorm
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.overlap import side_by_side
 from deepinfer_adapters.model_impl.state import StateCache
+
+
+class BlockOutput(NamedTuple):
+    """A block's output streams [T, hc, D], the pre weights of the next collapse [T, hc], and, where the block was
+    given the next sublayer's norm (``next_norm``), that sublayer's input [T, D] (else None)."""
+
+    x: torch.Tensor
+    pre: torch.Tensor
+    normed: torch.Tensor | None = None
 
 
 class BlockV41(nn.Module):
@@ -39,38 +49,46 @@ class BlockV41(nn.Module):
         self.engram = Engram(cfg, layer.index) if layer.engram else None
 
     def forward(self, x: torch.Tensor, pre_mix: torch.Tensor, batch: ForwardBatch, state: StateCache,
-                numerics: Numerics, keep: torch.Tensor | None = None,
-                attn_batch: ForwardBatch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                numerics: Numerics, keep: torch.Tensor | None = None, attn_batch: ForwardBatch | None = None, *,
+                normed: torch.Tensor | None = None, next_norm: RMSNorm | None = None) -> BlockOutput:
         """``keep``: rows to continue with after attention (compact bounded replay). Then
         attention runs on every row of ``x`` with the full-layout ``attn_batch`` (so a KV
-        source here still compresses every token) and the rest on ``batch``'s kept rows."""
+        source here still compresses every token) and the rest on ``batch``'s kept rows.
+        ``normed``, ``next_norm``: see ``_run``."""
         return self._run(x, pre_mix, lambda a, _: self.attn(a, attn_batch or batch, state, numerics), numerics,
-                         batch.input_ids, batch.image_mask, keep)
+                         batch.input_ids, batch.image_mask, keep, normed=normed, next_norm=next_norm)
 
     def decode(self, x: torch.Tensor, pre_mix: torch.Tensor, batch: DecodeBatch, state: StateCache,
-               numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
+               numerics: Numerics, *, normed: torch.Tensor | None = None,
+               next_norm: RMSNorm | None = None) -> BlockOutput:
         """``forward`` for one new token per sequence (model.decode)."""
         return self._run(x, pre_mix, lambda a, early: self.attn.decode(a, batch, state, numerics, early),
                          numerics, batch.input_ids, None,
-                         early=lambda a: self.attn.decode_early(a, batch, state, numerics))
+                         early=lambda a: self.attn.decode_early(a, batch, state, numerics), normed=normed,
+                         next_norm=next_norm)
 
     def _run(self, x: torch.Tensor, pre_mix: torch.Tensor, attention: Callable[[torch.Tensor, Any], torch.Tensor],
              numerics: Numerics, input_ids: torch.Tensor, image_mask: torch.Tensor | None,
-             keep: torch.Tensor | None = None,
-             early: Callable[[torch.Tensor], Any] = lambda a: None) -> tuple[torch.Tensor, torch.Tensor]:
+             keep: torch.Tensor | None = None, early: Callable[[torch.Tensor], Any] = lambda a: None, *,
+             normed: torch.Tensor | None = None, next_norm: RMSNorm | None = None) -> BlockOutput:
         """``attention(a, early(a))`` of the attention sublayer's input ``a``: ``early`` is its first work (the
-        decode step's publishing and projection), issued before the mixes fork with the pre-norm (``_normed``)."""
+        decode step's publishing and projection), issued before the mixes fork with the pre-norm (``_normed``).
+        ``normed``: ``a`` itself, computed by the block before with its last hc_post (``next_norm``: the norm of
+        the sublayer after this block, whose input this block then returns as ``BlockOutput.normed``)."""
+        attn_in = (lambda: normed) if normed is not None else (lambda: hc_pre_norm(x, pre_mix, self.attn_norm))
         # each sublayer reads the previous mix, so this one's mixes run next to it (overlap.py)
-        y, (attn_pre, post, comb) = side_by_side(
-            x, _normed(lambda: hc_pre_norm(x, pre_mix, self.attn_norm), attention, early),
-            lambda: self.hc_attn.mixes(x))
+        y, (attn_pre, post, comb) = side_by_side(x, _normed(attn_in, attention, early), lambda: self.hc_attn.mixes(x))
         if keep is not None:
             y, x, attn_pre, post, comb = y[keep], x[keep], attn_pre[keep], post[keep], comb[keep]
-        x = hc_post(y, x, post, comb)
+        # the new streams and the next sublayer's input in one op (one launch on the GPU)
+        x, h = hc_post_pre_norm(y, x, post, comb, attn_pre, self.ffn_norm)
         y, (ffn_pre, post, comb) = side_by_side(
-            x, _normed(lambda: hc_pre_norm(x, attn_pre, self.ffn_norm),
-                       lambda h, _: self.ffn(h, numerics, input_ids, image_mask)), lambda: self.hc_ffn.mixes(x))
-        return hc_post(y, x, post, comb), ffn_pre
+            x, _normed(lambda: h, lambda h, _: self.ffn(h, numerics, input_ids, image_mask)),
+            lambda: self.hc_ffn.mixes(x))
+        if next_norm is None:
+            return BlockOutput(hc_post(y, x, post, comb), ffn_pre)
+        x, h = hc_post_pre_norm(y, x, post, comb, ffn_pre, next_norm)
+        return BlockOutput(x, ffn_pre, h)
 
 
 def _normed(norm: Callable[[], torch.Tensor], sublayer: Callable[[torch.Tensor, Any], torch.Tensor],
