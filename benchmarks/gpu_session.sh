@@ -1091,7 +1091,7 @@ if has s27a; then  # prepared in session 26, not yet run (~4.5 min): the rest of
 fi
 if has s27b; then  # session 27 (~5 min): hc_post + the next pre-norm in one launch (the two kernels' bits?), the engram
   # projection from the step's start; the decode / overlap / invariance tests they touch; then both A/B'd at B=1, 8
-  gpu_tests s27b 330 "REPORT hc_post_pre_norm T=(1|65) D=5120|REPORT hc_post_pre_norm (graph|strided|weightless)|FAIL|Error" \
+  gpu_tests s27b 330 "hc_post_pre_norm (T=(1|65) D=5120|graph|strided|weightless)|FAIL|Error" \
     tests/gpu/test_hc_post_norm_gpu.py tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_overlap_gpu.py \
     tests/gpu/test_engram_gpu.py tests/gpu/test_model_gpu.py tests/gpu/test_batch_invariance_gpu.py -k \
     "hc_post or decode or overlap or engram or model" -s
