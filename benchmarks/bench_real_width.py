@@ -403,9 +403,6 @@ AB_SWITCHES = {
     "keys_parts": flag(overlap, "KEYS_PARTS_ASIDE", False),
     # a V4.1 decode step's engram ids before the embedding, not on a stream of their own (overlap.ENGRAM_IDS_ASIDE)
     "engram_ids_aside": flag(overlap, "ENGRAM_IDS_ASIDE", False),
-    # a V4.1 decode step's engram projection (table rows' gather, wkv GEMV) at its layer, not after the engram ids on
-    # their stream from the step's start (overlap.ENGRAM_KV_ASIDE)
-    "engram_kv_aside": flag(overlap, "ENGRAM_KV_ASIDE", False),
     # the V4.1 indexer's query side in the keys' stream, not a stream of its own (overlap.INDEX_QUERIES_ASIDE)
     "index_queries": flag(overlap, "INDEX_QUERIES_ASIDE", False),
     # the A/B's other run has the HC merge add 256 K splits a load instead of 64 (triton_hc.MERGE_CHUNK): a decode

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [s27a] [s27b] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [s27a] [s27b] [s27c] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -1089,14 +1089,22 @@ if has s27a; then  # prepared in session 26, not yet run (~4.5 min): the rest of
   decode_ab s27ab 150 --batches 1 8 --ab attn_split_h32:1,8 attn_split_blocks2:1,8 --ab-rounds 5
   pack
 fi
-if has s27b; then  # session 27 (~5 min): hc_post + the next pre-norm in one launch (the two kernels' bits?), the engram
-  # projection from the step's start; the decode / overlap / invariance tests they touch; then both A/B'd at B=1, 8
+if has s27b; then  # session 27 (~4 min): hc_post + the next pre-norm in one launch, every program computing the whole
+  # row (the two kernels' bits: yes; slower, replaced), the engram projection from the step's start (neutral, removed)
   gpu_tests s27b 330 "hc_post_pre_norm (T=(1|65) D=5120|graph|strided|weightless)|FAIL|Error" \
     tests/gpu/test_hc_post_norm_gpu.py tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_overlap_gpu.py \
     tests/gpu/test_engram_gpu.py tests/gpu/test_model_gpu.py tests/gpu/test_batch_invariance_gpu.py -k \
     "hc_post or decode or overlap or engram or model" -s
   pack
   decode_ab s27b 240 --batches 1 8 --ab hc_post_norm:1,8 engram_kv_aside:1,8 --ab-rounds 7
+  pack
+fi
+if has s27c; then  # session 27 (~3.5 min): hc_post + the next pre-norm in one launch, the token's last program norming
+  # (arrival counters): its bits against the two kernels, decode against forward and graphs; A/B at B=1, 8
+  gpu_tests s27c 200 "hc_post_pre_norm (T=(1|65) D=5120|graph|strided|weightless|two streams, call 5)|FAIL|Error" \
+    tests/gpu/test_hc_post_norm_gpu.py tests/gpu/test_decode_graphs_gpu.py -s
+  pack
+  decode_ab s27c 200 --batches 1 8 --ab hc_post_norm:1,8 --ab-rounds 7
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

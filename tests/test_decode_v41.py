@@ -69,7 +69,7 @@ def test_decode_refuses_draft_stages(ckpt):
 @pytest.mark.parametrize("switches", [{}, {"PROJECT_BEFORE_MIXES": False, "KEYS_PARTS_ASIDE": False,
                                            "NORM_BEFORE_MIXES": False, "INDEX_QUERIES_ASIDE": False,
                                            "PUBLISH_EARLY": False, "INDEX_WEIGHTS_EARLY": False,
-                                           "ENGRAM_IDS_ASIDE": False, "ENGRAM_KV_ASIDE": False}],
+                                           "ENGRAM_IDS_ASIDE": False}],
                          ids=["defaults", "all_off"])
 def test_launch_order_switches_keep_decode_equal_to_forward(ckpt, monkeypatch, switches):
     """overlap.py's launch-order switches move where kernels are issued, never what they compute: decode

@@ -17,8 +17,8 @@ import torch
 from deepinfer_adapters.kernels import reference, triton_hc_post_norm as fused
 g = torch.Generator().manual_seed(0)
 U = 2.0 ** -24
-# tokens <= SLICED_TOKENS: programs of SLICE values (320: a slice partly past D; 96: one slice wider than D);
-# 70 tokens: whole rows
+# tokens <= SLICED_TOKENS: programs of SLICE values (320: a slice partly past D; 96: one slice wider than D;
+# 1024: four slices); 70 tokens: WIDE_SLICE
 for T, D, weighted in [(1, 320, True), (3, 96, False), (2, 1024, True), (70, 64, True)]:
     y = torch.randn(T, D, generator=g) * 2
     residual = torch.randn(T, 4, D, generator=g)
@@ -35,6 +35,8 @@ for T, D, weighted in [(1, 320, True), (3, 96, False), (2, 1024, True), (70, 64,
     h_own = reference.hc_pre_norm(x, pre, w, 1e-6)
     assert h.shape == h_ref.shape and bool(((h - h_own).abs() <= 2.0 ** -19 * h_own.abs() + 1e-30).all()), (T, D)
     assert bool(((h - h_ref).abs() <= 2.0 ** -17 * h_ref.abs().clamp_min(1e-3)).all()), (T, D, "normed")
+# each token's last program re-armed its counter (every case above reused the same set)
+assert not fused.counters(torch.device("cpu"), 1).any()
 print("OK")
 """
 

@@ -3,20 +3,22 @@ sublayer's ``hc_pre_norm`` of the new streams in one launch.
 
 In a V4.1 block each ``hc_post`` (the hc streams updated with a sublayer's output) is followed by the next
 sublayer's pre-norm of those streams, whose ``pre`` weights are known before it (single-pass hyper-connections,
-model_spec.md 2.2; layers/block_v41.py). As two kernels a decode step waits for the second after the first and
-reads the new streams back; at one token the pre-norm, a one-program kernel, sat on the critical path for ~1.9 us a
-call (H200, session 27's ``probe_hc_pre_norm``: 26 us over a step's 14 calls).
+model_spec.md 2.2; layers/block_v41.py). As two kernels a decode step waits for the second after the first, and the
+second, one program a token, reads the token's new streams back (40 KB at V4.1's widths); at one token that norm sat
+on the critical path for ~1.9 us a call (H200, session 27's ``probe_hc_pre_norm``: 26 us over a step's 14 calls).
 
-Design: every program computes one token's whole row -- the hc new streams, their collapse with ``pre``, its
-RMS -- and writes one slice of D of the streams and of the normed row. Up to ``SLICED_TOKENS`` tokens the slices are
-``SLICE`` wide: the writes spread over many programs and every program reads the token's streams and output (~50
-KB at V4.1's widths, from L2), so no program waits for another; above, a program writes its token's whole row (one
-read, one write of everything, as the two kernels' programs at prefill).
+Design: programs of (token, ``SLICE`` values of D), as ``triton_hc.hc_post``'s. Each writes its slice of the new
+streams and of their collapse with ``pre`` (the norm's input, in the output dtype, to a scratch row), then counts
+itself in the token's arrival counter (acquire-release); the token's last program reads the collapsed row back (10
+KB) and writes the normed row, then re-arms the counter. Counters: int32 zeros between calls, one set a CUDA stream
+(calls on one stream run one after the other; another stream's may run at the same time).
+(Session 27's first form, every program computing the token's whole row and writing a slice, no counters, was
+slower than the two kernels: B=1 1.754-1.767 ms against 1.710, B=8 4.54-4.57 against 4.43.)
 
 Arithmetic: the operations and their order of ``triton_hc.hc_post`` (each product rounded to fp32, the residual's
 streams added in stream order, then the post term; cast to y's dtype) and of ``triton_norm_rope``'s rms_norm with
-HC (the new streams as stored, collapsed with ``pre`` in stream order and cast to the output dtype; the square sum
-over a [1, BLOCK_N] tile in the same number of warps; rsqrt; x r, then weight (x r)), so the two kernels' bits
+HC (the new streams as stored, collapsed with ``pre`` in stream order, cast to the output dtype; the square sum over
+a [1, BLOCK_N] tile in the same number of warps; rsqrt; x r, then weight (x r)), so the two kernels' bits
 (tests/gpu/test_hc_post_norm_gpu.py checks them).
 """
 
@@ -29,8 +31,11 @@ import torch
 from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
 
-SLICE = 256  # values of D a program writes at few tokens (as triton_hc's hc_post blocks at T <= 64)
+SLICE = 256  # values of D a program writes at few tokens (as triton_hc's hc_post blocks at T <= 64) ...
 SLICED_TOKENS = 64
+WIDE_SLICE = 1024  # ... and above
+MIN_COUNTERS = 1024
+_COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
 MAX_WIDTH = 16384  # the whole row in registers (triton_norm_rope.NORM_MAX_WIDTH)
 
 
@@ -52,38 +57,44 @@ def _kernel():
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
 
     @triton.jit
-    def hc_post_norm_kernel(Y, R, POST, COMB, PRE, W, OUT, H, D, slice_d, stride_yt, stride_rt, stride_rh, stride_pt,
-                            stride_ct, stride_qt, stride_ot, stride_oh, stride_ht, inv_n, eps,
-                            HC: tl.constexpr, HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr):
-        """Token pid0: out_b = post_b y + sum_a comb[a, b] r_a (stored), h = norm(sum_b pre_b out_b); this program
-        stores the D slice [pid1 * slice_d, +slice_d) of both."""
+    def hc_post_norm_kernel(Y, R, POST, COMB, PRE, W, OUT, H, XPRE, COUNT, D, stride_yt, stride_rt, stride_rh,
+                            stride_pt, stride_ct, stride_qt, stride_ot, stride_oh, stride_ht, inv_n, eps,
+                            HC: tl.constexpr, HAS_WEIGHT: tl.constexpr, SLICE_D: tl.constexpr,
+                            BLOCK_N: tl.constexpr):
+        """Token pid0, D slice pid1: out_b = post_b y + sum_a comb[a, b] r_a and x = sum_b pre_b out_b (stored);
+        the token's last program: h = norm(x) for the whole row."""
         pdl_start()
         t = tl.program_id(0).to(tl.int64)
-        cols = tl.arange(0, BLOCK_N)[None, :]  # [1, BLOCK_N]: the rms_norm kernel's tile at one row
-        inside = cols < D
-        lo = tl.program_id(1) * slice_d
-        mine = inside & (cols >= lo) & (cols < lo + slice_d)
-        r = R + t * stride_rt + cols
+        offs = tl.program_id(1) * SLICE_D + tl.arange(0, SLICE_D)
+        mask = offs < D
+        r = R + t * stride_rt + offs
         comb = COMB + t * stride_ct
-        y = tl.load(Y + t * stride_yt + cols, mask=inside, other=0.0).to(tl.float32)
-        x = tl.zeros([1, BLOCK_N], tl.float32)
+        y = tl.load(Y + t * stride_yt + offs, mask=mask, other=0.0).to(tl.float32)
+        x = tl.zeros([SLICE_D], tl.float32)
         for b in tl.static_range(HC):
-            mixed = tl.load(comb + b) * tl.load(r, mask=inside, other=0.0).to(tl.float32)
+            mixed = tl.load(comb + b) * tl.load(r, mask=mask, other=0.0).to(tl.float32)
             for a in tl.static_range(1, HC):
-                mixed += tl.load(comb + a * HC + b) * tl.load(r + a * stride_rh, mask=inside, other=0.0).to(tl.float32)
+                mixed += tl.load(comb + a * HC + b) * tl.load(r + a * stride_rh, mask=mask, other=0.0).to(tl.float32)
             out = (tl.load(POST + t * stride_pt + b) * y + mixed).to(OUT.dtype.element_ty)
-            tl.store(OUT + t * stride_ot + b * stride_oh + cols, out, mask=mine)
+            tl.store(OUT + t * stride_ot + b * stride_oh + offs, out, mask=mask)
             term = tl.load(PRE + t * stride_qt + b) * out.to(tl.float32)
             if b == 0:
                 x = term
             else:
                 x += term
-        x = x.to(H.dtype.element_ty).to(tl.float32)
-        rs = tl.rsqrt(tl.sum(x * x, axis=1) * inv_n + eps)
-        h = x * rs[:, None]
-        if HAS_WEIGHT:
-            h = tl.load(W + cols, mask=inside, other=0.0).to(tl.float32) * h
-        tl.store(H + t * stride_ht + cols, h.to(H.dtype.element_ty), mask=mine)
+        tl.store(XPRE + t * D + offs, x.to(H.dtype.element_ty), mask=mask)
+        tl.debug_barrier()  # every thread's stores issued before the arrival releases them
+        before = tl.atomic_add(COUNT + t, 1, sem="acq_rel", scope="gpu")
+        if before == tl.num_programs(1) - 1:  # the token's last program: every slice of x is written
+            tl.atomic_xchg(COUNT + t, 0, sem="relaxed", scope="gpu")  # re-armed for the next call
+            cols = tl.arange(0, BLOCK_N)[None, :]  # [1, BLOCK_N]: the rms_norm kernel's tile at one row
+            inside = cols < D
+            xr = tl.load(XPRE + t * D + cols, mask=inside, other=0.0).to(tl.float32)
+            rs = tl.rsqrt(tl.sum(xr * xr, axis=1) * inv_n + eps)
+            h = xr * rs[:, None]
+            if HAS_WEIGHT:
+                h = tl.load(W + cols, mask=inside, other=0.0).to(tl.float32) * h
+            tl.store(H + t * stride_ht + cols, h.to(H.dtype.element_ty), mask=inside)
 
     return triton, hc_post_norm_kernel
 
@@ -102,14 +113,30 @@ def hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor
     h = torch.empty(T, D, device=y.device, dtype=y.dtype)
     if T and D:
         block_n = _pow2(D)
-        slice_d = min(SLICE, block_n) if T <= SLICED_TOKENS else block_n
+        slice_d = min(SLICE if T <= SLICED_TOKENS else WIDE_SLICE, block_n)
+        collapsed = torch.empty(T, D, device=y.device, dtype=y.dtype)
         w = h if weight is None else weight.contiguous()  # unused when weightless
         kernel[(T, triton.cdiv(D, slice_d))](
-            y2, r, p, c, q, w, out, h, D, slice_d, y2.stride(0), r.stride(0), r.stride(1), p.stride(0), c.stride(0),
-            q.stride(0), out.stride(0), out.stride(1), h.stride(0), 1.0 / D, float(eps), HC=hc,
-            HAS_WEIGHT=weight is not None, BLOCK_N=block_n, num_warps=norm_warps(block_n), enable_fp_fusion=False,
-            **pdl_launch())
+            y2, r, p, c, q, w, out, h, collapsed, counters(y.device, T), D, y2.stride(0), r.stride(0), r.stride(1),
+            p.stride(0), c.stride(0), q.stride(0), out.stride(0), out.stride(1), h.stride(0), 1.0 / D, float(eps),
+            HC=hc, HAS_WEIGHT=weight is not None, SLICE_D=slice_d, BLOCK_N=block_n, num_warps=norm_warps(block_n),
+            enable_fp_fusion=False, **pdl_launch())
     return out.view(*residual.shape), h.view(*y.shape)
+
+
+def counters(device: torch.device, tokens: int) -> torch.Tensor:
+    """The current stream's arrival counters, at least ``tokens`` (int32 zeros between calls: each token's last
+    program re-arms its own). A larger set replaces a smaller one outside a CUDA graph's capture only (a graph
+    keeps the set it captured, which stays allocated here)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device, stream)
+    have = _COUNTERS.get(key)
+    if have is None or have.numel() < tokens:
+        if have is not None and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(f"hc_post_pre_norm: {tokens} tokens in a CUDA graph's capture, counters for "
+                               f"{have.numel()}: run the call once outside the capture first")
+        have = _COUNTERS[key] = torch.zeros(max(tokens, MIN_COUNTERS), device=device, dtype=torch.int32)
+    return have
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:

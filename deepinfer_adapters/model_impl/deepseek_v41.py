@@ -99,16 +99,6 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             recent[slot, pos % size] = compressed[rows][-size:]
         return ids
 
-    def _engram_decode(self, batch: DecodeBatch, state: StateCache,
-                       num: Numerics) -> tuple[torch.Tensor | None, dict[int, torch.Tensor]]:
-        """A decode step's engram ids and, with ``overlap.ENGRAM_KV_ASIDE``, each engram layer's projection of its
-        table rows by layer index (else none: each layer projects its rows when the stream reaches it)."""
-        hash_ids = self._engram_ids_decode(batch, state)
-        if hash_ids is None or not overlap.ENGRAM_KV_ASIDE:
-            return hash_ids, {}
-        return hash_ids, {b.layer.index: b.engram.project(hash_ids[:, b.engram.table_index], num)
-                          for b in self.layers if b.engram is not None}
-
     def _engram_ids_decode(self, batch: DecodeBatch, state: StateCache) -> torch.Tensor | None:
         """``engram_ids`` for one text token per sequence, on the device."""
         if self.cfg.engram is None:
@@ -147,23 +137,18 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         num = self.numerics
         batch.scratch.clear()
         # the engram ids (~20 small integer kernels: ~38 us at B = 1, H200 timeline, session 21) on a stream of their
-        # own next to the embedding and the layers before the first engram one (overlap.ENGRAM_IDS_ASIDE), and with
-        # them each engram layer's projection of its table rows (overlap.ENGRAM_KV_ASIDE)
-        engram = overlap.aside(batch.input_ids, lambda: self._engram_decode(batch, state, num),
-                               when=overlap.ENGRAM_IDS_ASIDE and self.cfg.engram is not None)
+        # own next to the embedding and the layers before the first engram one (overlap.ENGRAM_IDS_ASIDE)
+        hash_ids = overlap.aside(batch.input_ids, lambda: self._engram_ids_decode(batch, state),
+                                 when=overlap.ENGRAM_IDS_ASIDE and self.cfg.engram is not None)
         # hc copies of each embedding in one gather (an expanded index), not a gather and a repeat
         h = self.embed.weight[batch.input_ids.unsqueeze(1).expand(-1, self.cfg.hc_mult)].to(num.dtype)
         pre = self._identity_pre_mix(h.shape[0], h.device)
         normed = None
         for block, next_norm in zip(self.layers, self._next_norms()):
             if block.engram is not None:
-                hash_ids, kvs = engram()
-                kv = kvs.get(block.layer.index)
-                if kv is None:
-                    kv = block.engram.project(hash_ids[:, block.engram.table_index], num)
-                h = block.engram.gate(h, kv)
+                h = block.engram(h, hash_ids()[:, block.engram.table_index], num)
             h, pre, normed = block.decode(h, pre, batch, state, num, normed=normed, next_norm=next_norm)
-        engram()  # joined here too: a step (and a graph's capture) ends with its side streams joined
+        hash_ids()  # joined here too: a step (and a graph's capture) ends with its side streams joined
         return self.head(normed.float(), num)
 
     def _next_norms(self) -> list[RMSNorm | None]:

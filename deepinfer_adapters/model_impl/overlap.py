@@ -9,7 +9,7 @@ window KV, compressor and indexer next to its query projection, and inside that 
 query side next to the window, compressor and publishing, and (``KEYS_PARTS_ASIDE``) the window ring
 and a source's compressed KV rows on streams of their own; a V4.1 KV source's publishing and the indexer's
 head weights start before the projection (``PUBLISH_EARLY``, ``INDEX_WEIGHTS_EARLY``); a V4.1 decode step's engram
-ids and table-row projections from its start (``ENGRAM_IDS_ASIDE``, ``ENGRAM_KV_ASIDE``). The same kernels run on the
+ids from its start (``ENGRAM_IDS_ASIDE``). The same kernels run on the
 same inputs, so every value is the same bits as run one after the other; only the time
 changes. SGLang runs DeepSeek's shared experts this way in its decode graphs.
 
@@ -63,10 +63,6 @@ INDEX_WEIGHTS_EARLY = True
 # a V4.1 decode step's engram ids (the n-gram hashes of the new tokens and their ring's write) on a stream of their
 # own from the step's start, joined at the first engram layer, instead of before the embedding
 ENGRAM_IDS_ASIDE = True
-# ... and, after them on that stream, each engram layer's projection of its table rows (the embedding gather and the
-# wkv GEMV, ~157 MB at V4.1's widths: ~41 us on the critical path of a B=1 step when run at its layer), which needs
-# the token ids alone
-ENGRAM_KV_ASIDE = True
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 _STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
 _live: set[int] = set()  # the stream levels of side parts started (``aside``) and not yet joined

@@ -1,8 +1,8 @@
 """``hc_post_pre_norm``'s Triton kernel (kernels/triton_hc_post_norm.py) on CUDA (skipped elsewhere): the same bits
 as the two Triton kernels it replaces -- ``triton_hc.hc_post``, then ``triton_norm_rope.hc_pre_norm`` of its output
--- which tests/gpu/test_hc_norm_rope_gpu.py checks against the torch references. Sliced (few tokens) and whole-row
-(many tokens) programs, V4.1 / V4 widths and one not a multiple of the slice, weightless, a strided residual, a
-token alone against the batch, a CUDA graph's replay."""
+-- which tests/gpu/test_hc_norm_rope_gpu.py checks against the torch references. Narrow (few tokens) and wide
+slices, V4.1 / V4 widths and one not a multiple of the slice, weightless, a strided residual, a token alone against
+the batch, a CUDA graph's replay, two streams at once (each with its arrival counters), the counters re-armed."""
 
 from __future__ import annotations
 
@@ -69,6 +69,29 @@ def test_weightless_and_strided():
     wide[..., ::2] = residual  # every other value: a strided residual (copied once)
     args = (y, wide[..., ::2], post, comb, pre, 0.5 + torch.rand(5120, device="cuda"))
     _assert_same(_fused(*args), _two_kernels(*args), "strided residual")
+
+
+def test_two_streams_at_once_and_the_counters_rearmed():
+    from deepinfer_adapters.kernels import triton_hc_post_norm
+
+    calls = [_inputs(T, 5120, torch.bfloat16, 20 + T) for T in (1, 8)]
+    for args in calls:  # compiled, counters made for the default stream
+        _fused(*args)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    results = []
+    for _ in range(3):
+        with torch.cuda.stream(side):
+            results.append(_fused(*calls[0]))
+        results.append(_fused(*calls[1]))
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    want = [_two_kernels(*args) for args in calls]
+    for i, got in enumerate(results):
+        _assert_same(got, want[i % 2], f"two streams, call {i}")
+    for stream in (torch.cuda.current_stream(), side):
+        with torch.cuda.stream(stream):
+            assert not triton_hc_post_norm.counters(torch.device("cuda", torch.cuda.current_device()), 1).any()
 
 
 def test_graph_replay_follows_the_inputs():

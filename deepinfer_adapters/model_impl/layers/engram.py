@@ -45,13 +45,5 @@ class Engram(nn.Module):
     def forward(self, x: torch.Tensor, hash_ids: torch.Tensor, numerics: Numerics,
                 token_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x [T, hc, D]; hash_ids [T, n_cols] table rows; token_mask [T] False = no contribution."""
-        return self.gate(x, self.project(hash_ids, numerics), token_mask)
-
-    def project(self, hash_ids: torch.Tensor, numerics: Numerics) -> torch.Tensor:
-        """The keys and value [T, (hc + 1) D] of the tokens' table rows: from the token ids alone, so a decode step
-        may compute them before the stream reaches this layer (deepseek_v41.py, ``overlap.ENGRAM_KV_ASIDE``)."""
-        return self.wkv(self.embed(hash_ids, numerics.dtype).flatten(-2), numerics)
-
-    def gate(self, x: torch.Tensor, kv: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x [T, hc, D] with ``project``'s kv gated in."""
+        kv = self.wkv(self.embed(hash_ids, numerics.dtype).flatten(-2), numerics)
         return kernels.engram_gate(x, kv, self.q_weight, self.k_weight, self.eps, token_mask)
