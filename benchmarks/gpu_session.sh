@@ -1090,7 +1090,8 @@ if has s27a; then  # prepared in session 26, not yet run (~4.5 min): the rest of
   pack
 fi
 if has s27b; then  # session 27 (~4 min): hc_post + the next pre-norm in one launch, every program computing the whole
-  # row (the two kernels' bits: yes; slower, replaced), the engram projection from the step's start (neutral, removed)
+  # row (the two kernels' bits: yes; slower, replaced), the engram projection from the step's start (neutral; its
+  # switch engram_kv_aside is removed, so this part no longer runs as it did)
   gpu_tests s27b 330 "hc_post_pre_norm (T=(1|65) D=5120|graph|strided|weightless)|FAIL|Error" \
     tests/gpu/test_hc_post_norm_gpu.py tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_overlap_gpu.py \
     tests/gpu/test_engram_gpu.py tests/gpu/test_model_gpu.py tests/gpu/test_batch_invariance_gpu.py -k \
