@@ -36,6 +36,7 @@ SLICED_TOKENS = 64
 WIDE_SLICE = 1024  # ... and above
 MIN_COUNTERS = 1024
 _COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
+_OUTGROWN: list[torch.Tensor] = []  # sets a larger one replaced: never freed, a captured graph may point at them
 MAX_WIDTH = 16384  # the whole row in registers (triton_norm_rope.NORM_MAX_WIDTH)
 
 
@@ -126,15 +127,17 @@ def hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor
 
 def counters(device: torch.device, tokens: int) -> torch.Tensor:
     """The current stream's arrival counters, at least ``tokens`` (int32 zeros between calls: each token's last
-    program re-arms its own). A larger set replaces a smaller one outside a CUDA graph's capture only (a graph
-    keeps the set it captured, which stays allocated here)."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (device, stream)
+    program re-arms its own). A larger set replaces a smaller one outside a CUDA graph's capture only; the smaller
+    stays allocated (``_OUTGROWN``) for the graphs that captured it."""
+    on_gpu = device.type == "cuda"
+    key = (device, torch.cuda.current_stream(device).cuda_stream if on_gpu else 0)
     have = _COUNTERS.get(key)
     if have is None or have.numel() < tokens:
-        if have is not None and torch.cuda.is_current_stream_capturing():
+        if have is not None and on_gpu and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(f"hc_post_pre_norm: {tokens} tokens in a CUDA graph's capture, counters for "
                                f"{have.numel()}: run the call once outside the capture first")
+        if have is not None:
+            _OUTGROWN.append(have)
         have = _COUNTERS[key] = torch.zeros(max(tokens, MIN_COUNTERS), device=device, dtype=torch.int32)
     return have
 
