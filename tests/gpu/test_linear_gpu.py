@@ -78,3 +78,33 @@ def test_bf16_input_with_fp32_result_is_the_fp32_gemm_of_its_values(backend, M, 
     if backend == "triton":
         assert torch.equal(got, want)
     assert bool(((got - ref).abs() <= 2.0**-18 * magnitude).all())
+
+
+@pytest.mark.parametrize("M,N,K,invariant", [(1, 512, 5120, False), (8, 64, 5120, False), (16, 128, 512, False),
+                                             (1, 512, 5120, True), (300, 512, 5120, True)])
+def test_bf16_result_on_the_triton_kernel(monkeypatch, M, N, K, invariant):
+    """``triton_linear.BF16_RESULTS`` (prepared in session 27, off by default): a bf16 x with a bf16 result (V4.1's
+    ratio-1 compressor, the indexer's weights_proj / wk) on the Triton kernel -- the fp32 GEMM of x's values rounded
+    once: within one bf16 ulp of cuBLAS's bf16 GEMM (the reference outside invariant mode; both sum in fp32, in other
+    orders) and of the fp64 product; in invariant mode a row alone equals the row batched."""
+    from deepinfer_adapters.kernels import triton_linear
+
+    monkeypatch.setattr(triton_linear, "BF16_RESULTS", True)
+    x32, w = _inputs(M, N, K, 40 + M, bf16_values=True)
+    x = x32.bfloat16()
+    with invariance.batch_invariant(invariant):
+        assert kernels.chosen("linear", x, w, out_dtype=torch.bfloat16) == "triton"
+        got = kernels.linear(x, w, out_dtype=torch.bfloat16)
+        alone = kernels.linear(x[-1:], w, out_dtype=torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and got.shape == (M, N)
+    exact = torch.nn.functional.linear(x32.double(), w.double())
+    cublas = torch.nn.functional.linear(x, w).double()
+    ulp = torch.ldexp(torch.ones_like(exact), torch.frexp(exact.abs().clamp_min(1e-30))[1] - 8)
+    magnitude = torch.nn.functional.linear(x32.abs().double(), w.abs().double())
+    bound = ulp + 2.0**-20 * magnitude  # a bf16 ulp plus the fp32 sums' order
+    same = float((got.double() == cublas).double().mean())
+    print(f"REPORT linear bf16 result M={M} N={N} K={K} invariant={invariant}: equal to cuBLAS's {same:.4f}")
+    assert bool(((got.double() - exact).abs() <= bound).all())
+    assert bool(((got.double() - cublas).abs() <= 2 * bound).all())
+    if invariant:
+        assert torch.equal(alone, got[-1:])
