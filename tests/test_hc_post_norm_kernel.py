@@ -14,8 +14,8 @@ from tests.triton_interpreter import run_interpreted
 
 SCRIPT = r"""
 import torch
-from deepinfer_adapters.kernels import reference, triton_hc_post_norm as fused
-fused.MIN_COUNTERS = 80  # small sets: the last case outgrows them at a few tokens
+from deepinfer_adapters.kernels import arrival_counters, reference, triton_hc_post_norm as fused
+arrival_counters.MIN_COUNTERS = 80  # small sets: the last case outgrows them at a few tokens
 g = torch.Generator().manual_seed(0)
 U = 2.0 ** -24
 # tokens <= SLICED_TOKENS: programs of SLICE values (320: a slice partly past D; 96: one slice wider than D;
@@ -37,7 +37,7 @@ for T, D, weighted in [(1, 320, True), (3, 96, False), (2, 1024, True), (70, 64,
     assert h.shape == h_ref.shape and bool(((h - h_own).abs() <= 2.0 ** -19 * h_own.abs() + 1e-30).all()), (T, D)
     assert bool(((h - h_ref).abs() <= 2.0 ** -17 * h_ref.abs().clamp_min(1e-3)).all()), (T, D, "normed")
 # each token's last program re-armed its counter (every case above reused the same set)
-small = fused.counters(torch.device("cpu"), 1)
+small = arrival_counters.counters(torch.device("cpu"), 1)
 assert not small.any()
 # a call with more tokens than the set holds gets a larger one; the smaller stays referenced (a captured graph's)
 T = small.numel() + 1
@@ -45,7 +45,8 @@ y, residual = torch.randn(T, 32, generator=g), torch.randn(T, 4, 32, generator=g
 post, pre, comb = torch.rand(T, 4, generator=g), torch.rand(T, 4, generator=g), torch.rand(T, 4, 4, generator=g)
 x, h = fused.hc_post_pre_norm(y, residual, post, comb, pre, None, 1e-6)
 assert torch.allclose(h, reference.hc_pre_norm(x, pre, None, 1e-6), rtol=2.0 ** -19, atol=1e-30)
-assert fused.counters(torch.device("cpu"), 1).numel() >= T and any(t is small for t in fused._OUTGROWN)
+assert arrival_counters.counters(torch.device("cpu"), 1).numel() >= T
+assert any(t is small for t in arrival_counters._OUTGROWN)
 print("OK")
 """
 

@@ -10,8 +10,7 @@ on the critical path for ~1.9 us a call (H200, session 27's ``probe_hc_pre_norm`
 Design: programs of (token, ``SLICE`` values of D), as ``triton_hc.hc_post``'s. Each writes its slice of the new
 streams and of their collapse with ``pre`` (the norm's input, in the output dtype, to a scratch row), then counts
 itself in the token's arrival counter (acquire-release); the token's last program reads the collapsed row back (10
-KB) and writes the normed row, then re-arms the counter. Counters: int32 zeros between calls, one set a CUDA stream
-(calls on one stream run one after the other; another stream's may run at the same time).
+KB) and writes the normed row, then re-arms the counter (``arrival_counters``: one set a CUDA stream).
 (Session 27's first form, every program computing the token's whole row and writing a slice, no counters, was
 slower than the two kernels: B=1 1.754-1.767 ms against 1.710, B=8 4.54-4.57 against 4.43.)
 
@@ -29,14 +28,12 @@ import functools
 import torch
 
 from deepinfer_adapters.kernels import register
+from deepinfer_adapters.kernels.arrival_counters import counters
 from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
 
 SLICE = 256  # values of D a program writes at few tokens (as triton_hc's hc_post blocks at T <= 64) ...
 SLICED_TOKENS = 64
 WIDE_SLICE = 1024  # ... and above
-MIN_COUNTERS = 1024
-_COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
-_OUTGROWN: list[torch.Tensor] = []  # sets a larger one replaced: never freed, a captured graph may point at them
 MAX_WIDTH = 16384  # the whole row in registers (triton_norm_rope.NORM_MAX_WIDTH)
 
 
@@ -123,23 +120,6 @@ def hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor
             HC=hc, HAS_WEIGHT=weight is not None, SLICE_D=slice_d, BLOCK_N=block_n, num_warps=norm_warps(block_n),
             enable_fp_fusion=False, **pdl_launch())
     return out.view(*residual.shape), h.view(*y.shape)
-
-
-def counters(device: torch.device, tokens: int) -> torch.Tensor:
-    """The current stream's arrival counters, at least ``tokens`` (int32 zeros between calls: each token's last
-    program re-arms its own). A larger set replaces a smaller one outside a CUDA graph's capture only; the smaller
-    stays allocated (``_OUTGROWN``) for the graphs that captured it."""
-    on_gpu = device.type == "cuda"
-    key = (device, torch.cuda.current_stream(device).cuda_stream if on_gpu else 0)
-    have = _COUNTERS.get(key)
-    if have is None or have.numel() < tokens:
-        if have is not None and on_gpu and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(f"hc_post_pre_norm: {tokens} tokens in a CUDA graph's capture, counters for "
-                               f"{have.numel()}: run the call once outside the capture first")
-        if have is not None:
-            _OUTGROWN.append(have)
-        have = _COUNTERS[key] = torch.zeros(max(tokens, MIN_COUNTERS), device=device, dtype=torch.int32)
-    return have
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:

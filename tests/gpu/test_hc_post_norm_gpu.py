@@ -72,7 +72,7 @@ def test_weightless_and_strided():
 
 
 def test_two_streams_at_once_and_the_counters_rearmed():
-    from deepinfer_adapters.kernels import triton_hc_post_norm
+    from deepinfer_adapters.kernels import arrival_counters
 
     calls = [_inputs(T, 5120, torch.bfloat16, 20 + T) for T in (1, 8)]
     for args in calls:  # compiled, counters made for the default stream
@@ -91,7 +91,7 @@ def test_two_streams_at_once_and_the_counters_rearmed():
         _assert_same(got, want[i % 2], f"two streams, call {i}")
     for stream in (torch.cuda.current_stream(), side):
         with torch.cuda.stream(stream):
-            assert not triton_hc_post_norm.counters(torch.device("cuda", torch.cuda.current_device()), 1).any()
+            assert not arrival_counters.counters(torch.device("cuda", torch.cuda.current_device()), 1).any()
 
 
 def test_graph_replay_follows_the_inputs():
