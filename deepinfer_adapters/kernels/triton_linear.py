@@ -76,13 +76,13 @@ def row_tile(M: int) -> int:
 
 @functools.cache
 def _kernel():
+    # bound at module level: Triton's interpreter resolves a kernel's names there, and looks for triton.language
+    # among a called function's module globals (triton_route's gate + route kernel calls split_product)
+    global pdl_start, split_product, tl
     import triton
     import triton.language as tl
 
-    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
-
-    global split_product  # module level too: the fused gate + route kernel (triton_route) takes it
 
     @triton.jit
     def split_product(X, W, M, N, K, k_per_split, stride_xm, stride_wn, BM: tl.constexpr, BN: tl.constexpr,

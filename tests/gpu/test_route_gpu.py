@@ -137,3 +137,47 @@ def test_route_graph_replay_equals_eager():
     graph.replay()
     torch.cuda.synchronize()
     assert all(torch.equal(a, b) for a, b in zip(captured, kernels.moe_route(x, bias, 6, True, 1e-20, 1.5)))
+
+
+@pytest.mark.parametrize("E,K,hashed", [(384, 5120, False), (256, 4096, True), (384, 512, False)])
+def test_one_launch_gate_gives_the_three_launches_bits(monkeypatch, E, K, hashed):
+    """``triton_route.GATE_ROUTE`` (prepared in session 27, off by default): one token's gate GEMM, split sum and
+    route in one launch (the row tile's last program routes) -- the weights and ids of the Triton linear (split GEMM
+    + split sum) and route bit for bit, as eager calls and replayed from a CUDA graph with new inputs; two tokens
+    keep the composed path."""
+    from deepinfer_adapters.kernels import triton_linear, triton_route
+
+    monkeypatch.setattr(triton_route, "GATE_ROUTE", True)
+    g = torch.Generator(device="cuda").manual_seed(E + K)
+
+    def inputs():
+        x = torch.randn(1, K, device="cuda", generator=g).bfloat16()
+        ids = torch.randint(0, E, (1, 6), device="cuda", generator=g) if hashed else None
+        return x, ids
+
+    w = (torch.randn(E, K, device="cuda", generator=g) / K**0.5).bfloat16()
+    bias = torch.randn(E, device="cuda", generator=g) * 0.1
+    args = (bias, 6, True, 1e-20, 2.5)
+    x, ids = inputs()
+    assert kernels.chosen("moe_gate", x, w, *args, ids=ids) == "triton"
+    two = torch.cat([x, x])
+    assert kernels.chosen("moe_gate", two, w, *args, ids=None if ids is None else torch.cat([ids, ids])) == "composed"
+
+    def composed(x, ids):
+        return triton_route.moe_route(triton_linear.linear(x, w), *args, ids=ids)
+
+    got, want = kernels.moe_gate(x, w, *args, ids=ids), composed(x, ids)
+    print(f"REPORT gate + route one launch E={E} K={K} split={triton_linear.plan(E, K)[2]}: weights equal "
+          f"{torch.equal(got[0], want[0])}, ids equal {torch.equal(got[1], want[1])}")
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = kernels.moe_gate(x, w, *args, ids=ids)
+    for _ in range(2):  # replays re-arm their counters
+        fresh, fresh_ids = inputs()
+        x.copy_(fresh)
+        if ids is not None:
+            ids.copy_(fresh_ids)
+        graph.replay()
+        want = composed(fresh, fresh_ids)
+        assert torch.equal(captured[0], want[0]) and torch.equal(captured[1], want[1])
