@@ -200,7 +200,8 @@ register("moe_route", "triton", moe_route, supports=supports, priority=10)
 # Prepared in session 27, not yet measured (off): ``moe_gate`` for one token as one launch -- the gate's split GEMM
 # (triton_linear's programs), then its last program adds the partials and routes (arrival counters), where now the
 # GEMM, the split sum and the route are three dependent launches (the route chain: ~37 us on a B=1 step's critical
-# path, session 26's probe). The same bits as those three (tests/test_gate_route_kernel.py, tests/gpu/test_route_gpu.py).
+# path, session 26's probe). The same bits as those three (tests/test_gate_route_kernel.py,
+# tests/gpu/test_route_gpu.py).
 GATE_ROUTE = False
 GATE_ROUTE_ROWS = 1  # one program routes its row tile's tokens one after the other: a token at a time only
 
