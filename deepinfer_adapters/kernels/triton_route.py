@@ -1,4 +1,5 @@
-"""Triton backend of ``moe_route``, the MoE gate after its GEMM (CUDA; registered as "triton").
+"""Triton backend of ``moe_route``, the MoE gate after its GEMM (CUDA; registered as "triton"), and of
+``moe_gate`` (the GEMM and the route) for one token in one launch (prepared, off: ``GATE_ROUTE`` below).
 
 At decode the reference is ~9 tiny kernels per MoE layer (softplus, sqrt, bias add,
 sort, gather, sum, add, divide, scale), each a few microseconds in a CUDA graph; here one.
