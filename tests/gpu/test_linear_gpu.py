@@ -101,7 +101,7 @@ def test_bf16_result_on_the_triton_kernel(monkeypatch, M, N, K, invariant):
     cublas = torch.nn.functional.linear(x, w).double()
     ulp = torch.ldexp(torch.ones_like(exact), torch.frexp(exact.abs().clamp_min(1e-30))[1] - 8)
     magnitude = torch.nn.functional.linear(x32.abs().double(), w.abs().double())
-    bound = ulp + 2.0**-20 * magnitude  # a bf16 ulp plus the fp32 sums' order
+    bound = ulp + 2.0**-18 * magnitude  # a bf16 ulp plus the fp32 sums' order (as the fp32-result test)
     same = float((got.double() == cublas).double().mean())
     print(f"REPORT linear bf16 result M={M} N={N} K={K} invariant={invariant}: equal to cuBLAS's {same:.4f}")
     assert bool(((got.double() - exact).abs() <= bound).all())
