@@ -157,11 +157,7 @@ def moe_route(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renorm
     triton, kernel, _ = _kernel()
     T, E = logits.shape
     rows = logits if logits.stride(-1) == 1 else logits.contiguous()
-    weights = torch.empty(T, topk, device=logits.device, dtype=torch.float32)
-    picked = torch.empty(T, topk, device=logits.device, dtype=torch.long)
-    given = None if ids is None else (ids if ids.stride(-1) == 1 else ids.contiguous())
-    if bias is not None and bias.stride(-1) != 1:
-        bias = bias.contiguous()
+    weights, picked, bias, given = _route_args(T, topk, logits.device, bias, ids)
     if T:
         block_e = max(16, triton.next_power_of_2(E))
         kernel[(T,)](rows, rows if bias is None else bias, picked if given is None else given, weights, picked, E,
@@ -171,6 +167,16 @@ def moe_route(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renorm
                      HAS_BIAS=bias is not None, HAS_IDS=given is not None, RENORMALIZE=renormalize,
                      INTERPRET=interpreting(), num_warps=max(1, block_e // 512), enable_fp_fusion=False, **pdl_launch())
     return weights, picked
+
+
+def _route_args(T: int, topk: int, device: torch.device, bias: torch.Tensor | None, ids: torch.Tensor | None):
+    """The route's outputs (weights [T, k] fp32, ids [T, k]) and its bias and given ids with unit last strides."""
+    weights = torch.empty(T, topk, device=device, dtype=torch.float32)
+    picked = torch.empty(T, topk, device=device, dtype=torch.long)
+    given = None if ids is None else (ids if ids.stride(-1) == 1 else ids.contiguous())
+    if bias is not None and bias.stride(-1) != 1:
+        bias = bias.contiguous()
+    return weights, picked, bias, given
 
 
 def fits(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renormalize: bool, eps: float, scale: float,
@@ -216,11 +222,7 @@ def moe_gate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, t
     x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
     M, E = x2.shape[0], weight.shape[0]
     cfg, n_tiles, split, k_per_split = triton_linear.plan(E, K)
-    weights = torch.empty(M, topk, device=x.device, dtype=torch.float32)
-    picked = torch.empty(M, topk, device=x.device, dtype=torch.long)
-    given = None if ids is None else (ids if ids.stride(-1) == 1 else ids.contiguous())
-    if bias is not None and bias.stride(-1) != 1:
-        bias = bias.contiguous()
+    weights, picked, bias, given = _route_args(M, topk, x.device, bias, ids)
     if M:
         bm = triton_linear.row_tile(M)
         m_tiles = triton.cdiv(M, bm)
