@@ -20,8 +20,12 @@ it is timed only. A probe is not a configuration: nothing here is used outside t
 - ``probe_head``: the LM head (the ``linear`` of the vocabulary's rows) returns an unwritten output;
 - ``probe_rms_norm`` (returns its input), ``probe_hc_pre_norm``, ``probe_swiglu_quant`` (one token's experts'
   activation between w13 and w2), ``probe_window`` (the decode window's store + gather), ``probe_selected_keys``
-  (a compressed layer's keys and index: fixed, valid index rows): unwritten outputs, no launch (session 26:
-  prepared, not yet run).
+  (a compressed layer's keys and index: fixed, valid index rows): unwritten outputs, no launch (session 26;
+  run in session 27);
+- ``probe_engram_gate`` (the Engram layer's gate returns its input streams), ``probe_roundtrips`` (the cache's FP8 /
+  FP4 round trips return their input), ``probe_bf16_linears`` (the ``linear``s of a bf16 x for a bf16 result --
+  V4.1's ratio-1 compressor, the indexer's weights_proj / wk -- return unwritten outputs), ``probe_ring_pool`` (a
+  ratio-2 compressor's decode ring and pooling: an unwritten output): no launch (session 27: prepared, not yet run).
 """
 
 from __future__ import annotations
@@ -168,6 +172,33 @@ def _fixed_keys(window, window_valid, pool, addr, seen):
     return torch.empty(B, K, d, device=window.device, dtype=window.dtype), index
 
 
+def _unchanged(x, *args, **kwargs):
+    return x
+
+
+_BF16_LINEAR_PROBE = [False]  # on while probe_bf16_linears' A/B runs
+
+
+def _bf16_linear_probe() -> tuple[Callable[[], None], Callable[[], None]]:
+    """The ``linear``s of a bf16 x for a bf16 result alone to an unwritten output (first in the registry for them
+    while on); every other ``linear`` call keeps the backend it would have had."""
+    def unwritten(x, weight, out_dtype=torch.float32, **kwargs):
+        return torch.empty(*x.shape[:-1], weight.shape[0], device=x.device, dtype=out_dtype)
+
+    kernels.register("linear", "probe_bf16", unwritten, priority=1000,
+                     supports=lambda x, weight, out_dtype=torch.float32, **k: (
+                         _BF16_LINEAR_PROBE[0] and x.dtype == out_dtype == torch.bfloat16))
+    return lambda: _BF16_LINEAR_PROBE.__setitem__(0, True), lambda: _BF16_LINEAR_PROBE.__setitem__(0, False)
+
+
+def _unpooled(kv, score, kv_ring, score_ring, at, group, out_dtype=torch.float32):
+    return torch.empty(kv.shape, device=kv.device, dtype=out_dtype)
+
+
+def _several(*switches: tuple[Callable[[], None], Callable[[], None]]) -> tuple[Callable[[], None], Callable[[], None]]:
+    return lambda: [on() for on, _ in switches], lambda: [off() for _, off in switches]
+
+
 PROBES = {
     "probe_split_sum": _module_patch("sum_splits", _unsummed, (gluon_gemv, triton_linear, triton_fp8_gemm)),
     "probe_act_quant": _module_patch("act_quant", _unquantized, (gluon_gemv,)),
@@ -189,4 +220,9 @@ PROBES = {
     "probe_swiglu_quant": _module_patch("swiglu_quant", _unactivated, (triton_moe,)),
     "probe_window": _backend_probe("window_store_gather", "probe_skip", _unwindowed),
     "probe_selected_keys": _backend_probe("selected_keys", "probe_skip", _fixed_keys),
+    "probe_engram_gate": _backend_probe("engram_gate", "probe_skip", _unchanged),
+    "probe_roundtrips": _several(*(_backend_probe(op, "probe_skip", _unchanged)
+                                   for op in ("fp8_roundtrip", "fp4_roundtrip_e8m0", "fp4_roundtrip_e4m3"))),
+    "probe_bf16_linears": _bf16_linear_probe(),
+    "probe_ring_pool": _backend_probe("ring_pool", "probe_skip", _unpooled),
 }

@@ -1108,7 +1108,7 @@ if has s27c; then  # session 27 (~3.5 min): hc_post + the next pre-norm in one l
   decode_ab s27c 200 --batches 1 8 --ab hc_post_norm:1,8 --ab-rounds 7
   pack
 fi
-if has s28a; then  # prepared in session 27, not yet run (~5 min): bf16 results of bf16 inputs on the Triton linear
+if has s28a; then  # prepared in session 27, not yet run (~6.5 min): bf16 results of bf16 inputs on the Triton linear
   # (triton_linear.BF16_RESULTS) and one token's gate GEMM + split sum + route in one launch (triton_route.GATE_ROUTE):
   # their GPU tests, then A/B'd at B=1, 8 (the gate's: B=1 only) and, in batch-invariant numerics (the engine's
   # default, where the bf16 results take the fp64 reference otherwise), at B=1
@@ -1118,6 +1118,11 @@ if has s28a; then  # prepared in session 27, not yet run (~5 min): bf16 results 
   decode_ab s28a 240 --batches 1 8 --ab bf16_linear_triton:1,8 gate_route:1 --ab-rounds 7
   pack
   decode_ab s28ainv 150 --batches 1 --batch-invariant --ab bf16_linear_triton:1 --ab-rounds 5
+  pack
+  # the rest of the B=1 probes (~1.5 min): the Engram gate, the cache round trips, the bf16-result linears, the
+  # ratio-2 compressor's ring pooling
+  decode_ab s28aprobe 150 --batches 1 --ab probe_engram_gate:1 probe_roundtrips:1 probe_bf16_linears:1 \
+    probe_ring_pool:1 --ab-rounds 5
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

@@ -72,9 +72,36 @@ def test_fp8_stand_ins_return_what_the_kernels_return():
     assert h8.shape == (6, 384) and h8.dtype == torch.float8_e4m3fn and hs.shape == (6, 12)
 
 
+def test_session_27_stand_ins_return_what_the_ops_return():
+    g = torch.Generator().manual_seed(2)
+    streams, kv = torch.randn(2, 4, 32, generator=g), torch.randn(2, 5 * 32, generator=g)
+    qw, kw = torch.rand(4, 32, generator=g), torch.rand(4, 32, generator=g)
+    _like(probes._unchanged(streams, kv, qw, kw, 1e-6), reference.engram_gate(streams, kv, qw, kw, 1e-6))
+    x = torch.randn(3, 64, generator=g).bfloat16()
+    _like(probes._unchanged(x, 32), reference_fp8.fp8_roundtrip(x, 32))
+    kv, score = torch.randn(2, 16, generator=g), torch.randn(2, 16, generator=g)
+    ring, sring = torch.randn(6, 16, generator=g), torch.randn(6, 16, generator=g)
+    at, group = torch.tensor([1, 4]), torch.tensor([[0, 1], [4, 5]])
+    _like(probes._unpooled(kv, score, ring, sring, at, group, torch.bfloat16),
+          reference.ring_pool(kv, score, ring.clone(), sring.clone(), at, group, torch.bfloat16))
+
+
+def test_bf16_linear_probe_takes_only_bf16_results_while_on():
+    x, w = torch.randn(2, 40).bfloat16(), torch.randn(8, 40).bfloat16()
+    on, off = probes.PROBES["probe_bf16_linears"]
+    try:
+        on()
+        assert kernels.chosen("linear", x, w, out_dtype=torch.bfloat16) == "probe_bf16"
+        assert kernels.chosen("linear", x, w) != "probe_bf16"  # an fp32 result (the gate, the head) keeps its own
+    finally:
+        off()
+    assert kernels.chosen("linear", x, w, out_dtype=torch.bfloat16) != "probe_bf16"
+
+
 def test_probes_change_no_automatic_choice():
     x = torch.randn(3, 40)
-    for op in ("rms_norm", "hc_post", "sparse_attn", "moe_route", "linear"):
+    for op in ("rms_norm", "hc_post", "sparse_attn", "moe_route", "linear", "engram_gate", "fp8_roundtrip",
+               "ring_pool"):
         assert any(name.startswith("probe") for name in kernels.backends(op))
     assert kernels.chosen("rms_norm", x, torch.ones(40), 1e-6) == "torch"
     assert kernels.chosen("linear", x, torch.randn(8, 40).bfloat16()) == "torch"
