@@ -18,8 +18,8 @@ from deepinfer_adapters.kernels import arrival_counters, reference, triton_hc_po
 arrival_counters.MIN_COUNTERS = 80  # small sets: the last case outgrows them at a few tokens
 g = torch.Generator().manual_seed(0)
 U = 2.0 ** -24
-# tokens <= SLICED_TOKENS: programs of SLICE values (320: a slice partly past D; 96: one slice wider than D;
-# 1024: four slices); 70 tokens: WIDE_SLICE
+# up to 64 tokens: slices of 256 values (triton_hc.block_d; 320: a slice partly past D; 96: one slice wider than
+# D; 1024: four slices); 70 tokens: slices of 1024
 for T, D, weighted in [(1, 320, True), (3, 96, False), (2, 1024, True), (70, 64, True)]:
     y = torch.randn(T, D, generator=g) * 2
     residual = torch.randn(T, 4, D, generator=g)

@@ -489,7 +489,7 @@ def _empty_mixes(T: int, hc: int, device: torch.device) -> tuple[torch.Tensor, t
 
 
 # ------------------------------------------------------------------------ hc_pre / post ----
-def _block_d(T: int, D: int) -> int:
+def block_d(T: int, D: int) -> int:
     """Small blocks when there are few tokens (programs for every SM), 1024 otherwise.
     Elementwise along D, so the choice never changes a value."""
     return min(_pow2(D), 256 if T <= 64 else 1024)
@@ -505,7 +505,7 @@ def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
     out = torch.empty(T, D, device=x.device, dtype=x.dtype)
     if T and D:
         triton, *_, k_pre, _ = _kernels()
-        bd = _block_d(T, D)
+        bd = block_d(T, D)
         k_pre[(T, triton.cdiv(D, bd))](x3, p, out, D, x3.stride(0), x3.stride(1), p.stride(0), out.stride(0),
                                         HC=hc, BLOCK_D=bd, num_warps=4, enable_fp_fusion=False, **pdl_launch())
     return out.view(*x.shape[:-2], D)
@@ -528,7 +528,7 @@ def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: t
     out = torch.empty(T, hc, D, device=y.device, dtype=y.dtype)
     if T and D:
         triton, *_, k_post = _kernels()
-        bd = _block_d(T, D)
+        bd = block_d(T, D)
         k_post[(T, triton.cdiv(D, bd))](y2, r, p, c, out, D, y2.stride(0), r.stride(0), r.stride(1), p.stride(0),
                                          c.stride(0), out.stride(0), out.stride(1), HC=hc, BLOCK_D=bd, num_warps=4,
                                          enable_fp_fusion=False, **pdl_launch())

@@ -7,10 +7,11 @@ model_spec.md 2.2; layers/block_v41.py). As two kernels a decode step waits for 
 second, one program a token, reads the token's new streams back (40 KB at V4.1's widths); at one token that norm sat
 on the critical path for ~1.9 us a call (H200, session 27's ``probe_hc_pre_norm``: 26 us over a step's 14 calls).
 
-Design: programs of (token, ``SLICE`` values of D), as ``triton_hc.hc_post``'s. Each writes its slice of the new
-streams and of their collapse with ``pre`` (the norm's input, in the output dtype, to a scratch row), then counts
-itself in the token's arrival counter (acquire-release); the token's last program reads the collapsed row back (10
-KB) and writes the normed row, then re-arms the counter (``arrival_counters``: one set a CUDA stream).
+Design: programs of (token, a slice of D), as ``triton_hc.hc_post``'s (``triton_hc.block_d``). Each writes its
+slice of the new streams and of their collapse with ``pre`` (the norm's input, in the output dtype, to a scratch
+row), then counts itself in the token's arrival counter (acquire-release); the token's last program reads the
+collapsed row back (10 KB) and writes the normed row, then re-arms the counter (``arrival_counters``: one set a CUDA
+stream).
 (Session 27's first form, every program computing the token's whole row and writing a slice, no counters, was
 slower than the two kernels: B=1 1.754-1.767 ms against 1.710, B=8 4.54-4.57 against 4.43.)
 
@@ -29,21 +30,14 @@ import torch
 
 from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.arrival_counters import counters
+from deepinfer_adapters.kernels.triton_hc import block_d
+from deepinfer_adapters.kernels.triton_norm_rope import NORM_MAX_WIDTH, norm_warps
 from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
 
-SLICE = 256  # values of D a program writes at few tokens (as triton_hc's hc_post blocks at T <= 64) ...
-SLICED_TOKENS = 64
-WIDE_SLICE = 1024  # ... and above
-MAX_WIDTH = 16384  # the whole row in registers (triton_norm_rope.NORM_MAX_WIDTH)
 
 
 def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
-
-
-def norm_warps(block_n: int) -> int:
-    """The warps of triton_norm_rope's rms_norm for one row of ``block_n`` values: the square sum's tree."""
-    return max(4, min(16, block_n // 1024))
 
 
 @functools.cache
@@ -111,7 +105,7 @@ def hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor
     h = torch.empty(T, D, device=y.device, dtype=y.dtype)
     if T and D:
         block_n = _pow2(D)
-        slice_d = min(SLICE if T <= SLICED_TOKENS else WIDE_SLICE, block_n)
+        slice_d = block_d(T, D)
         collapsed = torch.empty(T, D, device=y.device, dtype=y.dtype)
         w = h if weight is None else weight.contiguous()  # unused when weightless
         kernel[(T, triton.cdiv(D, slice_d))](
@@ -133,7 +127,7 @@ def supports(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: 
         return False
     hc, D = residual.shape[-2:]
     lead = residual.shape[:-2]
-    return (y.dtype in FLOAT_DTYPES and residual.dtype == y.dtype and 0 < D <= MAX_WIDTH and 1 <= hc <= 16
+    return (y.dtype in FLOAT_DTYPES and residual.dtype == y.dtype and 0 < D <= NORM_MAX_WIDTH and 1 <= hc <= 16
             and post.dtype == comb.dtype == pre.dtype == torch.float32 and y.shape == lead + (D,)
             and post.shape == pre.shape == lead + (hc,) and comb.shape == lead + (hc, hc)
             and (weight is None or (weight.is_cuda and weight.shape == (D,))) and triton_available())

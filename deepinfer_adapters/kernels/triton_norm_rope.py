@@ -56,6 +56,12 @@ NORM_TILE = 4096  # values per program for narrow rows
 ROPE_TILE = 4096  # values per program (heads x dim)
 
 
+def norm_warps(values: int) -> int:
+    """The warps of the rms_norm kernel for a tile of ``values``: they set its square sum's tree
+    (``triton_hc_post_norm`` norms a row in the same number to give the same bits)."""
+    return max(4, min(16, values // 1024))
+
+
 def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
@@ -178,7 +184,7 @@ def _norm(x: torch.Tensor, pre: torch.Tensor | None, weight: torch.Tensor | None
         k_norm[(triton.cdiv(R, block_r),)](
             x, x if pre is None else pre, w, out, R, N, x.stride(0), x.stride(1) if hc else 0,
             pre.stride(0) if hc else 0, out.stride(0), 1.0 / N, float(eps), HC=hc, HAS_WEIGHT=weight is not None,
-            BLOCK_R=block_r, BLOCK_N=block_n, IN_DTYPE=in_dtype, num_warps=max(4, min(16, block_r * block_n // 1024)),
+            BLOCK_R=block_r, BLOCK_N=block_n, IN_DTYPE=in_dtype, num_warps=norm_warps(block_r * block_n),
             enable_fp_fusion=False, **pdl_launch())
     return out
 

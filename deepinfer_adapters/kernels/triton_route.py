@@ -242,9 +242,9 @@ def moe_gate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, t
 
 def supports_gate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, topk: int, renormalize: bool,
                   eps: float, scale: float, temp: float = 1.0, ids: torch.Tensor | None = None) -> bool:
-    rows = x.numel() // max(1, x.shape[-1])
-    return (GATE_ROUTE and x.is_cuda and x.dim() == 2 and rows <= GATE_ROUTE_ROWS
-            and triton_linear.supports(x, weight) and _routable(rows, weight.shape[0], x.device, bias, topk, temp, ids))
+    return (GATE_ROUTE and x.is_cuda and x.dim() == 2 and x.shape[0] <= GATE_ROUTE_ROWS
+            and triton_linear.supports(x, weight)
+            and _routable(x.shape[0], weight.shape[0], x.device, bias, topk, temp, ids))
 
 
 register("moe_gate", "triton", moe_gate, supports=supports_gate, priority=10)
