@@ -35,7 +35,6 @@ from deepinfer_adapters.kernels.triton_norm_rope import NORM_MAX_WIDTH, norm_war
 from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
 
 
-
 def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
