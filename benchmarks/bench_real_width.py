@@ -62,7 +62,7 @@ from benchmarks.profiling import profile_step, timeline_step
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
 from deepinfer_adapters.kernels import triton_pool, triton_sparse_attn, triton_support
-from deepinfer_adapters.kernels import triton_linear, triton_route, triton_topk
+from deepinfer_adapters.kernels import triton_linear, triton_topk
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -373,11 +373,9 @@ AB_SWITCHES = {
     # (kernels/triton_hc_post_norm.py; the same bits)
     "hc_post_norm": torch_backend("hc_post_pre_norm", "composed"),
     # the A/B's other run: bf16 results of bf16 inputs (the ratio-1 compressor, the indexer's weights_proj / wk) on
-    # the Triton linear instead of cuBLAS's bf16 GEMM (triton_linear.BF16_RESULTS; prepared in session 27, other bits)
-    "bf16_linear_triton": flag(triton_linear, "BF16_RESULTS", True),
-    # the A/B's other run: one token's MoE gate GEMM, split sum and route as one launch (triton_route.GATE_ROUTE;
-    # prepared in session 27, the same bits)
-    "gate_route": flag(triton_route, "GATE_ROUTE", True),
+    # cuBLAS's bf16 GEMM (the fp64 reference in batch-invariant mode), the default before session 28, not the Triton
+    # linear (triton_linear.BF16_RESULTS)
+    "bf16_linear_triton": flag(triton_linear, "BF16_RESULTS", False),
     # timing only, wrong values: one kind of work removed from the step (critical_path_probes.py)
     **PROBES,
     # one token's experts: w13's K-split partials added by a split-sum launch, not by swiglu_quant

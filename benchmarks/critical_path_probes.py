@@ -8,8 +8,7 @@ it is timed only. A probe is not a configuration: nothing here is used outside t
 - ``probe_act_quant``: the dense Gluon GEMVs' activation quantization (``act_quant`` before each, ~46 launches)
   returns unwritten tensors, no launch;
 - ``probe_sinkhorn1``: the hyper-connection mixes with one Sinkhorn pass instead of the model's 20;
-- ``probe_route``: the MoE route (one launch a MoE layer) returns fixed experts and weights, no launch (with
-  ``triton_route.GATE_ROUTE`` on one token's route runs inside the gate's launch, out of this probe's reach);
+- ``probe_route``: the MoE route (one launch a MoE layer) returns fixed experts and weights, no launch;
 - ``probe_topk``: the index top-k (the selections of the compressed rows) returns fixed rows, no launch;
 - ``probe_gemv_NAME``: the dense Gluon GEMVs of one weight shape at V4.1's widths (wq_a+wkv, wq_b, wo_b, the shared
   expert's two; ``all``: every dense one) return unwritten outputs (their act_quant still runs), no launch;

@@ -184,19 +184,6 @@ def moe_route(*args: Any, **kwargs: Any) -> Any:
     return call("moe_route", *args, **kwargs)
 
 
-def moe_gate(*args: Any, **kwargs: Any) -> Any:
-    return call("moe_gate", *args, **kwargs)
-
-
-def _composed_moe_gate(x: Any, weight: Any, bias: Any, topk: int, renormalize: bool, eps: float, scale: float,
-                       temp: float = 1.0, ids: Any = None) -> Any:
-    """``moe_gate`` as its two ops (the GEMM, the route), each on its own backend."""
-    return moe_route(linear(x, weight), bias, topk, renormalize, eps, scale, temp=temp, ids=ids)
-
-
-register("moe_gate", "composed", _composed_moe_gate, priority=0)
-
-
 def hadamard(*args: Any, **kwargs: Any) -> Any:
     return call("hadamard", *args, **kwargs)
 

@@ -19,8 +19,7 @@ from deepinfer_adapters.kernels.invariance import wide
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "topk_torch_order", "swiglu", "moe_route", "softmax_pool",
        "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather", "rms_norm_in_dtype", "selected_keys", "ring_pool",
-       "store_rows", "window_store_gather", "window_slots", "hc_post_pre_norm",
-       "moe_gate")
+       "store_rows", "window_store_gather", "window_slots", "hc_post_pre_norm")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -44,13 +43,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch
     if out.dtype == out_dtype and out_dtype != torch.float64:  # through fp32 and back: a no-op, two kernels
         return out
     return out.float().to(out_dtype)
-
-
-def moe_gate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, topk: int, renormalize: bool,
-             eps: float, scale: float, temp: float = 1.0,
-             ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The MoE gate: ``moe_route`` of the fp32 logits ``linear(x, weight)`` (layers/moe.py)."""
-    return moe_route(linear(x, weight), bias, topk, renormalize, eps, scale, temp, ids)
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float, route_w: torch.Tensor | None = None) -> torch.Tensor:

@@ -59,11 +59,13 @@ CONFIG = LinearConfig()
 SPLIT_CONFIG = LinearConfig(block_n=64, programs=2 * TARGET_PROGRAMS, min_steps=2)
 
 
-# Prepared in session 27, not yet measured (off): a bf16 x with a bf16 result too (V4.1's ratio-1 compressor wkv, the
-# indexer's weights_proj and wk at decode, on cuBLAS's split-K GEMM + reduce now: ~8 us a call in the B=1 timelines),
-# the fp32 sum rounded once to bf16 -- the reference's value up to fp32 summation order (a bf16 ulp where that order
-# crosses a rounding boundary). In batch-invariant mode these calls otherwise take the fp64 reference.
-BF16_RESULTS = False
+# A bf16 x with a bf16 result too (V4.1's ratio-1 compressor wkv, the indexer's weights_proj and wk at decode; before,
+# cuBLAS's split-K GEMM + reduce, ~8 us a call in the B=1 timelines), the fp32 sum rounded once to bf16 -- the
+# reference's value up to fp32 summation order (a bf16 ulp where that order crosses a rounding boundary). In
+# batch-invariant mode these calls took the fp64 reference before. H200 (session 28, part s28a, 7 / 5 alternating
+# rounds): B=1 1.707 against cuBLAS's 1.721 / 1.708 ms, B=8 4.321 against 4.367 / 4.312 (neutral); batch-invariant
+# B=1 2.389 against the fp64 reference's 2.454 / 2.452 ms (5 of 5 rounds).
+BF16_RESULTS = True
 # outside batch-invariant mode: this backend up to this many rows. Up to 64 (so head, gates and V4's
 # compressor linears at B = 32 too) measured neutral against cuBLAS on the H200 (session 13: V4 widths
 # B = 8 / 32 0.999 / 1.003, V4.1 B = 32 10.81 / 10.78 ms, same runs)
@@ -77,7 +79,7 @@ def row_tile(M: int) -> int:
 @functools.cache
 def _kernel():
     # bound at module level: Triton's interpreter resolves a kernel's names there, and looks for triton.language
-    # among a called function's module globals (triton_route's gate + route kernel calls split_product)
+    # among a called function's module globals (split_linear_kernel calls split_product)
     global pdl_start, split_product, tl
     import triton
     import triton.language as tl

@@ -83,7 +83,7 @@ def test_bf16_input_with_fp32_result_is_the_fp32_gemm_of_its_values(backend, M, 
 @pytest.mark.parametrize("M,N,K,invariant", [(1, 512, 5120, False), (8, 64, 5120, False), (16, 128, 512, False),
                                              (1, 512, 5120, True), (300, 512, 5120, True)])
 def test_bf16_result_on_the_triton_kernel(monkeypatch, M, N, K, invariant):
-    """``triton_linear.BF16_RESULTS`` (prepared in session 27, off by default): a bf16 x with a bf16 result (V4.1's
+    """``triton_linear.BF16_RESULTS`` (on since session 28): a bf16 x with a bf16 result (V4.1's
     ratio-1 compressor, the indexer's weights_proj / wk) on the Triton kernel -- the fp32 GEMM of x's values rounded
     once: within one bf16 ulp of cuBLAS's bf16 GEMM (the reference outside invariant mode; both sum in fp32, in other
     orders) and of the fp64 product; in invariant mode a row alone equals the row batched."""

@@ -40,8 +40,8 @@ class Gate(nn.Module):
             self.bias_vl = nn.Parameter(torch.empty(E), requires_grad=False) if vision else None
 
     def forward(self, x: torch.Tensor, input_ids: torch.Tensor, image_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [T, D] -> (weights [T, k] fp32, expert ids [T, k]): ``kernels.moe_route`` of the fp32 logits of x's
-        values (``kernels.linear``, no fp32 copy), one op (``kernels.moe_gate``)."""
+        """x [T, D] -> (weights [T, k] fp32, expert ids [T, k]): see ``kernels.moe_route``."""
+        logits = kernels.linear(x, self.weight)  # fp32 logits of x's values (kernels.linear), no fp32 copy
         bias = ids = None
         if self.hash:
             ids = self.tid2eid[input_ids].long()
@@ -49,8 +49,8 @@ class Gate(nn.Module):
             bias = self.bias.float()
             if image_mask is not None and self.bias_vl is not None:
                 bias = torch.where(image_mask.unsqueeze(-1), self.bias_vl.float(), bias)
-        return kernels.moe_gate(x, self.weight, bias, self.topk, self.renormalize, self.eps, self.scale,
-                                temp=self.temp, ids=ids)
+        return kernels.moe_route(logits, bias, self.topk, self.renormalize, self.eps, self.scale,
+                                 temp=self.temp, ids=ids)
 
 
 class Expert(nn.Module):
