@@ -68,12 +68,12 @@ def _pow2(n: int) -> int:
 
 @functools.cache
 def _kernels():
-    import triton
-    import triton.language as tl
-
     # bound at module level: Triton's interpreter resolves a kernel's names there, and looks for triton.language
     # among a called function's module globals (triton_sparse_attn's merge calls rotate_pairs)
     global pdl_start, rotate_pairs, tl
+    import triton
+    import triton.language as tl
+
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
 
     @triton.jit

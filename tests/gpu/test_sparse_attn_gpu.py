@@ -198,3 +198,49 @@ def test_split_merge_over_output_dims_gives_the_bits_of_one_program_for_all(monk
     split = _poisoned_call(tri.sparse_attn, q, kv, sink, idx, d**-0.5, config=tri.DECODE_SPLIT_CONFIG)
     assert torch.isfinite(split).all()
     assert torch.equal(split, whole)
+
+
+@pytest.mark.parametrize("S,H,K", [(1, 64, 640), (4, 64, 200), (2, 20, 130)])
+def test_merge_rotating_the_rope_dims_gives_the_two_launches_bits(S, H, K):
+    """``sparse_attn_inverse_rope`` on the decode split (the merge's last program rotates the 64 rope dims back):
+    the bits of the split attention then ``apply_rope`` (inverse), as eager calls and replayed from a CUDA graph
+    with new queries and positions; within the split's tolerance of the reference; chosen for a few decode queries
+    only (five queries, batch-invariant mode or one split take the two ops)."""
+    from deepinfer_adapters.kernels import invariance
+
+    tri = _tri()
+    q, kv, sink, idx = _inputs(S, H, 512, 3000, K, torch.bfloat16, 11 + S)
+    g = torch.Generator(device="cuda").manual_seed(S)
+
+    def positions():
+        return torch.polar(torch.ones(S, 32, device="cuda"), torch.rand(S, 32, device="cuda", generator=g) * 6)
+
+    freqs = positions()
+    args = (q, kv, sink, idx, 512**-0.5)
+
+    def two_launches(q, freqs):
+        split = tri.sparse_attn(q, kv, sink, idx, 512**-0.5, config=tri.DECODE_SPLIT_CONFIG)
+        return kernels.apply_rope(split, freqs, inverse=True, overwrite=True)
+
+    assert kernels.chosen("sparse_attn_inverse_rope", *args, freqs) == "triton"
+    got = kernels.sparse_attn_inverse_rope(*args, freqs)
+    print(f"REPORT attention merge + inverse rope S={S} H={H} K={K}: equal to the two launches "
+          f"{torch.equal(got, two_launches(q, freqs))}")
+    assert torch.equal(got, two_launches(q, freqs))
+    assert _rel(got, reference.sparse_attn_inverse_rope(*args, freqs)) <= 6e-3
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = kernels.sparse_attn_inverse_rope(*args, freqs)
+    for seed in range(2):
+        fresh_q = _inputs(S, H, 512, 3000, K, torch.bfloat16, 50 + seed)[0]
+        fresh_f = positions()
+        q.copy_(fresh_q)
+        freqs.copy_(fresh_f)
+        graph.replay()
+        assert torch.equal(captured, two_launches(fresh_q, fresh_f))
+    five = _inputs(5, H, 512, 3000, K, torch.bfloat16, 3)
+    assert kernels.chosen("sparse_attn_inverse_rope", *five, 512**-0.5, torch.cat([freqs] * 5)[:5]) == "composed"
+    short = idx[:, :64].contiguous()
+    assert kernels.chosen("sparse_attn_inverse_rope", q, kv, sink, short, 512**-0.5, freqs) == "composed"
+    with invariance.batch_invariant(True):
+        assert kernels.chosen("sparse_attn_inverse_rope", *args, freqs) == "composed"
