@@ -79,7 +79,7 @@ from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
 
 CONTEXT, PREFILL, BATCHES = 4096, 8192, (1, 8, 32, 128)
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
-       "hc_pre_norm", "hc_post_pre_norm", "sparse_attn_inverse_rope",
+       "hc_pre_norm", "hc_post_pre_norm",
        "fp8_linear", "fp8_grouped_linear", "moe_experts", "index_scores", "moe_route", "swiglu", "topk_torch_order",
        "softmax_pool", "engram_gate", "hadamard", "hc_mixes")
 
@@ -372,9 +372,6 @@ AB_SWITCHES = {
     # a sublayer's hc_post and the next sublayer's pre-norm as two launches (their own backends), not one
     # (kernels/triton_hc_post_norm.py; the same bits)
     "hc_post_norm": torch_backend("hc_post_pre_norm", "composed"),
-    # the decode attention and its output's inverse RoPE as two launches, not the split's merge rotating the rope dims
-    # (triton_sparse_attn.sparse_attn_inverse_rope; the same bits)
-    "attn_unrope": torch_backend("sparse_attn_inverse_rope", "composed"),
     # the A/B's other run: bf16 results of bf16 inputs (the ratio-1 compressor, the indexer's weights_proj / wk) on
     # cuBLAS's bf16 GEMM (the fp64 reference in batch-invariant mode), the default before session 28, not the Triton
     # linear (triton_linear.BF16_RESULTS)

@@ -69,11 +69,6 @@ def _backend_probe(op: str, name: str, fn: Callable) -> tuple[Callable[[], None]
     return lambda: kernels.use_backend(op, name), lambda: kernels.use_backend(op, None)
 
 
-def _composed(op: str) -> tuple[Callable[[], None], Callable[[], None]]:
-    """A fused op pinned to its parts (each on its own backend), so that a probe of one part reaches it too."""
-    return lambda: kernels.use_backend(op, "composed"), lambda: kernels.use_backend(op, None)
-
-
 def _fixed_route(logits, bias, topk, renormalize, eps, scale, temp=1.0, ids=None):
     T = logits.shape[0]
     return _constant(("route", T, topk, logits.device), lambda: (
@@ -213,12 +208,11 @@ PROBES = {
     **{f"probe_gemv_{name}": _module_patch("gemv", _skipped_gemv(shapes), (gluon_gemv,))
        for name, shapes in GEMV_SHAPES.items()},
     "probe_wo_a": _backend_probe("fp8_grouped_linear", "probe_skip", _unprojected),
-    "probe_attn": _several(_backend_probe("sparse_attn", "probe_skip", _unattended),
-                           _composed("sparse_attn_inverse_rope")),
+    "probe_attn": _backend_probe("sparse_attn", "probe_skip", _unattended),
     "probe_pairs": _module_patch("pair_gemm", _skipped_pairs, (gluon_gemv,)),
     "probe_index_scores": _backend_probe("index_scores", "probe_skip", _unscored),
     "probe_hc_post": _backend_probe("hc_post", "probe_skip", _unmixed),
-    "probe_rope": _several(_backend_probe("apply_rope", "probe_skip", _unrotated), _composed("sparse_attn_inverse_rope")),
+    "probe_rope": _backend_probe("apply_rope", "probe_skip", _unrotated),
     "probe_head": _head_probe(),
     "probe_rms_norm": _backend_probe("rms_norm", "probe_skip", _unnormed),
     "probe_hc_pre_norm": _backend_probe("hc_pre_norm", "probe_skip", _unmixed_norm),

@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [s27a] [s27b] [s27c] [s28a] [s28b] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [s27a] [s27b] [s27c] [s28a] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -1123,15 +1123,6 @@ if has s28a; then  # prepared in session 27, not yet run (~6.5 min): bf16 result
   # ratio-2 compressor's ring pooling
   decode_ab s28aprobe 150 --batches 1 --ab probe_engram_gate:1 probe_roundtrips:1 probe_bf16_linears:1 \
     probe_ring_pool:1 --ab-rounds 5
-  pack
-fi
-if has s28b; then  # session 28 (~4 min): the decode split's merge rotating the rope dims back (op
-  # sparse_attn_inverse_rope, one launch a layer less; the same bits): its GPU tests and the rope kernels' (a shared
-  # jit helper now), then A/B'd at B=1 and 8
-  gpu_tests s28b 150 "merge \+ inverse rope|FAIL|Error" tests/gpu/test_sparse_attn_gpu.py \
-    tests/gpu/test_hc_norm_rope_gpu.py -s
-  pack
-  decode_ab s28b 240 --batches 1 8 --ab attn_unrope:1,8 --ab-rounds 7
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

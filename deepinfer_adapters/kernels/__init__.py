@@ -125,19 +125,6 @@ def _composed_hc_post_pre_norm(y: Any, residual: Any, post: Any, comb: Any, pre:
 register("hc_post_pre_norm", "composed", _composed_hc_post_pre_norm, priority=0)
 
 
-def sparse_attn_inverse_rope(*args: Any, **kwargs: Any) -> Any:
-    return call("sparse_attn_inverse_rope", *args, **kwargs)
-
-
-def _composed_sparse_attn_inverse_rope(q: Any, kv: Any, sink: Any, idx: Any, scale: float, freqs: Any,
-                                       probs_bf16: bool = True) -> Any:
-    """``sparse_attn_inverse_rope`` as its two ops, each on its own backend: where no backend takes both in one."""
-    return apply_rope(sparse_attn(q, kv, sink, idx, scale, probs_bf16=probs_bf16), freqs, inverse=True, overwrite=True)
-
-
-register("sparse_attn_inverse_rope", "composed", _composed_sparse_attn_inverse_rope, priority=0)
-
-
 def index_scores(*args: Any, **kwargs: Any) -> Any:
     return call("index_scores", *args, **kwargs)
 

@@ -19,7 +19,7 @@ from deepinfer_adapters.kernels.invariance import wide
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "topk_torch_order", "swiglu", "moe_route", "softmax_pool",
        "hadamard", "engram_gate", "hc_mixes", "compressor_v4_gather", "rms_norm_in_dtype", "selected_keys", "ring_pool",
-       "store_rows", "window_store_gather", "window_slots", "hc_post_pre_norm", "sparse_attn_inverse_rope")
+       "store_rows", "window_store_gather", "window_slots", "hc_post_pre_norm")
 
 SPARSE_ATTN_BLOCK = 64  # indices per online-softmax block, as in the official kernel
 
@@ -180,13 +180,6 @@ def sparse_attn(
         acc = acc * rescale.unsqueeze(-1) + _dot(p, rows, "shk,skd->shd")
     denom = denom + exp32(sink.float() - run_max)
     return (acc / denom.unsqueeze(-1)).to(q.dtype)
-
-
-def sparse_attn_inverse_rope(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor, scale: float,
-                             freqs: torch.Tensor, probs_bf16: bool = True) -> torch.Tensor:
-    """``sparse_attn``'s output with its last ``2 * freqs.shape[-1]`` dims rotated back (``apply_rope``, inverse): the
-    attention as the output projection takes it (layers/attention_common.py, a decode step)."""
-    return apply_rope(sparse_attn(q, kv, sink, idx, scale, probs_bf16), freqs, inverse=True, overwrite=True)
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor, spec: str) -> torch.Tensor:

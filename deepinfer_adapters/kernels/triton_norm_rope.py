@@ -68,26 +68,11 @@ def _pow2(n: int) -> int:
 
 @functools.cache
 def _kernels():
-    # bound at module level: Triton's interpreter resolves a kernel's names there, and looks for triton.language
-    # among a called function's module globals (triton_sparse_attn's merge calls rotate_pairs)
-    global pdl_start, rotate_pairs, tl
     import triton
     import triton.language as tl
 
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
-
-    @triton.jit
-    def rotate_pairs(x, F, sign, BLOCK_M: tl.constexpr, RD: tl.constexpr):
-        """x [BLOCK_M, RD] fp32, adjacent pairs as complex numbers, times the position's RD / 2 (cos, sin) pairs
-        at F (sign -1: their conjugates), fp32: apply_rope's arithmetic, shared with the attention merge."""
-        j = tl.arange(0, RD // 2)
-        f = tl.load(F + 2 * j[:, None] + tl.arange(0, 2)[None, :])  # [RD/2, 2] (cos, sin)
-        fr, fi = tl.split(f)
-        fi = fi * sign
-        xr, xi = tl.split(tl.reshape(x, (BLOCK_M, RD // 2, 2)))
-        re = xr * fr[None, :] - xi * fi[None, :]
-        im = xr * fi[None, :] + xi * fr[None, :]
-        return tl.reshape(tl.join(re, im), (BLOCK_M, RD))
 
     @triton.jit
     def rms_norm(X, PRE, W, OUT, R, N, stride_x, stride_xh, stride_p, stride_o, inv_n, eps, HC: tl.constexpr,
@@ -141,17 +126,19 @@ def _kernels():
         if NOPE > 0 and COPY_NOPE:
             c = tl.arange(0, BLOCK_NOPE)[None, :]
             tl.store(out + c, tl.load(x + c, mask=mask_m & (c < NOPE)), mask=mask_m & (c < NOPE))
+        j = tl.arange(0, RD // 2)
+        f = tl.load(F + s * RD + 2 * j[:, None] + tl.arange(0, 2)[None, :])  # [RD/2, 2] (cos, sin)
+        fr, fi = tl.split(f)
+        fi = fi * sign
         d = tl.arange(0, RD)[None, :]
-        rot = rotate_pairs(tl.load(x + NOPE + d, mask=mask_m).to(tl.float32), F + s * RD, sign, BLOCK_M, RD)
+        pairs = tl.reshape(tl.load(x + NOPE + d, mask=mask_m).to(tl.float32), (BLOCK_M, RD // 2, 2))
+        xr, xi = tl.split(pairs)
+        re = xr * fr[None, :] - xi * fi[None, :]
+        im = xr * fi[None, :] + xi * fr[None, :]
+        rot = tl.reshape(tl.join(re, im), (BLOCK_M, RD))
         tl.store(out + NOPE + d, rot.to(OUT.dtype.element_ty), mask=mask_m)
 
     return triton, rms_norm, apply_rope
-
-
-def rope_rotation():
-    """The jit helper ``rotate_pairs`` (for kernels of other modules that apply RoPE to values they hold)."""
-    _kernels()
-    return rotate_pairs
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:

@@ -122,10 +122,8 @@ def _kernels():
     import triton
     import triton.language as tl
 
-    global pdl_start, rotate_pairs  # bound at module level: Triton's interpreter resolves a kernel's names there
-    from deepinfer_adapters.kernels.triton_norm_rope import rope_rotation
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
-    rotate_pairs = rope_rotation()
 
     @triton.jit
     def sparse_attn_bf16(Q, KV, SINK, IDX, OUT, PM, PL, PACC, scale,
@@ -186,12 +184,11 @@ def _kernels():
             tl.store(o_ptrs, out.to(OUT.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
 
     @triton.jit
-    def sparse_attn_merge(PM, PL, PACC, SINK, F, OUT, stride_os, stride_oh, H, D, NS,
-                          BLOCK_H: tl.constexpr, D_PAD: tl.constexpr, UNROPE: tl.constexpr):
+    def sparse_attn_merge(PM, PL, PACC, SINK, OUT, stride_os, stride_oh, H, D, NS,
+                          BLOCK_H: tl.constexpr, D_PAD: tl.constexpr):
         """Merge split-K partials: o = sum_j e^(m_j-M) acc_j / (sum_j e^(m_j-M) l_j + e^(sink-M)), for
         output dims [pid2 * D_PAD, +D_PAD) (each program recomputes its heads' M and denominator: the same
-        values in every program). UNROPE: the last program's D_PAD dims are the rope dims; it rotates its
-        rounded output back by the query's D_PAD / 2 (cos, sin) pairs at F, as apply_rope(inverse) would."""
+        values in every program)."""
         pdl_start()
         s = tl.program_id(0).to(tl.int64)
         offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -210,12 +207,9 @@ def _kernels():
             a = tl.load(PACC + part[:, None] * D + offs_d[None, :], mask=mask_h[:, None] & mask_d[None, :], other=0.0)
             acc += w[:, None] * a
         sink = tl.load(SINK + offs_h, mask=mask_h, other=0.0)
-        out = (acc / (l_sum + tl.exp(sink - big_m))[:, None]).to(OUT.dtype.element_ty)
-        if UNROPE:
-            if tl.program_id(2) == tl.num_programs(2) - 1:
-                out = rotate_pairs(out.to(tl.float32), F + s * D_PAD, -1.0, BLOCK_H, D_PAD).to(OUT.dtype.element_ty)
+        out = acc / (l_sum + tl.exp(sink - big_m))[:, None]
         o_ptrs = OUT + s * stride_os + offs_h[:, None] * stride_oh + offs_d[None, :]
-        tl.store(o_ptrs, out, mask=mask_h[:, None] & mask_d[None, :])
+        tl.store(o_ptrs, out.to(OUT.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
 
     @triton.jit
     def sparse_attn_f32(Q, KV, SINK, IDX, OUT, scale,
@@ -268,10 +262,8 @@ def _kernels():
 
 
 def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor, scale: float,
-                probs_bf16: bool = True, *, config: Config | None = None,
-                unrope: torch.Tensor | None = None) -> torch.Tensor:
-    """See the module doc and ``reference.sparse_attn``. Returns [S, H, d] in q's dtype. ``unrope`` (freqs [S, rd/2],
-    rd = the merge's width; a split config only, ``supports_inverse_rope``): the last rd dims rotated back."""
+                probs_bf16: bool = True, *, config: Config | None = None) -> torch.Tensor:
+    """See the module doc and ``reference.sparse_attn``. Returns [S, H, d] in q's dtype."""
     S, H, d = q.shape
     if kv.shape[-1] != d or idx.shape[0] != S:
         raise ValueError(f"sparse_attn: q {list(q.shape)}, kv {list(kv.shape)}, idx {list(idx.shape)} do not match")
@@ -307,10 +299,9 @@ def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torc
                      SPLIT_K=split_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
         if split_k:
             merge_d = min(MERGE_BLOCK_D or _pow2(d), _pow2(d))
-            f = out if unrope is None else torch.view_as_real(unrope.resolve_conj()).reshape(S, merge_d).contiguous()
             k_merge[(S, triton.cdiv(H, 16), triton.cdiv(d, merge_d))](
-                pm, pl, pacc, sink, f, out, out.stride(0), out.stride(1), H, d, ns, BLOCK_H=16, D_PAD=merge_d,
-                UNROPE=unrope is not None, num_warps=4, **pdl_launch())
+                pm, pl, pacc, sink, out, out.stride(0), out.stride(1), H, d, ns, BLOCK_H=16, D_PAD=merge_d,
+                num_warps=4, **pdl_launch())
     else:
         args = (q, kv, sink, idx, out, float(scale), *strides, H, d, K)
         dv = min(cfg.block_dv, _pow2(d))
@@ -348,23 +339,3 @@ def sparse_attn_decode_split(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tens
 
 register("sparse_attn", "triton_decode_split", sparse_attn_decode_split, supports=supports_decode_split,
          priority=30)  # above FlashMLA (20)
-
-
-def sparse_attn_inverse_rope(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor, scale: float,
-                             freqs: torch.Tensor, probs_bf16: bool = True) -> torch.Tensor:
-    """``reference.sparse_attn_inverse_rope`` on the decode split: the merge's program of the last ``MERGE_BLOCK_D``
-    dims -- the rope dims -- rotates them back before its store (``apply_rope``'s arithmetic on the rounded output,
-    so the bits of ``sparse_attn_decode_split`` then ``apply_rope``), one launch less on the step's path."""
-    return sparse_attn(q, kv, sink, idx, scale, probs_bf16, config=DECODE_SPLIT_CONFIG, unrope=freqs)
-
-
-def supports_inverse_rope(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor, scale: float,
-                          freqs: torch.Tensor, probs_bf16: bool = True) -> bool:
-    """The decode split with more than one split (so a merge runs) and rope dims as wide as a merge program."""
-    d = q.shape[-1]
-    return (supports_decode_split(q, kv, sink, idx, scale, probs_bf16) and freqs.is_cuda and freqs.dim() == 2
-            and freqs.dtype == torch.complex64 and freqs.shape[0] == q.shape[0] and 2 * freqs.shape[1] == MERGE_BLOCK_D
-            and d % MERGE_BLOCK_D == 0 and idx.shape[1] > DECODE_SPLIT_CONFIG.split_blocks * BLOCK_K)
-
-
-register("sparse_attn_inverse_rope", "triton", sparse_attn_inverse_rope, supports=supports_inverse_rope, priority=10)

@@ -129,12 +129,8 @@ class AttentionBase(nn.Module):
         return self.quantize_window_kv(kv, numerics) if numerics.kv_quant else kv
 
     def output(self, o: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
-        """o [T, H, d] -> [T, D]: inverse RoPE, then ``project_out``."""
+        """o [T, H, d] -> [T, D]: inverse RoPE, per-group wo_a, then wo_b."""
         o = kernels.apply_rope(o, freqs, inverse=True, overwrite=True)  # the attention output, used once
-        return self.project_out(o, numerics)
-
-    def project_out(self, o: torch.Tensor, numerics: Numerics) -> torch.Tensor:
-        """The attention output with its rope dims rotated back, o [T, H, d] -> [T, D]: per-group wo_a, then wo_b."""
         T = o.shape[0]
         grouped = o.reshape(T, self.groups, -1)
         if self.wo_a.block is not None:  # native FP8 weight
@@ -213,7 +209,7 @@ class AttentionBase(nn.Module):
         q, (keys, index) = side_by_side(
             x, lambda: self.query_heads(qr, freqs, numerics),
             lambda: keys_and_index(qr, lambda: self.window_kv(kv, freqs, numerics), freqs), when=overlap.DECODE_KEYS)
-        return self.project_out(self.attend_gathered(q, keys, index, freqs, numerics), numerics)
+        return self.output(self.attend_gathered(q, keys, index, numerics), freqs, numerics)
 
     def decode_freqs(self, batch: DecodeBatch) -> torch.Tensor:
         """RoPE rows of a decode step's positions, looked up once per step per table."""
@@ -231,14 +227,11 @@ class AttentionBase(nn.Module):
         keys = kernels.window_store_gather(ring.flatten(0, 1), slots.write_rows, slots.read_rows, kv)
         return keys.view(*slots.valid.shape, *ring.shape[2:]), slots
 
-    def attend_gathered(self, q: torch.Tensor, keys: torch.Tensor, index: torch.Tensor, freqs: torch.Tensor,
+    def attend_gathered(self, q: torch.Tensor, keys: torch.Tensor, index: torch.Tensor,
                         numerics: Numerics) -> torch.Tensor:
         """q [B, H, d] over per-sequence keys [B, K, d] (``gathered_index`` of which exist): the
-        same index layout as the per-sequence path, so the same blocks of 64 and the same result;
-        returned with its rope dims rotated back, as ``project_out`` takes it (one op: on the GPU the
-        decode split's merge rotates them, one launch less)."""
-        return kernels.sparse_attn_inverse_rope(q, keys.flatten(0, 1), self.attn_sink, index, self.scale, freqs,
-                                                probs_bf16=numerics.attn_probs_bf16)
+        same index layout as the per-sequence path, so the same blocks of 64 and the same result."""
+        return self.attend(q, keys.flatten(0, 1), index, numerics)
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, idx: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         return kernels.sparse_attn(q, keys, self.attn_sink, idx, self.scale, probs_bf16=numerics.attn_probs_bf16)
