@@ -69,7 +69,8 @@ def test_bf16_input_with_fp32_result_is_the_fp32_gemm_of_its_values(backend, M, 
     with invariance.batch_invariant(invariant):
         assert kernels.chosen("linear", x, w) == backend
         # a bf16 result: the Triton kernel where it takes the call (BF16_RESULTS, session 28), else bf16's GEMM
-        assert kernels.chosen("linear", x, w, out_dtype=torch.bfloat16) == ("triton" if backend == "triton" else "torch")
+        bf16_backend = "triton" if backend == "triton" else "torch"
+        assert kernels.chosen("linear", x, w, out_dtype=torch.bfloat16) == bf16_backend
         got, want = kernels.linear(x, w), kernels.linear(x32, w)
         ref = reference.linear(x32, w)
     assert got.dtype == torch.float32
