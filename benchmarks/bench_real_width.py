@@ -59,6 +59,7 @@ import torch
 
 from benchmarks.critical_path_probes import PROBES
 from benchmarks.profiling import profile_step, timeline_step
+from benchmarks.timing import paired_rounds
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
 from deepinfer_adapters.kernels import triton_pool, triton_sparse_attn, triton_support
@@ -509,10 +510,12 @@ def run(args):
             for _ in range(args.ab_rounds):
                 for side, g in (("off", plain), ("on", graphs)):
                     rounds[side].append(timed(lambda g=g: g.run(dev_ids, dev_pos, dev_slots, context + 1),
-                                              device, reps=args.reps * 4)[0] * 1e3)
+                                              device, reps=args.ab_reps or args.reps * 4)[0] * 1e3)
             row[f"graph_ms_no_{name}"] = statistics.median(rounds["off"])
             row[f"graph_ms_{name}_again"] = statistics.median(rounds["on"])
             row[f"graph_ms_{name}_rounds"] = rounds
+            paired_ms, on_faster = paired_rounds(rounds["off"], rounds["on"])
+            row[f"graph_us_{name}_paired"] = paired_ms * 1e3
             restore()
             logits_off = plain.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
             del plain
@@ -522,7 +525,8 @@ def run(args):
             log(f"A/B {name} B={B}: on {graph_ms:.3f} ms, off {row[f'graph_ms_no_{name}']:.3f}, "
                 f"on again {row[f'graph_ms_{name}_again']:.3f} (medians of {args.ab_rounds} alternating rounds: off "
                 + " ".join(f"{t:.3f}" for t in rounds["off"]) + " | on " + " ".join(f"{t:.3f}" for t in rounds["on"])
-                + f"); logits bit-identical: {row[f'logits_equal_no_{name}']}")
+                + f"; paired on - off {paired_ms * 1e3:+.1f} us, on faster in {on_faster} of {args.ab_rounds})"
+                + f"; logits bit-identical: {row[f'logits_equal_no_{name}']}")
         restore()
         logits_graph = graphs.run(dev_ids, dev_pos, dev_slots, context + 1).clone()
         row["logits_rel_graph_vs_forward"] = float((logits_graph - logits_fast).norm() / logits_fast.norm())
@@ -663,6 +667,9 @@ def main():
                          "then measure against that)")
     ap.add_argument("--ab-rounds", type=int, default=5,
                     help="an A/B replays the switch-off and the default graphs in turn this many times each")
+    ap.add_argument("--ab-reps", type=int, default=40,
+                    help="graph replays a side a round of an A/B (their median is the round's time; 0: 4 x --reps, "
+                         "8 in gpu_session.sh's parts up to session 28)")
     ap.add_argument("--profile-prefill", action="store_true", help="torch.profiler over one prefill")
     ap.add_argument("--timeline", type=int, nargs="*", default=[], metavar="B",
                     help="torch.profiler over one graph replay at these batch sizes: idle gaps, overlap (CUDA)")

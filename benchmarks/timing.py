@@ -17,6 +17,17 @@ import torch
 L2_BYTES = 60e6
 
 
+def paired_rounds(off: list[float], on: list[float]) -> tuple[float, int]:
+    """An A/B's alternating rounds (one time per side a round): the median of the per-round differences on - off
+    and the number of rounds where on was faster. Each difference pairs two runs taken back to back, so a drift of
+    the GPU's speed between rounds cancels (session 28: rounds of one side spread +-40 us at B=1, the medians of the
+    two sides' sets alone could not resolve a 10 us change)."""
+    if len(off) != len(on) or not off:
+        raise ValueError(f"paired_rounds: {len(off)} and {len(on)} rounds")
+    diffs = [b - a for a, b in zip(off, on)]
+    return statistics.median(diffs), sum(d < 0 for d in diffs)
+
+
 def _event():
     return torch.cuda.Event(enable_timing=True)
 
