@@ -1108,14 +1108,13 @@ if has s27c; then  # session 27 (~3.5 min): hc_post + the next pre-norm in one l
   decode_ab s27c 200 --batches 1 8 --ab hc_post_norm:1,8 --ab-rounds 7
   pack
 fi
-if has s28a; then  # prepared in session 27, not yet run (~6.5 min): bf16 results of bf16 inputs on the Triton linear
-  # (triton_linear.BF16_RESULTS) and one token's gate GEMM + split sum + route in one launch (triton_route.GATE_ROUTE):
-  # their GPU tests, then A/B'd at B=1, 8 (the gate's: B=1 only) and, in batch-invariant numerics (the engine's
-  # default, where the bf16 results take the fp64 reference otherwise), at B=1
+if has s28a; then  # session 28 (~6.5 min; as run then, with the gate + route switch, at 93d5e92): bf16 results of bf16
+  # inputs on the Triton linear (triton_linear.BF16_RESULTS, on since; the switch's other run is now cuBLAS) A/B'd at
+  # B=1, 8 and in batch-invariant numerics at B=1; four probes. The one-launch gate + route it also measured is removed
   gpu_tests s28a 200 "linear bf16 result|gate \+ route one launch|FAIL|Error" tests/gpu/test_linear_gpu.py \
     tests/gpu/test_route_gpu.py -s
   pack
-  decode_ab s28a 240 --batches 1 8 --ab bf16_linear_triton:1,8 gate_route:1 --ab-rounds 7
+  decode_ab s28a 240 --batches 1 8 --ab bf16_linear_triton:1,8 --ab-rounds 7
   pack
   decode_ab s28ainv 150 --batches 1 --batch-invariant --ab bf16_linear_triton:1 --ab-rounds 5
   pack
