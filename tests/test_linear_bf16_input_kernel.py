@@ -1,8 +1,8 @@
 """``triton_linear``'s kernel given a bf16 x (the MoE gate's input, for an fp32 result) under Triton's CPU
 interpreter: the same output as for x.float() -- hi is x and lo is 0 either way. (The interpreter's bf16
 products are not the GPU's, so this checks that the two inputs take the same arithmetic, not the values;
-the values against the reference: tests/gpu/test_linear_gpu.py.) And a bf16 result (``BF16_RESULTS``, on since session 28):
-the fp32 result rounded once, unsplit (stored by the kernel) and K-split (by the split sum), within the
+the values against the reference: tests/gpu/test_linear_gpu.py.) And a bf16 result (``BF16_RESULTS``, on since
+session 28): the fp32 result rounded once, unsplit (stored by the kernel) and K-split (by the split sum), within the
 interpreter's bf16 cast (it truncates: one bf16 ulp)."""
 
 from __future__ import annotations
