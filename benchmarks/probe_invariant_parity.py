@@ -5,8 +5,8 @@ batch-invariant numerics: rel(fast, ref) 0.290 against a noise floor of 0.073 (t
 attention probabilities), where the same run without batch invariance gives 0.072. This script builds the same model
 and inputs and, in each mode, compares the logits of: every op on its automatic backend (fast); every op with a torch
 reference pinned to it (ref); each op alone pinned (the rest fast: how much of the gap that op closes); each op alone
-left fast (the rest pinned: how much that op opens). Ops pinned are those of ``kernels.reference.OPS`` and
-``kernels.reference_fp8.OPS`` (all with a "torch" backend), not only bench_real_width's list.
+left fast (the rest pinned: how much that op opens). Ops pinned: bench_real_width.OPS, every op with a "torch"
+backend (``kernels.reference.OPS`` and ``kernels.reference_fp8.OPS``).
 
 Diagnostic only (prints a table); CPU: ``--tiny --device cpu`` runs it on tiny widths (every op's fast backend is then
 its reference but the ops with a "composed" backend).
@@ -26,16 +26,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.bench_real_width import fill_random, fill_state, random_hasher, reduced_config  # noqa: E402
+from benchmarks.bench_real_width import OPS, fill_random, fill_state, random_hasher, reduced_config  # noqa: E402
 from deepinfer_adapters import kernels  # noqa: E402
 from deepinfer_adapters.config import parse_config  # noqa: E402
-from deepinfer_adapters.kernels import reference, reference_fp8  # noqa: E402
 from deepinfer_adapters.model_impl import native_format  # noqa: E402
 from deepinfer_adapters.model_impl.batch import ForwardBatch  # noqa: E402
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM  # noqa: E402
 from deepinfer_adapters.model_impl.numerics import Numerics  # noqa: E402
-
-OPS = tuple(dict.fromkeys(reference.OPS + reference_fp8.OPS))
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
