@@ -78,18 +78,18 @@ def row_tile(M: int) -> int:
 
 @functools.cache
 def _kernel():
-    # bound at module level: Triton's interpreter resolves a kernel's names there, and looks for triton.language
-    # among a called function's module globals (split_linear_kernel calls split_product)
-    global pdl_start, split_product, tl
     import triton
     import triton.language as tl
 
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
 
     @triton.jit
-    def split_product(X, W, M, N, K, k_per_split, stride_xm, stride_wn, BM: tl.constexpr, BN: tl.constexpr,
-                      BK: tl.constexpr):
-        """(acc, rows, cols): program (pid 0, pid 1)'s [BM, BN] tile of x w^T over K split pid 2, fp32."""
+    def split_linear_kernel(X, W, OUT, M, N, K, k_per_split, stride_xm, stride_wn, stride_om, stride_os,
+                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        """OUT[pid 2] = this program's K range of x w^T (fp32 sums, stored in OUT's dtype): the whole K when
+        unsplit."""
+        pdl_start()
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         cols = tl.program_id(1) * BN + tl.arange(0, BN)
         mask_m = rows < M
@@ -107,16 +107,8 @@ def _kernel():
             lo = (x - hi.to(tl.float32)).to(tl.bfloat16)
             acc = tl.dot(hi, w, acc)
             acc = tl.dot(lo, w, acc)
-        return acc, rows, cols
-
-    @triton.jit
-    def split_linear_kernel(X, W, OUT, M, N, K, k_per_split, stride_xm, stride_wn, stride_om, stride_os,
-                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-        """OUT[pid 2] = this program's K range of x w^T (fp32): the whole K when unsplit."""
-        pdl_start()
-        acc, rows, cols = split_product(X, W, M, N, K, k_per_split, stride_xm, stride_wn, BM, BN, BK)
         out = OUT + tl.program_id(2) * stride_os + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
-        tl.store(out, acc, mask=(rows < M)[:, None] & (cols < N)[None, :])
+        tl.store(out, acc, mask=mask_m[:, None] & mask_n[None, :])
 
     return triton, split_linear_kernel
 
@@ -130,7 +122,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch
     x2 = x.reshape(-1, K)
     x2 = x2 if x2.stride(-1) == 1 else x2.contiguous()
     M, N = x2.shape[0], weight.shape[0]
-    cfg, n_tiles, split, k_per_split = plan(N, K, config)
+    cfg = config or (SPLIT_CONFIG if triton.cdiv(N, CONFIG.block_n) < CONFIG.programs else CONFIG)
+    n_tiles = triton.cdiv(N, cfg.block_n)
+    split, k_per_split = split_k(n_tiles, K, cfg.block_k * cfg.min_steps, cfg.programs)  # by N and K alone
     # unsplit, the kernel stores its fp32 sums in out_dtype (rounded once, as a cast after it would)
     parts = torch.empty((split, M, N), device=x.device, dtype=out_dtype if split == 1 else torch.float32)
     if M and N:
@@ -141,14 +135,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch
             num_stages=cfg.num_stages, **pdl_launch())
     out = parts[0] if split == 1 else sum_splits(parts, out_dtype)
     return out.view(*lead, N)
-
-
-def plan(N: int, K: int, config: LinearConfig | None = None) -> tuple[LinearConfig, int, int, int]:
-    """(tiles, column tiles, K splits, K per split) of a weight [N, K]: by N and K alone (invariant)."""
-    cfg = config or (SPLIT_CONFIG if -(-N // CONFIG.block_n) < CONFIG.programs else CONFIG)
-    n_tiles = -(-N // cfg.block_n)
-    split, k_per_split = split_k(n_tiles, K, cfg.block_k * cfg.min_steps, cfg.programs)
-    return cfg, n_tiles, split, k_per_split
 
 
 def supports(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch.float32, **_) -> bool:
