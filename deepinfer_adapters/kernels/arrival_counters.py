@@ -1,5 +1,5 @@
-"""Arrival counters for kernels whose last program of a group finishes the group's work (``triton_hc_post_norm``,
-``triton_route``'s gate + route): int32 zeros between calls, each group's last arrival re-arms its own.
+"""Arrival counters for kernels whose last program of a group finishes the group's work (``triton_hc_post_norm``):
+int32 zeros between calls, each group's last arrival re-arms its own.
 
 One set a CUDA stream: calls on one stream run one after the other (under programmatic dependent launch each
 kernel waits for the one before), while another stream's may run at the same time. A call that needs more

@@ -299,8 +299,8 @@ def _kernels():
 
 
 # ------------------------------------------------------------------------ hc_mix_logits ----
-def _rows(x: torch.Tensor, width: int) -> torch.Tensor:
-    """x as [rows, width] with unit stride along width (a view when possible)."""
+def rows(x: torch.Tensor, width: int) -> torch.Tensor:
+    """x as [rows, width] with unit stride along width (a view when possible; also ``triton_hc_post_norm``'s)."""
     x2 = x.reshape(-1, width)
     return x2 if x2.stride(-1) == 1 or x2.shape[0] == 0 else x2.contiguous()
 
@@ -391,7 +391,7 @@ def _mix_partials(x: torch.Tensor, fn: torch.Tensor, norm_eps: float):
     the logits go to, (partial dots [splits, T, N_PAD], partial sums of squares [splits, T],
     splits, N_PAD)) for a merge."""
     N, K = fn.shape
-    x2 = _rows(x, K)
+    x2 = rows(x, K)
     fn = fn if fn.stride(-1) == 1 else fn.contiguous()
     T = x2.shape[0]
     out = torch.empty(T, N, device=x.device, dtype=torch.float32)
@@ -429,7 +429,7 @@ def hc_split_sinkhorn(mixes: torch.Tensor, scale: torch.Tensor, base: torch.Tens
                       eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """See ``reference.hc_split_sinkhorn``: mixes [..., (2 + hc) * hc] -> pre, post [..., hc], comb [..., hc, hc]."""
     lead = mixes.shape[:-1]
-    m = _rows(mixes, mixes.shape[-1])
+    m = rows(mixes, mixes.shape[-1])
     T = m.shape[0]
     pre, post, comb = _empty_mixes(T, hc, mixes.device)
     if T:
@@ -500,7 +500,7 @@ def hc_pre(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
     hc, D = x.shape[-2:]
     x3 = x.reshape(-1, hc, D)
     x3 = x3 if x3.stride(-1) == 1 else x3.contiguous()
-    p = _rows(pre, hc)
+    p = rows(pre, hc)
     T = x3.shape[0]
     out = torch.empty(T, D, device=x.device, dtype=x.dtype)
     if T and D:
@@ -516,14 +516,20 @@ def supports_pre(x: torch.Tensor, pre: torch.Tensor) -> bool:
             and pre.shape == x.shape[:-1] and triton_available())
 
 
+def post_operands(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor,
+                  comb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``hc_post``'s operands as its kernel reads them, unit stride along their last dims: y [T, D], residual
+    [T, hc, D], post [T, hc], comb [T, hc * hc] (also ``triton_hc_post_norm``'s)."""
+    hc, D = residual.shape[-2:]
+    r = residual.reshape(-1, hc, D)
+    return (rows(y, D), r if r.stride(-1) == 1 else r.contiguous(), rows(post, hc),
+            rows(comb.reshape(-1, hc * hc), hc * hc))
+
+
 def hc_post(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
     """See ``reference.hc_post``: y [..., D], residual [..., hc, D] -> [..., hc, D] in y's dtype."""
     hc, D = residual.shape[-2:]
-    y2 = _rows(y, D)
-    r = residual.reshape(-1, hc, D)
-    r = r if r.stride(-1) == 1 else r.contiguous()
-    p = _rows(post, hc)
-    c = _rows(comb.reshape(-1, hc * hc), hc * hc)
+    y2, r, p, c = post_operands(y, residual, post, comb)
     T = y2.shape[0]
     out = torch.empty(T, hc, D, device=y.device, dtype=y.dtype)
     if T and D:

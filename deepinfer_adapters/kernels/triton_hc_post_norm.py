@@ -30,7 +30,7 @@ import torch
 
 from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.arrival_counters import counters
-from deepinfer_adapters.kernels.triton_hc import block_d
+from deepinfer_adapters.kernels.triton_hc import block_d, post_operands, rows
 from deepinfer_adapters.kernels.triton_norm_rope import NORM_MAX_WIDTH, norm_warps
 from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
 
@@ -96,9 +96,8 @@ def hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor
     comb [..., hc, hc] (fp32) -> (new streams [..., hc, D], their pre-norm [..., D]) in y's dtype."""
     triton, kernel = _kernel()
     hc, D = residual.shape[-2:]
-    y2 = _rows(y.reshape(-1, D))
-    r = _rows(residual.reshape(-1, hc, D))
-    p, q, c = _rows(post.reshape(-1, hc)), _rows(pre.reshape(-1, hc)), _rows(comb.reshape(-1, hc * hc))
+    y2, r, p, c = post_operands(y, residual, post, comb)
+    q = rows(pre, hc)
     T = y2.shape[0]
     out = torch.empty(T, hc, D, device=y.device, dtype=y.dtype)
     h = torch.empty(T, D, device=y.device, dtype=y.dtype)
@@ -113,11 +112,6 @@ def hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor
             HC=hc, HAS_WEIGHT=weight is not None, SLICE_D=slice_d, BLOCK_N=block_n, num_warps=norm_warps(block_n),
             enable_fp_fusion=False, **pdl_launch())
     return out.view(*residual.shape), h.view(*y.shape)
-
-
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    """t with unit stride along its last dim (a copy only where it has not)."""
-    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 def supports(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor, pre: torch.Tensor,
