@@ -129,19 +129,19 @@ def _unrotated(x, freqs, inverse=False, overwrite=False):
 
 
 HEAD_ROWS = 129280  # V4.1's vocabulary
-_HEAD_PROBE = [False]  # on while probe_head's A/B runs
 
 
-def _headless(x, weight, out_dtype=torch.float32, **kwargs):
-    return torch.empty(*x.shape[:-1], HEAD_ROWS, device=x.device, dtype=out_dtype)
+def _unwritten_linear(x, weight, out_dtype=torch.float32, **kwargs):
+    return torch.empty(*x.shape[:-1], weight.shape[0], device=x.device, dtype=out_dtype)
 
 
-def _head_probe() -> tuple[Callable[[], None], Callable[[], None]]:
-    """The head's ``linear`` alone to ``_headless`` (first in the registry for the head's shape while on); every
-    other ``linear`` call keeps the backend it would have had."""
-    kernels.register("linear", "probe_head", _headless, priority=1000,
-                     supports=lambda x, weight, *a, **k: _HEAD_PROBE[0] and weight.shape[0] == HEAD_ROWS)
-    return lambda: _HEAD_PROBE.__setitem__(0, True), lambda: _HEAD_PROBE.__setitem__(0, False)
+def _linear_probe(name: str, applies: Callable[..., bool]) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The ``linear`` calls ``applies(x, weight, out_dtype)`` picks, alone to an unwritten output (first in the
+    registry for them while the probe is on); every other ``linear`` call keeps the backend it would have had."""
+    on = [False]
+    kernels.register("linear", name, _unwritten_linear, priority=1000,
+                     supports=lambda x, weight, out_dtype=torch.float32, **k: on[0] and applies(x, weight, out_dtype))
+    return lambda: on.__setitem__(0, True), lambda: on.__setitem__(0, False)
 
 
 def _unnormed(x, weight, eps):
@@ -175,21 +175,6 @@ def _unchanged(x, *args, **kwargs):
     return x
 
 
-_BF16_LINEAR_PROBE = [False]  # on while probe_bf16_linears' A/B runs
-
-
-def _bf16_linear_probe() -> tuple[Callable[[], None], Callable[[], None]]:
-    """The ``linear``s of a bf16 x for a bf16 result alone to an unwritten output (first in the registry for them
-    while on); every other ``linear`` call keeps the backend it would have had."""
-    def unwritten(x, weight, out_dtype=torch.float32, **kwargs):
-        return torch.empty(*x.shape[:-1], weight.shape[0], device=x.device, dtype=out_dtype)
-
-    kernels.register("linear", "probe_bf16", unwritten, priority=1000,
-                     supports=lambda x, weight, out_dtype=torch.float32, **k: (
-                         _BF16_LINEAR_PROBE[0] and x.dtype == out_dtype == torch.bfloat16))
-    return lambda: _BF16_LINEAR_PROBE.__setitem__(0, True), lambda: _BF16_LINEAR_PROBE.__setitem__(0, False)
-
-
 def _unpooled(kv, score, kv_ring, score_ring, at, group, out_dtype=torch.float32):
     return torch.empty(kv.shape, device=kv.device, dtype=out_dtype)
 
@@ -213,7 +198,7 @@ PROBES = {
     "probe_index_scores": _backend_probe("index_scores", "probe_skip", _unscored),
     "probe_hc_post": _backend_probe("hc_post", "probe_skip", _unmixed),
     "probe_rope": _backend_probe("apply_rope", "probe_skip", _unrotated),
-    "probe_head": _head_probe(),
+    "probe_head": _linear_probe("probe_head", lambda x, weight, out_dtype: weight.shape[0] == HEAD_ROWS),
     "probe_rms_norm": _backend_probe("rms_norm", "probe_skip", _unnormed),
     "probe_hc_pre_norm": _backend_probe("hc_pre_norm", "probe_skip", _unmixed_norm),
     "probe_swiglu_quant": _module_patch("swiglu_quant", _unactivated, (triton_moe,)),
@@ -222,6 +207,7 @@ PROBES = {
     "probe_engram_gate": _backend_probe("engram_gate", "probe_skip", _unchanged),
     "probe_roundtrips": _several(*(_backend_probe(op, "probe_skip", _unchanged)
                                    for op in ("fp8_roundtrip", "fp4_roundtrip_e8m0", "fp4_roundtrip_e4m3"))),
-    "probe_bf16_linears": _bf16_linear_probe(),
+    "probe_bf16_linears": _linear_probe("probe_bf16",
+                                        lambda x, weight, out_dtype: x.dtype == out_dtype == torch.bfloat16),
     "probe_ring_pool": _backend_probe("ring_pool", "probe_skip", _unpooled),
 }
