@@ -173,6 +173,20 @@ def fill_experts(experts, g, chunk=8):
             scale[e0:e1].copy_(s.view(e1 - e0, N, -1))
 
 
+def build_model(cfg, num: Numerics, device, expert_block: int) -> tuple[DeepseekV41ForCausalLM, int]:
+    """The reduced model in the native formats with random weights (``fill_random``), and its experts' scale block
+    (per 32 where the widths are no multiples of ``expert_block``; 0: packed FP4)."""
+    block = expert_block
+    if block and (cfg.hidden_size % block or cfg.moe_intermediate_size % block):
+        log(f"expert widths {cfg.hidden_size}, {cfg.moe_intermediate_size} not multiples of {block}: "
+            f"experts keep the checkpoint's scales per 32")
+        block = 32
+    model = native_format.build(DeepseekV41ForCausalLM, cfg, num, device=device,
+                                hasher=random_hasher(cfg, device), with_draft=False, expert_blocks=block)
+    fill_random(model, cfg)
+    return model, block
+
+
 def fill_state(state, cfg, generator):
     for (key, name), t in state._tensors.items():
         if t.dtype.is_floating_point:
@@ -438,14 +452,7 @@ def run(args):
     cfg = parse_config(raw)
     num = Numerics.reference().invariant() if args.batch_invariant else Numerics.reference()
     t0 = time.perf_counter()
-    block = args.expert_block
-    if block and (cfg.hidden_size % block or cfg.moe_intermediate_size % block):
-        log(f"expert widths {cfg.hidden_size}, {cfg.moe_intermediate_size} not multiples of {block}: "
-            f"experts keep the checkpoint's scales per 32")
-        block = 32
-    model = native_format.build(DeepseekV41ForCausalLM, cfg, num, device=device,
-                                hasher=random_hasher(cfg, device), with_draft=False, expert_blocks=block)
-    fill_random(model, cfg)
+    model, block = build_model(cfg, num, device, args.expert_block)
     sync(device)
     log(f"built {len(model.layers)} layers in {time.perf_counter() - t0:.1f} s; experts "
         f"{f'in (1, {block}) blocks' if block else 'packed FP4'}; "

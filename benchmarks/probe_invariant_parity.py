@@ -26,17 +26,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.bench_real_width import OPS, fill_random, fill_state, random_hasher, reduced_config  # noqa: E402
+from benchmarks.bench_real_width import OPS, build_model, fill_state, reduced_config  # noqa: E402
+from benchmarks.timing import rel  # noqa: E402
 from deepinfer_adapters import kernels  # noqa: E402
 from deepinfer_adapters.config import parse_config  # noqa: E402
 from deepinfer_adapters.model_impl import native_format  # noqa: E402
 from deepinfer_adapters.model_impl.batch import ForwardBatch  # noqa: E402
-from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM  # noqa: E402
 from deepinfer_adapters.model_impl.numerics import Numerics  # noqa: E402
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
 
 
 def pinned(ops) -> None:
@@ -87,11 +83,7 @@ def main() -> None:
     results = {}
     for mode in args.modes:
         num = Numerics.reference().invariant() if mode == "invariant" else Numerics.reference()
-        block = native_format.EXPERT_BLOCK  # as bench_real_width: per 32 where the widths do not divide
-        block = block if not (cfg.hidden_size % block or cfg.moe_intermediate_size % block) else 32
-        model = native_format.build(DeepseekV41ForCausalLM, cfg, num, device=args.device,
-                                    hasher=random_hasher(cfg, args.device), with_draft=False, expert_blocks=block)
-        fill_random(model, cfg)
+        model, _ = build_model(cfg, num, args.device, native_format.EXPERT_BLOCK)
         rows = probe(model, cfg, args.device, args.context)
         results[mode] = rows
         print(f"== {mode}: rel to the all-reference logits")
