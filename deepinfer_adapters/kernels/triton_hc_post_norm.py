@@ -35,10 +35,6 @@ from deepinfer_adapters.kernels.triton_norm_rope import NORM_MAX_WIDTH, norm_war
 from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 @functools.cache
 def _kernel():
     import triton
@@ -102,7 +98,7 @@ def hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor
     out = torch.empty(T, hc, D, device=y.device, dtype=y.dtype)
     h = torch.empty(T, D, device=y.device, dtype=y.dtype)
     if T and D:
-        block_n = _pow2(D)
+        block_n = triton.next_power_of_2(D)
         slice_d = block_d(T, D)
         collapsed = torch.empty(T, D, device=y.device, dtype=y.dtype)
         w = h if weight is None else weight.contiguous()  # unused when weightless
