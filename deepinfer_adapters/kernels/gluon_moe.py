@@ -43,6 +43,10 @@ TILE = 128  # token rows (beyond the tail), weight rows and K of a step: the E4M
 TAIL = 32  # rows past TILE a tile may carry (``absorb_tails``), in a second, narrower product
 GLUON_MOE = True  # prefill-sized bf16-path MoE GEMMs through moe_bf16_kernel where it fits
 STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
+# prefill-sized MoE GEMMs with per-32 activation scales (V4.1) on FP8 products (``grouped_gemm_fp8``) instead of
+# the bf16 path, outside batch-invariant mode
+FP8_PRODUCTS = True
+FP8_STAGES = 4  # ring slots of moe_fp8_kernel (32 KB each)
 
 
 @functools.cache
@@ -118,4 +122,51 @@ def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tens
     grid = (triton.cdiv(N, TILE), groups.expert.numel())
     moe_bf16_kernel[grid](a_desc, t_desc, w_desc, ws, out, groups.expert, groups.row0, groups.row1, N, K, ws.stride(0),
                           ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
+    return out
+
+
+def fp8_fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
+             act_block: int) -> bool:
+    """Whether ``grouped_gemm_fp8`` takes this call: ``FP8_PRODUCTS``, an sm_90 GPU, bf16 inputs quantized per 32
+    (V4.1), E4M3 tiles with E8M0 scales per (1, 128), N a multiple of 128."""
+    if not (FP8_PRODUCTS and act_block == 32 and x.dtype == torch.bfloat16):
+        return False
+    return fits(x, weight, scale, block, TILE) and expert_matrix(weight)[0] % TILE == 0
+
+
+def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
+                     groups: Groups) -> torch.Tensor:
+    """bf16 [rows, N]: row r = (q_sorted[r] x its per-32 scales s_sorted[r]) @ dequant(weight[expert]).T for the
+    rows ``triton_moe.route``'s 128-row tiles cover (not ``absorb_tails``': a tile computes its first 128 rows).
+    ``q_sorted`` [rows, K] E4M3 and ``s_sorted`` [rows, K / 32] fp32 power-of-two scales, in sorted row order.
+
+    Numerics: the bf16 path's exact products (E4M3 x E4M3 times powers of two), summed in fp32 in another order
+    (32-deep FP8 products, each times its activation scale, a 128-deep step's sum times the weight scale), so
+    its bits differ from the bf16 path's: batch-invariant mode keeps that one."""
+    import triton
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from deepinfer_adapters.kernels.gluon_moe_fp8_jit import moe_fp8_kernel
+
+    N, K = expert_matrix(weight)
+    rows = q_sorted.shape[0]
+    if q_sorted.shape[1] != K or s_sorted.shape != (rows, K // 32) or q_sorted.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"gluon_moe.grouped_gemm_fp8: activations {tuple(q_sorted.shape)} {q_sorted.dtype} with "
+                         f"scales {tuple(s_sorted.shape)} do not match experts of {K} inputs")
+    q_sorted = q_sorted if q_sorted.is_contiguous() else q_sorted.contiguous()
+    s_sorted = s_sorted.float().contiguous()
+    out = torch.empty(rows, N, device=q_sorted.device, dtype=torch.bfloat16)
+    half = TILE // 2  # each warpgroup's rows: a TMA box of its own
+    a_layout = gl.NVMMASharedLayout.get_default_for([half, 128], gl.float8e4nv)
+    w_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.float8e4nv)
+    a_desc = TensorDescriptor(q_sorted, [rows, K], list(q_sorted.stride()), [half, 128], a_layout)
+    w2d = weight.view(-1, 128)  # tile after tile, 128 bytes a row
+    w_desc = TensorDescriptor(w2d, list(w2d.shape), list(w2d.stride()), [TILE, 128], w_layout)
+    # the scales step-major ([E, K / 128, N]): a step's 128 columns' bytes contiguous (~N K / 128 bytes an expert,
+    # one small copy a call at prefill)
+    ws_steps = scale.view(torch.uint8).transpose(1, 2).contiguous()
+    grid = (triton.cdiv(N, TILE), groups.expert.numel())
+    moe_fp8_kernel[grid](a_desc, w_desc, s_sorted, ws_steps, out, groups.expert, groups.row0, groups.row1, N, K,
+                         s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES, num_warps=4)
     return out

@@ -1,0 +1,159 @@
+"""The MoE's prefill grouped GEMM on FP8 products for Hopper in Gluon: imported only to launch on an sm_90 GPU
+(``gluon_moe.grouped_gemm_fp8``, whose doc says why and what it measured).
+
+One program: a 128-row tile of one expert's sorted rows x 128 weight rows, K in 128-deep steps.
+- loader (1 warp): TMA copies of the step's E4M3 weight tile (one 16 KB tile of ``quant.to_e4m3_tiles``) and
+  the two 64-row halves of the E4M3 activation tile into a ring of STAGES slots;
+- two warpgroups, each its own partition and its own 64 of the tile's rows (acc[token rows, weight rows]:
+  tokens are wgmma's M, so a token row's per-32 activation scales are two registers a thread): a step's four
+  32-deep FP8 products, straight from shared memory, chained on the tensor cores' accumulator with the ratios of
+  their activation scales (``_products``), then times the last scale and the columns' (1, 128) weight scale into
+  the fp32 accumulator. A half past the expert's last row takes no products. One warpgroup scales its products
+  while the other's run on the tensor cores.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+# Triton 3.6 (the GPU machine's) calls the TMA load async_copy_global_to_shared; later releases async_load.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
+
+@gluon.jit
+def _barriers(STAGES: gl.constexpr, COUNT: gl.constexpr):
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=COUNT)
+    return bars
+
+
+@gluon.jit
+def _loader(a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, empty, row0, w_row0, s_row0, k_steps,
+            STAGES: gl.constexpr):
+    HALF: gl.constexpr = a_desc.block_type.shape[0]
+    for kb in range(k_steps):
+        s = kb % STAGES
+        free = ((kb // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
+        mbarrier.wait(empty.index(s), free)
+        mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + 2 * a_desc.block_type.nbytes
+                        + s_desc.block_type.nbytes)
+        _tma_load(w_desc, [w_row0 + kb * 128, 0], ready.index(s), w_smem.index(s))
+        # rows past the activations' end come as zeros; the next expert's rows are computed and not stored
+        _tma_load(a_desc, [row0, kb * 128], ready.index(s), a_smem.index(2 * s))
+        _tma_load(a_desc, [row0 + HALF, kb * 128], ready.index(s), a_smem.index(2 * s + 1))
+        # the step's weight scales, one byte a column: in the ring, as the products' registers could not hold
+        # 128 columns' pointers (ptxas spilled)
+        _tma_load(s_desc, [s_row0 + kb, 0], ready.index(s), ws_smem.index(s))
+
+
+@gluon.jit
+def _e8m0(byte):
+    """An E8M0 scale byte as its fp32 power of two (the byte in the exponent field)."""
+    return (byte.to(gl.int32) << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _product(a_tile, w_tile, acc, j: gl.constexpr, USE_ACC: gl.constexpr):
+    """acc (USE_ACC) plus the step's j-th 32-deep FP8 product of the half's rows and the tile's weight rows,
+    waited for."""
+    p = warpgroup_mma(a_tile.slice(32 * j, 32, dim=1), w_tile.slice(32 * j, 32, dim=1).permute((1, 0)), acc,
+                      use_acc=USE_ACC, is_async=True)
+    return warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
+
+
+@gluon.jit
+def _store(acc, OUT, trow0, row1, ncol0, N, stride_om):
+    """acc[token rows, weight rows] into OUT[token row, column] in OUT's dtype, 16-byte stores along the
+    columns; rows from row1 on and columns from N on left out."""
+    M: gl.constexpr = acc.shape[0]
+    W: gl.constexpr = acc.shape[1]
+    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+    res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
+    trows = trow0 + gl.arange(0, M, layout=gl.SliceLayout(1, out_layout))
+    ncols = ncol0 + gl.arange(0, W, layout=gl.SliceLayout(0, out_layout))
+    mask = gl.expand_dims(trows < row1, 1) & gl.expand_dims(ncols < N, 0)
+    ptrs = OUT + gl.expand_dims(trows.to(gl.int64) * stride_om, 1) + gl.expand_dims(ncols, 0)
+    gl.store(ptrs, res, mask=mask)
+
+
+@gluon.jit
+def _products(a_smem, w_smem, ws_smem, ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om, k_steps,
+              STAGES: gl.constexpr, H: gl.constexpr):
+    """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back)."""
+    HALF: gl.constexpr = a_smem.type.shape[1]
+    W_ROWS: gl.constexpr = w_smem.type.shape[1]
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, W_ROWS, 32])
+    trow0 = row0 + H * HALF
+    if trow0 < row1:
+        rows = trow0 + gl.arange(0, HALF, layout=gl.SliceLayout(1, mma_layout))
+        # rows past row1 read the last row's scales (their results are not stored); four per-32 scales a step
+        arow = AS + gl.minimum(rows, row1 - 1).to(gl.int64) * stride_asm
+        p = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
+        acc = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
+        for kb in range(k_steps):
+            s = kb % STAGES
+            a0 = gl.load(arow + 4 * kb)  # loaded before the wait, their latency under it
+            a1 = gl.load(arow + 4 * kb + 1)
+            a2 = gl.load(arow + 4 * kb + 2)
+            a3 = gl.load(arow + 4 * kb + 3)
+            mbarrier.wait(ready.index(s), (kb // STAGES) & 1)
+            a_tile = a_smem.index(2 * s + H)
+            w_tile = w_smem.index(s)
+            # the step's four 32-deep products with their rows' activation scales a0..a3, in Horner form on the
+            # tensor cores' accumulator: ((P0 a0 / a1 + P1) a1 / a2 + P2) a2 / a3 + P3, then times a3 and the
+            # columns' weight scale into acc. The scales are powers of two, so the ratios and products by them
+            # are exact; the tensor cores add each product to the carried sum, as DeepGEMM's 128-deep groups do.
+            # (A separate sum of the scaled products held a third 64-register tensor: ptxas serialized the
+            # products for want of registers.)
+            p = _product(a_tile, w_tile, p, 0, False)
+            p = _product(a_tile, w_tile, p * gl.expand_dims(a0 / a1, 1), 1, True)
+            p = _product(a_tile, w_tile, p * gl.expand_dims(a1 / a2, 1), 2, True)
+            p = _product(a_tile, w_tile, p * gl.expand_dims(a2 / a3, 1), 3, True)
+            # the columns' scales: the slot's unswizzled row read as a flat one
+            row = ws_smem.index(s)._reinterpret(gl.uint8, [W_ROWS], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+            sw = _e8m0(row.load(gl.SliceLayout(0, mma_layout)))
+            mbarrier.arrive(empty.index(s), count=1)
+            acc += p * (gl.expand_dims(a3, 1) * gl.expand_dims(sw, 0))
+        _store(acc, OUT, trow0, row1, col0, N, stride_om)
+    else:
+        for kb in range(k_steps):
+            s = kb % STAGES
+            mbarrier.wait(ready.index(s), (kb // STAGES) & 1)
+            mbarrier.arrive(empty.index(s), count=1)
+
+
+@gluon.jit
+def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, stride_asm, stride_om,
+                   STAGES: gl.constexpr):
+    """Program (n tile, route tile): OUT[r, n tile's columns] = sum over K of A[r] W_expert^T with A's per-32
+    scales AS (fp32 [rows, K / 32]) and the weight's (1, 128) scales (``s_desc``: E8M0 bytes [E K / 128, N], a
+    step's columns in a row) for the tile's rows r in [row0, row1) (at most 128 of them)."""
+    HALF: gl.constexpr = a_desc.block_type.shape[0]
+    W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    pid_n = gl.program_id(0)
+    pid_m = gl.program_id(1)
+    expert = gl.load(TILE_EXPERT + pid_m)
+    if expert >= 0:
+        row0 = gl.load(TILE_ROW0 + pid_m)
+        row1 = gl.minimum(gl.load(TILE_ROW1 + pid_m), row0 + 2 * HALF)  # a route tile's row1: its expert's end
+        k_steps = K // 128
+        n_tiles = gl.cdiv(N, W_ROWS)
+        w_row0 = ((expert * n_tiles + pid_n) * k_steps) * 128  # the tile's first row in the [-1, 128] view
+        col0 = pid_n * W_ROWS
+        a_smem = gl.allocate_shared_memory(a_desc.dtype, [2 * STAGES, HALF, 128], a_desc.layout)
+        w_smem = gl.allocate_shared_memory(w_desc.dtype, [STAGES, W_ROWS, 128], w_desc.layout)
+        ws_smem = gl.allocate_shared_memory(s_desc.dtype, [STAGES, 1, W_ROWS], s_desc.layout)
+        ready = _barriers(STAGES, 1)
+        empty = _barriers(STAGES, 2)  # one arrival a warpgroup
+        gl.warp_specialize([
+            (_products, (a_smem, w_smem, ws_smem, ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om,
+                         k_steps, STAGES, 0)),
+            (_products, (a_smem, w_smem, ws_smem, ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om,
+                         k_steps, STAGES, 1)),
+            (_loader, (a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, empty, row0, w_row0,
+                       expert * k_steps, k_steps, STAGES)),
+        ], [4, 1], [232, 24])
