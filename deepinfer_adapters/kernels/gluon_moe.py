@@ -165,8 +165,10 @@ def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: tor
     w_desc = TensorDescriptor(w2d, list(w2d.shape), list(w2d.stride()), [TILE, 128], w_layout)
     # the scales step-major ([E, K / 128, N]): a step's 128 columns' bytes contiguous (~N K / 128 bytes an expert,
     # one small copy a call at prefill)
-    ws_steps = scale.view(torch.uint8).transpose(1, 2).contiguous()
+    ws_steps = scale.view(torch.uint8).transpose(1, 2).reshape(-1, N)
+    s_layout = gl.NVMMASharedLayout.get_default_for([1, TILE], gl.uint8)
+    s_desc = TensorDescriptor(ws_steps, list(ws_steps.shape), list(ws_steps.stride()), [1, TILE], s_layout)
     grid = (triton.cdiv(N, TILE), groups.expert.numel())
-    moe_fp8_kernel[grid](a_desc, w_desc, s_sorted, ws_steps, out, groups.expert, groups.row0, groups.row1, N, K,
+    moe_fp8_kernel[grid](a_desc, w_desc, s_desc, s_sorted, out, groups.expert, groups.row0, groups.row1, N, K,
                          s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES, num_warps=4)
     return out
