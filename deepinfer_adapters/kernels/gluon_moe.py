@@ -46,7 +46,8 @@ STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
 # prefill-sized MoE GEMMs with per-32 activation scales (V4.1) on FP8 products (``grouped_gemm_fp8``) instead of
 # the bf16 path, outside batch-invariant mode
 FP8_PRODUCTS = True
-FP8_STAGES = 4  # ring slots of moe_fp8_kernel (32 KB each)
+FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each)
+FP8_TAIL = 64  # rows past TILE a tile of moe_fp8_kernel may carry (absorb_tails), on its third warpgroup
 
 
 @functools.cache
@@ -81,15 +82,16 @@ def fits(a: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tupl
     return gluon_hopper(a.device)
 
 
-def absorb_tails(groups: Groups) -> Groups:
-    """``triton_moe.route``'s 128-row tiles with each expert's last tile of at most ``TAIL`` rows idle (expert
+def absorb_tails(groups: Groups, tail: int = TAIL) -> Groups:
+    """``triton_moe.route``'s 128-row tiles with each expert's last tile of at most ``tail`` rows idle (expert
     -1): the full tile before it computes those rows too. (A route tile's row1 is its expert's last row + 1;
     ``moe_bf16_kernel`` gives a tile with 128 < row1 - row0 <= 128 + TAIL its rows past 128 in a second,
-    32-wide product with the weights it has already converted.) Device tensor ops, no host sync. Why: at
+    32-wide product with the weights it has already converted; ``moe_fp8_kernel`` up to FP8_TAIL rows on a third
+    warpgroup.) Device tensor ops, no host sync. Why: at
     8192 tokens an expert gets 128 +- 11 rows, so half the experts had a second tile of a few rows that cost
     a whole pass over the expert's weights. Only for ``grouped_gemm``: the Triton kernel would skip the rows."""
     e, r0, r1 = groups.expert, groups.row0, groups.row1
-    carries = (e >= 0) & (r1 - r0 > TILE) & (r1 - r0 <= TILE + TAIL)  # the tile computes its expert's tail
+    carries = (e >= 0) & (r1 - r0 > TILE) & (r1 - r0 <= TILE + tail)  # the tile computes its expert's tail
     follows = torch.cat([carries.new_zeros(1), carries[:-1]])  # the tail's own tile: idle
     return Groups(torch.where(follows, -1, e), r0, r1, groups.row_idx, groups.scatter_out)
 
@@ -137,7 +139,9 @@ def fp8_fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: 
 def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
                      groups: Groups) -> torch.Tensor:
     """bf16 [rows, N]: row r = (q_sorted[r] x its per-32 scales s_sorted[r]) @ dequant(weight[expert]).T for the
-    rows ``triton_moe.route``'s 128-row tiles cover (not ``absorb_tails``': a tile computes its first 128 rows).
+    rows ``triton_moe.route``'s 128-row tiles cover, or ``absorb_tails(tiles, FP8_TAIL)``' (a tile with 128 <
+    row1 - row0 <= 128 + FP8_TAIL computes all its rows either way, so without ``absorb_tails`` the following tile
+    repeats its last rows, with the same bits).
     ``q_sorted`` [rows, K] E4M3 and ``s_sorted`` [rows, K / 32] fp32 power-of-two scales, in sorted row order.
 
     Numerics: the bf16 path's exact products (E4M3 x E4M3 times powers of two), summed in fp32 in another order

@@ -1,15 +1,16 @@
 """The MoE's prefill grouped GEMM on FP8 products for Hopper in Gluon: imported only to launch on an sm_90 GPU
 (``gluon_moe.grouped_gemm_fp8``, whose doc says why and what it measured).
 
-One program: a 128-row tile of one expert's sorted rows x 128 weight rows, K in 128-deep steps.
-- loader (1 warp): TMA copies of the step's E4M3 weight tile (one 16 KB tile of ``quant.to_e4m3_tiles``) and
-  the two 64-row halves of the E4M3 activation tile into a ring of STAGES slots;
-- two warpgroups, each its own partition and its own 64 of the tile's rows (acc[token rows, weight rows]:
+One program: a 128-row tile of one expert's sorted rows (up to 64 more: the expert's last ones,
+``gluon_moe.absorb_tails``) x 128 weight rows, K in 128-deep steps.
+- loader (1 warp): TMA copies of the step's E4M3 weight tile (one 16 KB tile of ``quant.to_e4m3_tiles``), its
+  columns' scale bytes and the 64-row groups of the E4M3 activation tile into a ring of STAGES slots;
+- three warpgroups, each its own partition and its own 64 of the tile's rows (acc[token rows, weight rows]:
   tokens are wgmma's M, so a token row's per-32 activation scales are two registers a thread): a step's four
   32-deep FP8 products, straight from shared memory, chained on the tensor cores' accumulator with the ratios of
   their activation scales (``_products``), then times the last scale and the columns' (1, 128) weight scale into
-  the fp32 accumulator. A half past the expert's last row takes no products. One warpgroup scales its products
-  while the other's run on the tensor cores.
+  the fp32 accumulator. A group past the expert's last row takes no products. A warpgroup scales one column
+  half's products while its other half's and the other warpgroups' run on the tensor cores.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 
 # Triton 3.6 (the GPU machine's) calls the TMA load async_copy_global_to_shared; later releases async_load.
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+# registers a thread of the second and third product warpgroups: three warpgroups at 160, the loader warp (and
+# Triton's padding warps) at 24 fit the SM's 64K
+PRODUCT_REGS = gl.constexpr(160)
 
 
 @gluon.jit
@@ -31,22 +35,26 @@ def _barriers(STAGES: gl.constexpr, COUNT: gl.constexpr):
 
 
 @gluon.jit
-def _loader(a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, empty, row0, w_row0, s_row0, k_steps,
-            STAGES: gl.constexpr):
+def _loader(a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0, s_row0, col0,
+            has_tail, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr):
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     for kb in range(k_steps):
         s = kb % STAGES
         free = ((kb // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
         mbarrier.wait(empty.index(s), free)
-        mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + 2 * a_desc.block_type.nbytes
+        mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + (GROUPS - 1) * a_desc.block_type.nbytes
                         + s_desc.block_type.nbytes)
         _tma_load(w_desc, [w_row0 + kb * 128, 0], ready.index(s), w_smem.index(s))
-        # rows past the activations' end come as zeros; the next expert's rows are computed and not stored
-        _tma_load(a_desc, [row0, kb * 128], ready.index(s), a_smem.index(2 * s))
-        _tma_load(a_desc, [row0 + HALF, kb * 128], ready.index(s), a_smem.index(2 * s + 1))
         # the step's weight scales, one byte a column: in the ring, as the products' registers could not hold
         # 128 columns' pointers (ptxas spilled)
-        _tma_load(s_desc, [s_row0 + kb, 0], ready.index(s), ws_smem.index(s))
+        _tma_load(s_desc, [s_row0 + kb, col0], ready.index(s), ws_smem.index(s))
+        # rows past the activations' end come as zeros; the next expert's rows are computed and not stored
+        for h in gl.static_range(GROUPS - 1):
+            _tma_load(a_desc, [row0 + h * HALF, kb * 128], ready.index(s), a_smem.index(GROUPS * s + h))
+        # the last group's rows (an expert's tail) only where the tile carries one, on a barrier of its own
+        mbarrier.expect(t_ready.index(s), a_desc.block_type.nbytes, pred=has_tail)
+        _tma_load(a_desc, [row0 + (GROUPS - 1) * HALF, kb * 128], t_ready.index(s),
+                  a_smem.index(GROUPS * s + GROUPS - 1), pred=has_tail)
 
 
 @gluon.jit
@@ -56,12 +64,26 @@ def _e8m0(byte):
 
 
 @gluon.jit
-def _product(a_tile, w_tile, acc, j: gl.constexpr, USE_ACC: gl.constexpr):
-    """acc (USE_ACC) plus the step's j-th 32-deep FP8 product of the half's rows and the tile's weight rows,
-    waited for."""
-    p = warpgroup_mma(a_tile.slice(32 * j, 32, dim=1), w_tile.slice(32 * j, 32, dim=1).permute((1, 0)), acc,
-                      use_acc=USE_ACC, is_async=True)
-    return warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
+def _issue(a_tile, w_tile, acc, c: gl.constexpr, j: gl.constexpr, USE_ACC: gl.constexpr):
+    """Issues acc (USE_ACC) plus the step's j-th 32-deep FP8 product of the group's rows and the weight tile's
+    column half c (64 weight rows)."""
+    W_HALF: gl.constexpr = w_tile.type.shape[0] // 2
+    b = w_tile.slice(c * W_HALF, W_HALF, dim=0).slice(32 * j, 32, dim=1).permute((1, 0))
+    return warpgroup_mma(a_tile.slice(32 * j, 32, dim=1), b, acc, use_acc=USE_ACC, is_async=True)
+
+
+@gluon.jit
+def _scaled(p, ratio):
+    """p, the older of two products in flight, once done, times its rows' scale ratio."""
+    return warpgroup_mma_wait(num_outstanding=1, deps=(p, )) * gl.expand_dims(ratio, 1)
+
+
+@gluon.jit
+def _column_scales(ws_slot, c: gl.constexpr, layout: gl.constexpr):
+    """Column half c's weight scales from the step's slot (its unswizzled row read as a flat one), as fp32."""
+    W_HALF: gl.constexpr = ws_slot.type.shape[1] // 2
+    row = ws_slot._reinterpret(gl.uint8, [2 * W_HALF], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    return gl.expand_dims(_e8m0(row.slice(c * W_HALF, W_HALF).load(gl.SliceLayout(0, layout))), 0)
 
 
 @gluon.jit
@@ -70,7 +92,7 @@ def _store(acc, OUT, trow0, row1, ncol0, N, stride_om):
     columns; rows from row1 on and columns from N on left out."""
     M: gl.constexpr = acc.shape[0]
     W: gl.constexpr = acc.shape[1]
-    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
     trows = trow0 + gl.arange(0, M, layout=gl.SliceLayout(1, out_layout))
     ncols = ncol0 + gl.arange(0, W, layout=gl.SliceLayout(0, out_layout))
@@ -80,20 +102,30 @@ def _store(acc, OUT, trow0, row1, ncol0, N, stride_om):
 
 
 @gluon.jit
-def _products(a_smem, w_smem, ws_smem, ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om, k_steps,
-              STAGES: gl.constexpr, H: gl.constexpr):
-    """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back)."""
+def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om,
+              k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr):
+    """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back).
+
+    A step's four 32-deep products with their rows' activation scales a0..a3 in Horner form on the tensor
+    cores' accumulator, ((P0 a0 / a1 + P1) a1 / a2 + P2) a2 / a3 + P3, then times a3 and the columns' weight
+    scale into acc. The scales are powers of two, so the ratios and the products by them are exact; the tensor
+    cores add each product to the carried sum, as DeepGEMM's 128-deep groups do. Two chains, one a column half
+    (64 weight rows), so one half's product runs while the other's is scaled. (One chain over all 128 columns
+    waited for each product: 330 TFLOP/s on V4.1's w13 at 8192 tokens; a separate sum of the scaled products
+    held a third 64-register tensor, and ptxas serialized the products for want of registers.)"""
     HALF: gl.constexpr = a_smem.type.shape[1]
-    W_ROWS: gl.constexpr = w_smem.type.shape[1]
+    W_HALF: gl.constexpr = w_smem.type.shape[1] // 2
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, W_ROWS, 32])
+                                                         instr_shape=[16, W_HALF, 32])
     trow0 = row0 + H * HALF
     if trow0 < row1:
         rows = trow0 + gl.arange(0, HALF, layout=gl.SliceLayout(1, mma_layout))
         # rows past row1 read the last row's scales (their results are not stored); four per-32 scales a step
         arow = AS + gl.minimum(rows, row1 - 1).to(gl.int64) * stride_asm
-        p = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
-        acc = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
+        pa = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
+        pb = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
+        acc_a = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
+        acc_b = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
         for kb in range(k_steps):
             s = kb % STAGES
             a0 = gl.load(arow + 4 * kb)  # loaded before the wait, their latency under it
@@ -101,24 +133,27 @@ def _products(a_smem, w_smem, ws_smem, ready, empty, AS, OUT, row0, row1, col0, 
             a2 = gl.load(arow + 4 * kb + 2)
             a3 = gl.load(arow + 4 * kb + 3)
             mbarrier.wait(ready.index(s), (kb // STAGES) & 1)
-            a_tile = a_smem.index(2 * s + H)
+            if H == GROUPS - 1:  # active only where the tile carries a tail
+                mbarrier.wait(t_ready.index(s), (kb // STAGES) & 1)
+            a_tile = a_smem.index(GROUPS * s + H)
             w_tile = w_smem.index(s)
-            # the step's four 32-deep products with their rows' activation scales a0..a3, in Horner form on the
-            # tensor cores' accumulator: ((P0 a0 / a1 + P1) a1 / a2 + P2) a2 / a3 + P3, then times a3 and the
-            # columns' weight scale into acc. The scales are powers of two, so the ratios and products by them
-            # are exact; the tensor cores add each product to the carried sum, as DeepGEMM's 128-deep groups do.
-            # (A separate sum of the scaled products held a third 64-register tensor: ptxas serialized the
-            # products for want of registers.)
-            p = _product(a_tile, w_tile, p, 0, False)
-            p = _product(a_tile, w_tile, p * gl.expand_dims(a0 / a1, 1), 1, True)
-            p = _product(a_tile, w_tile, p * gl.expand_dims(a1 / a2, 1), 2, True)
-            p = _product(a_tile, w_tile, p * gl.expand_dims(a2 / a3, 1), 3, True)
-            # the columns' scales: the slot's unswizzled row read as a flat one
-            row = ws_smem.index(s)._reinterpret(gl.uint8, [W_ROWS], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
-            sw = _e8m0(row.load(gl.SliceLayout(0, mma_layout)))
+            pa = _issue(a_tile, w_tile, pa, 0, 0, False)
+            pb = _issue(a_tile, w_tile, pb, 1, 0, False)
+            pa = _issue(a_tile, w_tile, _scaled(pa, a0 / a1), 0, 1, True)
+            pb = _issue(a_tile, w_tile, _scaled(pb, a0 / a1), 1, 1, True)
+            pa = _issue(a_tile, w_tile, _scaled(pa, a1 / a2), 0, 2, True)
+            pb = _issue(a_tile, w_tile, _scaled(pb, a1 / a2), 1, 2, True)
+            pa = _issue(a_tile, w_tile, _scaled(pa, a2 / a3), 0, 3, True)
+            pb = _issue(a_tile, w_tile, _scaled(pb, a2 / a3), 1, 3, True)
+            sa = _column_scales(ws_smem.index(s), 0, mma_layout) * gl.expand_dims(a3, 1)
+            pa = warpgroup_mma_wait(num_outstanding=1, deps=(pa, ))
+            acc_a += pa * sa
+            sb = _column_scales(ws_smem.index(s), 1, mma_layout) * gl.expand_dims(a3, 1)
+            pb = warpgroup_mma_wait(num_outstanding=0, deps=(pb, ))
             mbarrier.arrive(empty.index(s), count=1)
-            acc += p * (gl.expand_dims(a3, 1) * gl.expand_dims(sw, 0))
-        _store(acc, OUT, trow0, row1, col0, N, stride_om)
+            acc_b += pb * sb
+        _store(acc_a, OUT, trow0, row1, col0, N, stride_om)
+        _store(acc_b, OUT, trow0, row1, col0 + W_HALF, N, stride_om)
     else:
         for kb in range(k_steps):
             s = kb % STAGES
@@ -131,29 +166,37 @@ def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE
                    STAGES: gl.constexpr):
     """Program (n tile, route tile): OUT[r, n tile's columns] = sum over K of A[r] W_expert^T with A's per-32
     scales AS (fp32 [rows, K / 32]) and the weight's (1, 128) scales (``s_desc``: E8M0 bytes [E K / 128, N], a
-    step's columns in a row) for the tile's rows r in [row0, row1) (at most 128 of them)."""
+    step's columns in a row) for the tile's rows r in [row0, row1): its first 128, and up to 64 more (the
+    expert's last rows, ``gluon_moe.absorb_tails``) on a third warpgroup."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    GROUPS: gl.constexpr = 3
     pid_n = gl.program_id(0)
     pid_m = gl.program_id(1)
     expert = gl.load(TILE_EXPERT + pid_m)
     if expert >= 0:
         row0 = gl.load(TILE_ROW0 + pid_m)
-        row1 = gl.minimum(gl.load(TILE_ROW1 + pid_m), row0 + 2 * HALF)  # a route tile's row1: its expert's end
+        # a route tile's row1 is its expert's end: the tile takes its 128 rows, or all where at most 64 more
+        row1 = gl.load(TILE_ROW1 + pid_m)
+        has_tail = (row1 - row0 > 2 * HALF) & (row1 - row0 <= GROUPS * HALF)
+        row1 = gl.minimum(row1, row0 + gl.where(has_tail, GROUPS * HALF, 2 * HALF))
         k_steps = K // 128
         n_tiles = gl.cdiv(N, W_ROWS)
         w_row0 = ((expert * n_tiles + pid_n) * k_steps) * 128  # the tile's first row in the [-1, 128] view
         col0 = pid_n * W_ROWS
-        a_smem = gl.allocate_shared_memory(a_desc.dtype, [2 * STAGES, HALF, 128], a_desc.layout)
+        a_smem = gl.allocate_shared_memory(a_desc.dtype, [GROUPS * STAGES, HALF, 128], a_desc.layout)
         w_smem = gl.allocate_shared_memory(w_desc.dtype, [STAGES, W_ROWS, 128], w_desc.layout)
         ws_smem = gl.allocate_shared_memory(s_desc.dtype, [STAGES, 1, W_ROWS], s_desc.layout)
         ready = _barriers(STAGES, 1)
-        empty = _barriers(STAGES, 2)  # one arrival a warpgroup
+        t_ready = _barriers(STAGES, 1)
+        empty = _barriers(STAGES, GROUPS)  # one arrival a warpgroup
         gl.warp_specialize([
-            (_products, (a_smem, w_smem, ws_smem, ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om,
-                         k_steps, STAGES, 0)),
-            (_products, (a_smem, w_smem, ws_smem, ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om,
-                         k_steps, STAGES, 1)),
-            (_loader, (a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, empty, row0, w_row0,
-                       expert * k_steps, k_steps, STAGES)),
-        ], [4, 1], [232, 24])
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
+                         stride_om, k_steps, STAGES, GROUPS, 0)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
+                         stride_om, k_steps, STAGES, GROUPS, 1)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
+                         stride_om, k_steps, STAGES, GROUPS, 2)),
+            (_loader, (a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0,
+                       expert * k_steps, col0, has_tail, k_steps, STAGES, GROUPS)),
+        ], [4, 4, 1], [PRODUCT_REGS, PRODUCT_REGS, 24])

@@ -285,8 +285,8 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     # tiles carry their expert's last rows (absorb_tails: the Triton kernel would skip them), or neither
     gluon = path == "bf16" and routing == "sorted" and not fp8_products and all(
         gluon_moe.fits(x, w, s, block, cfg.block_m) for w, s in ((w13, w13_scale), (w2, w2_scale)))
-    if gluon:
-        tiles = gluon_moe.absorb_tails(tiles)
+    if gluon or fp8_products:
+        tiles = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL if fp8_products else gluon_moe.TAIL)
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
     if fp8_products:
         q, s = fp8.act_quant(x, act_block)

@@ -1,6 +1,6 @@
 """The MoE's prefill GEMM on FP8 products (``gluon_moe.grouped_gemm_fp8``, Hopper) against exact sums in fp64:
 every row within bf16 rounding plus the tensor cores' accumulation, for gathered rows (w13) and sorted rows (w2),
-partial tiles (an expert's second warpgroup idle), idle tiles and skewed routing; through ``moe_experts``: taken by
+partial tiles (an expert's second warpgroup idle), idle tiles, tails carried by the tile before and skewed routing; through ``moe_experts``: taken by
 default at prefill sizes outside batch-invariant mode, near the bf16 path."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _exact(q, s, w, scale, tiles):
     mag = torch.zeros_like(out)
     for e, r0, r1 in zip(tiles.expert.tolist(), tiles.row0.tolist(), tiles.row1.tolist()):
         if e >= 0:
-            r1 = min(r1, r0 + 128)
+            r1 = r1 if r1 - r0 <= 128 + gluon_moe.FP8_TAIL else r0 + 128  # a tile carries its expert's last rows
             out[r0:r1] = a[r0:r1] @ wd[e].T
             mag[r0:r1] = a[r0:r1].abs() @ wd[e].abs().T
     return out, mag
@@ -55,10 +55,14 @@ def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew):
     rows = T * 6
     q, qs = _quantized(T, K, seed=7 + T)
     h, hs = _quantized(rows, K, seed=8 + T)
-    for label, a, a_s in (("gathered", q.view(torch.uint8).index_select(0, tiles.row_idx).view(q.dtype),
-                           qs.index_select(0, tiles.row_idx)), ("sorted", h, hs)):
-        got = gluon_moe.grouped_gemm_fp8(a, a_s, w, s, tiles).double()
-        want, mag = _exact(a, a_s, w, s, tiles)
+    joined = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL)
+    tails = int((tiles.expert >= 0).sum() - (joined.expert >= 0).sum())
+    for label, a, a_s, groups in (
+            ("gathered", q.view(torch.uint8).index_select(0, tiles.row_idx).view(q.dtype),
+             qs.index_select(0, tiles.row_idx), tiles),
+            ("sorted", h, hs, tiles), (f"sorted, {tails} tails joined", h, hs, joined)):
+        got = gluon_moe.grouped_gemm_fp8(a, a_s, w, s, groups).double()
+        want, mag = _exact(a, a_s, w, s, groups)
         # bf16's rounding of the result, and the FP8 tensor cores' sums (fewer bits than fp32) of the products
         err = (got - want).abs() - (2.0 ** -8 * want.abs() + 2.0 ** -13 * mag)
         rel = ((got - want).norm() / want.norm()).item()
