@@ -37,10 +37,10 @@ def compile_offline() -> None:
     from deepinfer_adapters.kernels.gluon_moe_fp8_jit import moe_fp8_kernel
 
     h_layout = gl.NVMMASharedLayout.get_default_for([TILE // 2, 128], gl.float8e4nv)
-    s_layout = gl.NVMMASharedLayout.get_default_for([1, TILE], gl.uint8)
+    s_layout = gl.NVMMASharedLayout.get_default_for([1, TILE], gl.float32)
     sig = {"a_desc": f"tensordesc<fp8e4nv[{TILE // 2},128],{h_layout!r}>",
            "w_desc": f"tensordesc<fp8e4nv[{TILE},128],{w_layout!r}>",
-           "s_desc": f"tensordesc<u8[1,{TILE}],{s_layout!r}>", "AS": "*fp32", "OUT": "*bf16",
+           "s_desc": f"tensordesc<fp32[1,{TILE}],{s_layout!r}>", "AS": "*fp32", "OUT": "*bf16",
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32", "K": "i32",
            "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr"}
     divisible = ("AS", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "N", "K", "stride_asm", "stride_om")

@@ -37,7 +37,7 @@ import torch
 
 from deepinfer_adapters.kernels.triton_fp8_gemm import Groups
 from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
-from deepinfer_adapters.model_impl.quant import E4M3_TILE, expert_matrix, is_e4m3_tiles
+from deepinfer_adapters.model_impl.quant import E4M3_TILE, e8m0_to_float, expert_matrix, is_e4m3_tiles
 
 TILE = 128  # token rows (beyond the tail), weight rows and K of a step: the E4M3 tiles' side
 TAIL = 32  # rows past TILE a tile may carry (``absorb_tails``), in a second, narrower product
@@ -167,10 +167,10 @@ def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: tor
     a_desc = TensorDescriptor(q_sorted, [rows, K], list(q_sorted.stride()), [half, 128], a_layout)
     w2d = weight.view(-1, 128)  # tile after tile, 128 bytes a row
     w_desc = TensorDescriptor(w2d, list(w2d.shape), list(w2d.stride()), [TILE, 128], w_layout)
-    # the scales step-major ([E, K / 128, N]): a step's 128 columns' bytes contiguous (~N K / 128 bytes an expert,
-    # one small copy a call at prefill)
-    ws_steps = scale.view(torch.uint8).transpose(1, 2).reshape(-1, N)
-    s_layout = gl.NVMMASharedLayout.get_default_for([1, TILE], gl.uint8)
+    # the scales step-major ([E, K / 128, N]) in fp32: a step's 128 columns' contiguous, as the kernel multiplies
+    # them (one small copy a call at prefill: ~N K / 32 bytes an expert)
+    ws_steps = e8m0_to_float(scale).transpose(1, 2).reshape(-1, N)
+    s_layout = gl.NVMMASharedLayout.get_default_for([1, TILE], gl.float32)
     s_desc = TensorDescriptor(ws_steps, list(ws_steps.shape), list(ws_steps.stride()), [1, TILE], s_layout)
     grid = (triton.cdiv(N, TILE), groups.expert.numel())
     moe_fp8_kernel[grid](a_desc, w_desc, s_desc, s_sorted, out, groups.expert, groups.row0, groups.row1, N, K,
