@@ -63,12 +63,13 @@ def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew):
             ("sorted", h, hs, tiles), (f"sorted, {tails} tails joined", h, hs, joined)):
         got = gluon_moe.grouped_gemm_fp8(a, a_s, w, s, groups).double()
         want, mag = _exact(a, a_s, w, s, groups)
-        # bf16's rounding of the result, and the FP8 tensor cores' sums (fewer bits than fp32) of the products
-        err = (got - want).abs() - (2.0 ** -8 * want.abs() + 2.0 ** -13 * mag)
+        # past bf16's rounding of the result: the FP8 tensor cores' sums, which keep fewer bits than fp32 (~14,
+        # DeepGEMM's note), of four chained 32-deep products, against the sum of the products' magnitudes
+        accumulation = ((got - want).abs() - 2.0 ** -8 * want.abs()).clamp(min=0) / mag.clamp(min=1e-30)
         rel = ((got - want).norm() / want.norm()).item()
         print(f"REPORT gluon moe fp8 T={T} E={E} N={N} K={K} skew={skew} {label}: rel {rel:.2e}, "
-              f"worst excess {err.max().item():.2e}")
-        assert err.max().item() <= 0
+              f"worst accumulation error {accumulation.max().item():.2e} of the magnitudes")
+        assert accumulation.max().item() <= 2.0 ** -11
         assert rel < 3e-3
 
 
