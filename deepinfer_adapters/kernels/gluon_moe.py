@@ -23,13 +23,17 @@ tokens): tensor pipe ~61% busy, DRAM ~48%; each warpgroup spends about as long c
 tile (32 two-byte shared loads, 32 E4M3 unpacks, 64 f16->f32, 64 multiplies, packs: ~250 instructions a
 thread a step) as waiting for its products, so the other warpgroup's products do not cover the conversion.
 
-Session 29 (BENCHMARKS.md): FP8 products instead (``moe_fp8_kernel``, code at 5865b09, removed): E4M3 activations
-with their per-32 scales, tokens as wgmma's M, each 128-deep step's four 32-deep products chained on the
-accumulator with the ratios of their scales (Horner form), two column-half chains a warpgroup, three warpgroups
-with an expert's tail. Within bf16 rounding of exact sums (rel 1.7e-3; the tensor cores' accumulation up to 9e-4 of
-the products' magnitudes), but slower: w13 5.95 ms against this kernel's 4.72-4.90 at 8192 tokens, w2 3.03 against
-2.74-2.80. Issue-bound: a step costs ~430 instructions a thread (offline SASS), 320 of them the promotion's fp32
-multiplies -- the per-32 scales' price, as session 16 estimated.
+Also here (session 29, off: ``FP8_PRODUCTS``): the same GEMMs on FP8 products, ``grouped_gemm_fp8``
+(``moe_fp8_kernel``): E4M3 activations with their per-32 scales, tokens as wgmma's M (a row's scales two registers
+a thread; a 64-row group past an expert's last row takes no products), each 128-deep step's four 32-deep products
+chained on the accumulator with the ratios of their scales (Horner form), two column-half chains a warpgroup,
+three warpgroups with an expert's last <= 64 rows. Within bf16 rounding of exact sums (rel 1.7e-3; the tensor
+cores' accumulation up to 9e-4 of the products' magnitudes). Alone, with random routing, slower than the bf16
+kernel (w13 5.95 against 4.72-4.90 ms at 8192 tokens, w2 3.03 against 2.74-2.80): issue-bound, ~430 instructions a
+thread a step (offline SASS), 320 of them the promotion's fp32 multiplies. In the model's prefill (its gate's
+skewed routing: many partial tiles) faster: 61.0 ms for the 14 calls against this kernel's 65.6 (profiles of two
+calls), and its E4M3 gather moves half the bytes (0.96 against 1.71 ms); the 8192-token prefill 129.94 against
+131.61 ms in one run, with ~6.7 ms of torch scale conversions in it that ``scale_steps`` now does in one pass.
 
 Takes: bf16 activations already in sorted row order (w13's gathered by ``index_select`` first), E4M3
 experts in ``quant.to_e4m3_tiles``' layout with E8M0 scales per (1, 128), ``triton_moe.route``'s 128-row
@@ -45,12 +49,18 @@ import torch
 
 from deepinfer_adapters.kernels.triton_fp8_gemm import Groups
 from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
-from deepinfer_adapters.model_impl.quant import E4M3_TILE, expert_matrix, is_e4m3_tiles
+from deepinfer_adapters.model_impl.quant import E4M3_TILE, e8m0_to_float, expert_matrix, is_e4m3_tiles
 
 TILE = 128  # token rows (beyond the tail), weight rows and K of a step: the E4M3 tiles' side
 TAIL = 32  # rows past TILE a tile may carry (``absorb_tails``), in a second, narrower product
 GLUON_MOE = True  # prefill-sized bf16-path MoE GEMMs through moe_bf16_kernel where it fits
 STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
+# prefill-sized MoE GEMMs with per-32 activation scales (V4.1) on FP8 products (``grouped_gemm_fp8``) instead of
+# the bf16 path, outside batch-invariant mode. Off until the prefill A/B with ``scale_steps`` (session 29's ran
+# with the scales converted by torch ops: 129.94 against 131.61 ms; the module doc): part s30a
+FP8_PRODUCTS = False
+FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each)
+FP8_TAIL = 64  # rows past TILE a tile of moe_fp8_kernel may carry (absorb_tails), on its third warpgroup
 
 
 @functools.cache
@@ -85,15 +95,16 @@ def fits(a: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tupl
     return gluon_hopper(a.device)
 
 
-def absorb_tails(groups: Groups) -> Groups:
-    """``triton_moe.route``'s 128-row tiles with each expert's last tile of at most ``TAIL`` rows idle (expert
+def absorb_tails(groups: Groups, tail: int = TAIL) -> Groups:
+    """``triton_moe.route``'s 128-row tiles with each expert's last tile of at most ``tail`` rows idle (expert
     -1): the full tile before it computes those rows too. (A route tile's row1 is its expert's last row + 1;
     ``moe_bf16_kernel`` gives a tile with 128 < row1 - row0 <= 128 + TAIL its rows past 128 in a second,
-    32-wide product with the weights it has already converted.) Device tensor ops, no host sync. Why: at
+    32-wide product with the weights it has already converted; ``moe_fp8_kernel`` up to FP8_TAIL rows on a third
+    warpgroup.) Device tensor ops, no host sync. Why: at
     8192 tokens an expert gets 128 +- 11 rows, so half the experts had a second tile of a few rows that cost
     a whole pass over the expert's weights. Only for ``grouped_gemm``: the Triton kernel would skip the rows."""
     e, r0, r1 = groups.expert, groups.row0, groups.row1
-    carries = (e >= 0) & (r1 - r0 > TILE) & (r1 - r0 <= TILE + TAIL)  # the tile computes its expert's tail
+    carries = (e >= 0) & (r1 - r0 > TILE) & (r1 - r0 <= TILE + tail)  # the tile computes its expert's tail
     follows = torch.cat([carries.new_zeros(1), carries[:-1]])  # the tail's own tile: idle
     return Groups(torch.where(follows, -1, e), r0, r1, groups.row_idx, groups.scatter_out)
 
@@ -126,4 +137,72 @@ def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tens
     grid = (triton.cdiv(N, TILE), groups.expert.numel())
     moe_bf16_kernel[grid](a_desc, t_desc, w_desc, ws, out, groups.expert, groups.row0, groups.row1, N, K, ws.stride(0),
                           ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
+    return out
+
+
+def fp8_fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
+             act_block: int) -> bool:
+    """Whether ``grouped_gemm_fp8`` takes this call: ``FP8_PRODUCTS``, an sm_90 GPU, bf16 inputs quantized per 32
+    (V4.1), E4M3 tiles with E8M0 scales per (1, 128), N a multiple of 128."""
+    if not (FP8_PRODUCTS and act_block == 32 and x.dtype == torch.bfloat16):
+        return False
+    return fits(x, weight, scale, block, TILE) and expert_matrix(weight)[0] % TILE == 0
+
+
+def scale_steps(scale: torch.Tensor) -> torch.Tensor:
+    """fp32 [E, K / 128, N] of E8M0 scales [E, N, K / 128] (uint8 or float8_e8m0fnu): a step's columns contiguous,
+    as ``moe_fp8_kernel`` copies them into its ring and multiplies them. One Triton pass (CUDA, or Triton's CPU
+    interpreter), else torch: in torch (a conversion, then a transposing copy) it took ~0.9 ms a layer at V4.1's
+    widths in the 8192-token prefill (session 29's profile), ~5% of the FP8 kernels' time."""
+    E, N, KB = scale.shape
+    s = scale.view(torch.uint8)
+    if not (triton_available() and (s.is_cuda or interpreting())):
+        return e8m0_to_float(s).transpose(1, 2).contiguous()
+    from deepinfer_adapters.kernels.scale_steps_jit import e8m0_steps_kernel
+
+    s = s if s.is_contiguous() else s.contiguous()
+    out = torch.empty(E, KB, N, device=s.device, dtype=torch.float32)
+    block_n, block_kb = 64, max(16, 1 << (KB - 1).bit_length())
+    if out.numel():
+        e8m0_steps_kernel[(E, -(-N // block_n))](s, out, N, KB, BLOCK_N=block_n, BLOCK_KB=block_kb, num_warps=4)
+    return out
+
+
+def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
+                     groups: Groups) -> torch.Tensor:
+    """bf16 [rows, N]: row r = (q_sorted[r] x its per-32 scales s_sorted[r]) @ dequant(weight[expert]).T for the
+    rows ``triton_moe.route``'s 128-row tiles cover, or ``absorb_tails(tiles, FP8_TAIL)``' (a tile with 128 <
+    row1 - row0 <= 128 + FP8_TAIL computes all its rows either way, so without ``absorb_tails`` the following tile
+    repeats its last rows, with the same bits).
+    ``q_sorted`` [rows, K] E4M3 and ``s_sorted`` [rows, K / 32] fp32 power-of-two scales, in sorted row order.
+
+    Numerics: the bf16 path's exact products (E4M3 x E4M3 times powers of two), summed in fp32 in another order
+    (32-deep FP8 products, each times its activation scale, a 128-deep step's sum times the weight scale), so
+    its bits differ from the bf16 path's: batch-invariant mode keeps that one."""
+    import triton
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from deepinfer_adapters.kernels.gluon_moe_fp8_jit import moe_fp8_kernel
+
+    N, K = expert_matrix(weight)
+    rows = q_sorted.shape[0]
+    if q_sorted.shape[1] != K or s_sorted.shape != (rows, K // 32) or q_sorted.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"gluon_moe.grouped_gemm_fp8: activations {tuple(q_sorted.shape)} {q_sorted.dtype} with "
+                         f"scales {tuple(s_sorted.shape)} do not match experts of {K} inputs")
+    q_sorted = q_sorted if q_sorted.is_contiguous() else q_sorted.contiguous()
+    s_sorted = s_sorted.float().contiguous()
+    out = torch.empty(rows, N, device=q_sorted.device, dtype=torch.bfloat16)
+    half = TILE // 2  # each warpgroup's rows: a TMA box of its own
+    a_layout = gl.NVMMASharedLayout.get_default_for([half, 128], gl.float8e4nv)
+    w_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.float8e4nv)
+    a_desc = TensorDescriptor(q_sorted, [rows, K], list(q_sorted.stride()), [half, 128], a_layout)
+    w2d = weight.view(-1, 128)  # tile after tile, 128 bytes a row
+    w_desc = TensorDescriptor(w2d, list(w2d.shape), list(w2d.stride()), [TILE, 128], w_layout)
+    ws_steps = scale_steps(scale).view(-1, N)
+    s_layout = gl.NVMMASharedLayout.get_default_for([1, TILE], gl.float32)
+    s_desc = TensorDescriptor(ws_steps, list(ws_steps.shape), list(ws_steps.stride()), [1, TILE], s_layout)
+    grid = (triton.cdiv(N, TILE), groups.expert.numel())
+    moe_fp8_kernel[grid](a_desc, w_desc, s_desc, s_sorted, out, groups.expert, groups.row0, groups.row1, N, K,
+                         s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES, num_warps=4)
     return out

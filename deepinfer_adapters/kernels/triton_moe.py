@@ -260,6 +260,10 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
     if path is None and routing == "pairs" and gluon_gemv.pairs_fit(x, (w13, w2), (w13_scale, w2_scale), block,
                                                                      act_block):
         return _pairs_on_gluon(x, route_w, expert_ids, w13, w13_scale, w2, w2_scale, block, act_block, limit, shared)
+    # prefill-sized calls with per-32 activation scales (V4.1) on the Gluon kernel's FP8 products, where the default
+    # path would be the bf16 one (not in batch-invariant mode: other sums than the bf16 path's row tiles)
+    fp8_products = path is None and large and routing == "sorted" and not invariance.enabled() and all(
+        gluon_moe.fp8_fits(x, w, s, block, act_block) for w, s in ((w13, w13_scale), (w2, w2_scale)))
     if path is None:
         path = _default_path(x, w2, w2_scale, block, act_block, large, fp4, kstep, T * k // E)
     if path == "bf16":
@@ -279,12 +283,18 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         rw = route_w.float().flatten()[order].contiguous()
     # Hopper, the bf16 path's 128-row tiles: both GEMMs on the Gluon kernel (the same bits, gluon_moe), whose
     # tiles carry their expert's last rows (absorb_tails: the Triton kernel would skip them), or neither
-    gluon = path == "bf16" and routing == "sorted" and all(gluon_moe.fits(x, w, s, block, cfg.block_m)
-                                                           for w, s in ((w13, w13_scale), (w2, w2_scale)))
-    if gluon:
-        tiles = gluon_moe.absorb_tails(tiles)
+    gluon = path == "bf16" and routing == "sorted" and not fp8_products and all(
+        gluon_moe.fits(x, w, s, block, cfg.block_m) for w, s in ((w13, w13_scale), (w2, w2_scale)))
+    if gluon or fp8_products:
+        tiles = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL if fp8_products else gluon_moe.TAIL)
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
-    if path == "bf16":
+    if fp8_products:
+        q, s = fp8.act_quant(x, act_block)
+        q_sorted = q.view(torch.uint8).index_select(0, tiles.row_idx).view(q.dtype)
+        h13 = gluon_moe.grouped_gemm_fp8(q_sorted, s.index_select(0, tiles.row_idx), w13, w13_scale, tiles)
+        h8, hs = swiglu_quant(h13, rw, limit, act_block)
+        out = gluon_moe.grouped_gemm_fp8(h8, hs, w2, w2_scale, plain_rows)
+    elif path == "bf16":
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]
         if gluon:  # its activations in sorted order
             h13 = gluon_moe.grouped_gemm(xa.index_select(0, tiles.row_idx), w13, w13_scale, tiles)

@@ -1,0 +1,203 @@
+"""The MoE's prefill grouped GEMM on FP8 products for Hopper in Gluon: imported only to launch on an sm_90 GPU
+(``gluon_moe.grouped_gemm_fp8``, whose doc says why and what it measured).
+
+One program: a 128-row tile of one expert's sorted rows (up to 64 more: the expert's last ones,
+``gluon_moe.absorb_tails``) x 128 weight rows, K in 128-deep steps.
+- loader (1 warp): TMA copies of the step's E4M3 weight tile (one 16 KB tile of ``quant.to_e4m3_tiles``), its
+  columns' scale bytes and the 64-row groups of the E4M3 activation tile into a ring of STAGES slots;
+- three warpgroups, each its own partition and its own 64 of the tile's rows (acc[token rows, weight rows]:
+  tokens are wgmma's M, so a token row's per-32 activation scales are two registers a thread): a step's four
+  32-deep FP8 products, straight from shared memory, chained on the tensor cores' accumulator with the ratios of
+  their activation scales (``_products``), then times the last scale and the columns' (1, 128) weight scale into
+  the fp32 accumulator. A group past the expert's last row takes no products. A warpgroup scales one column
+  half's products while its other half's and the other warpgroups' run on the tensor cores.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+# Triton 3.6 (the GPU machine's) calls the TMA load async_copy_global_to_shared; later releases async_load.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+# registers a thread of the second and third product warpgroups: three warpgroups at 160, the loader warp (and
+# Triton's padding warps) at 24 fit the SM's 64K
+PRODUCT_REGS = gl.constexpr(160)
+
+
+@gluon.jit
+def _barriers(STAGES: gl.constexpr, COUNT: gl.constexpr):
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=COUNT)
+    return bars
+
+
+@gluon.jit
+def _loader(a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0, s_row0, col0,
+            has_tail, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr):
+    HALF: gl.constexpr = a_desc.block_type.shape[0]
+    for kb in range(k_steps):
+        s = kb % STAGES
+        free = ((kb // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
+        mbarrier.wait(empty.index(s), free)
+        mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + (GROUPS - 1) * a_desc.block_type.nbytes
+                        + s_desc.block_type.nbytes)
+        _tma_load(w_desc, [w_row0 + kb * 128, 0], ready.index(s), w_smem.index(s))
+        # the step's weight scales, one a column: in the ring, as the products' registers could not hold 128
+        # columns' pointers (ptxas spilled)
+        _tma_load(s_desc, [s_row0 + kb, col0], ready.index(s), ws_smem.index(s))
+        # rows past the activations' end come as zeros; the next expert's rows are computed and not stored
+        for h in gl.static_range(GROUPS - 1):
+            _tma_load(a_desc, [row0 + h * HALF, kb * 128], ready.index(s), a_smem.index(GROUPS * s + h))
+        # the last group's rows (an expert's tail) only where the tile carries one, on a barrier of its own
+        mbarrier.expect(t_ready.index(s), a_desc.block_type.nbytes, pred=has_tail)
+        _tma_load(a_desc, [row0 + (GROUPS - 1) * HALF, kb * 128], t_ready.index(s),
+                  a_smem.index(GROUPS * s + GROUPS - 1), pred=has_tail)
+
+
+@gluon.jit
+def _ratio(x, y):
+    """x / y for normal fp32 powers of two, exactly, by their exponent fields (one integer add: a division was
+    ~10 instructions)."""
+    bits = x.to(gl.int32, bitcast=True) - y.to(gl.int32, bitcast=True) + (127 << 23)
+    return bits.to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _issue(a_tile, w_tile, acc, c: gl.constexpr, j: gl.constexpr, USE_ACC: gl.constexpr):
+    """Issues acc (USE_ACC) plus the step's j-th 32-deep FP8 product of the group's rows and the weight tile's
+    column half c (64 weight rows)."""
+    W_HALF: gl.constexpr = w_tile.type.shape[0] // 2
+    b = w_tile.slice(c * W_HALF, W_HALF, dim=0).slice(32 * j, 32, dim=1).permute((1, 0))
+    return warpgroup_mma(a_tile.slice(32 * j, 32, dim=1), b, acc, use_acc=USE_ACC, is_async=True)
+
+
+@gluon.jit
+def _scaled(p, ratio):
+    """p, the older of two products in flight, once done, times its rows' scale ratio."""
+    return warpgroup_mma_wait(num_outstanding=1, deps=(p, )) * gl.expand_dims(ratio, 1)
+
+
+@gluon.jit
+def _column_scales(ws_slot, c: gl.constexpr, layout: gl.constexpr):
+    """Column half c's fp32 weight scales from the step's slot (its unswizzled row read as a flat one). (As E8M0
+    bytes, converted here, they cost ~3 instructions a value: ~190 of a step's ~545, offline SASS.)"""
+    W_HALF: gl.constexpr = ws_slot.type.shape[1] // 2
+    row = ws_slot._reinterpret(gl.float32, [2 * W_HALF], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    return gl.expand_dims(row.slice(c * W_HALF, W_HALF).load(gl.SliceLayout(0, layout)), 0)
+
+
+@gluon.jit
+def _store(acc, OUT, trow0, row1, ncol0, N, stride_om):
+    """acc[token rows, weight rows] into OUT[token row, column] in OUT's dtype, 16-byte stores along the
+    columns; rows from row1 on and columns from N on left out."""
+    M: gl.constexpr = acc.shape[0]
+    W: gl.constexpr = acc.shape[1]
+    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
+    trows = trow0 + gl.arange(0, M, layout=gl.SliceLayout(1, out_layout))
+    ncols = ncol0 + gl.arange(0, W, layout=gl.SliceLayout(0, out_layout))
+    mask = gl.expand_dims(trows < row1, 1) & gl.expand_dims(ncols < N, 0)
+    ptrs = OUT + gl.expand_dims(trows.to(gl.int64) * stride_om, 1) + gl.expand_dims(ncols, 0)
+    gl.store(ptrs, res, mask=mask)
+
+
+@gluon.jit
+def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om,
+              k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr):
+    """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back).
+
+    A step's four 32-deep products with their rows' activation scales a0..a3 in Horner form on the tensor
+    cores' accumulator, ((P0 a0 / a1 + P1) a1 / a2 + P2) a2 / a3 + P3, then times a3 and the columns' weight
+    scale into acc. The scales are powers of two, so the ratios and the products by them are exact; the tensor
+    cores add each product to the carried sum, as DeepGEMM's 128-deep groups do. Two chains, one a column half
+    (64 weight rows), so one half's product runs while the other's is scaled. (One chain over all 128 columns
+    waited for each product: 330 TFLOP/s on V4.1's w13 at 8192 tokens; a separate sum of the scaled products
+    held a third 64-register tensor, and ptxas serialized the products for want of registers.)"""
+    HALF: gl.constexpr = a_smem.type.shape[1]
+    W_HALF: gl.constexpr = w_smem.type.shape[1] // 2
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, W_HALF, 32])
+    trow0 = row0 + H * HALF
+    if trow0 < row1:
+        rows = trow0 + gl.arange(0, HALF, layout=gl.SliceLayout(1, mma_layout))
+        # rows past row1 read the last row's scales (their results are not stored); four per-32 scales a step
+        arow = AS + gl.minimum(rows, row1 - 1).to(gl.int64) * stride_asm
+        pa = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
+        pb = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
+        acc_a = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
+        acc_b = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
+        for kb in range(k_steps):
+            s = kb % STAGES
+            a0 = gl.load(arow + 4 * kb)  # loaded before the wait, their latency under it
+            a1 = gl.load(arow + 4 * kb + 1)
+            a2 = gl.load(arow + 4 * kb + 2)
+            a3 = gl.load(arow + 4 * kb + 3)
+            mbarrier.wait(ready.index(s), (kb // STAGES) & 1)
+            if H == GROUPS - 1:  # active only where the tile carries a tail
+                mbarrier.wait(t_ready.index(s), (kb // STAGES) & 1)
+            a_tile = a_smem.index(GROUPS * s + H)
+            w_tile = w_smem.index(s)
+            pa = _issue(a_tile, w_tile, pa, 0, 0, False)
+            pb = _issue(a_tile, w_tile, pb, 1, 0, False)
+            pa = _issue(a_tile, w_tile, _scaled(pa, _ratio(a0, a1)), 0, 1, True)
+            pb = _issue(a_tile, w_tile, _scaled(pb, _ratio(a0, a1)), 1, 1, True)
+            pa = _issue(a_tile, w_tile, _scaled(pa, _ratio(a1, a2)), 0, 2, True)
+            pb = _issue(a_tile, w_tile, _scaled(pb, _ratio(a1, a2)), 1, 2, True)
+            pa = _issue(a_tile, w_tile, _scaled(pa, _ratio(a2, a3)), 0, 3, True)
+            pb = _issue(a_tile, w_tile, _scaled(pb, _ratio(a2, a3)), 1, 3, True)
+            pa = warpgroup_mma_wait(num_outstanding=1, deps=(pa, ))
+            acc_a += pa * gl.expand_dims(a3, 1) * _column_scales(ws_smem.index(s), 0, mma_layout)
+            pb = warpgroup_mma_wait(num_outstanding=0, deps=(pb, ))
+            acc_b += pb * gl.expand_dims(a3, 1) * _column_scales(ws_smem.index(s), 1, mma_layout)
+            mbarrier.arrive(empty.index(s), count=1)
+        _store(acc_a, OUT, trow0, row1, col0, N, stride_om)
+        _store(acc_b, OUT, trow0, row1, col0 + W_HALF, N, stride_om)
+    else:
+        for kb in range(k_steps):
+            s = kb % STAGES
+            mbarrier.wait(ready.index(s), (kb // STAGES) & 1)
+            mbarrier.arrive(empty.index(s), count=1)
+
+
+@gluon.jit
+def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, stride_asm, stride_om,
+                   STAGES: gl.constexpr):
+    """Program (n tile, route tile): OUT[r, n tile's columns] = sum over K of A[r] W_expert^T with A's per-32
+    scales AS (fp32 [rows, K / 32]) and the weight's (1, 128) scales (``s_desc``: fp32 [E K / 128, N], a step's
+    columns in a row) for the tile's rows r in [row0, row1): its first 128, and up to 64 more (the
+    expert's last rows, ``gluon_moe.absorb_tails``) on a third warpgroup."""
+    HALF: gl.constexpr = a_desc.block_type.shape[0]
+    W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
+    GROUPS: gl.constexpr = 3
+    pid_n = gl.program_id(0)
+    pid_m = gl.program_id(1)
+    expert = gl.load(TILE_EXPERT + pid_m)
+    if expert >= 0:
+        row0 = gl.load(TILE_ROW0 + pid_m)
+        # a route tile's row1 is its expert's end: the tile takes its 128 rows, or all where at most 64 more
+        row1 = gl.load(TILE_ROW1 + pid_m)
+        has_tail = (row1 - row0 > 2 * HALF) & (row1 - row0 <= GROUPS * HALF)
+        row1 = gl.minimum(row1, row0 + gl.where(has_tail, GROUPS * HALF, 2 * HALF))
+        k_steps = K // 128
+        n_tiles = gl.cdiv(N, W_ROWS)
+        w_row0 = ((expert * n_tiles + pid_n) * k_steps) * 128  # the tile's first row in the [-1, 128] view
+        col0 = pid_n * W_ROWS
+        a_smem = gl.allocate_shared_memory(a_desc.dtype, [GROUPS * STAGES, HALF, 128], a_desc.layout)
+        w_smem = gl.allocate_shared_memory(w_desc.dtype, [STAGES, W_ROWS, 128], w_desc.layout)
+        ws_smem = gl.allocate_shared_memory(s_desc.dtype, [STAGES, 1, W_ROWS], s_desc.layout)
+        ready = _barriers(STAGES, 1)
+        t_ready = _barriers(STAGES, 1)
+        empty = _barriers(STAGES, GROUPS)  # one arrival a warpgroup
+        gl.warp_specialize([
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
+                         stride_om, k_steps, STAGES, GROUPS, 0)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
+                         stride_om, k_steps, STAGES, GROUPS, 1)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
+                         stride_om, k_steps, STAGES, GROUPS, 2)),
+            (_loader, (a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0,
+                       expert * k_steps, col0, has_tail, k_steps, STAGES, GROUPS)),
+        ], [4, 4, 1], [PRODUCT_REGS, PRODUCT_REGS, 24])

@@ -1,0 +1,115 @@
+"""The MoE's prefill GEMM on FP8 products (``gluon_moe.grouped_gemm_fp8``, Hopper) against exact sums in fp64:
+every row within bf16 rounding plus the tensor cores' accumulation, for gathered rows (w13) and sorted rows (w2),
+partial tiles (an expert's second warpgroup idle), idle tiles, tails carried by the tile before and skewed
+routing; through ``moe_experts`` (with ``FP8_PRODUCTS``): taken at prefill sizes outside batch-invariant mode, near
+the bf16 path; its scales' layout (``scale_steps``) against torch's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepinfer_adapters.kernels import gluon_moe, invariance
+from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+from deepinfer_adapters.kernels import triton_moe
+from deepinfer_adapters.model_impl.quant import from_e4m3_tiles
+from tests.gpu.moe_inputs import routing
+from tests.gpu.test_gluon_moe_gpu import _experts
+
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)"),
+    pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability() != (9, 0),
+                       reason="the kernel is Hopper's (wgmma)"),
+]
+
+
+def _exact(q, s, w, scale, tiles):
+    """(sum, sum of magnitudes) in fp64 of each sorted row's products with its tile's expert: the values the
+    kernel's products add, and the scale of their rounding."""
+    a = q.double() * s.double().repeat_interleave(32, dim=1)
+    wd = from_e4m3_tiles(w).double() * (2.0 ** (scale.double() - 127)).repeat_interleave(128, dim=2)
+    out = torch.zeros(q.shape[0], wd.shape[1], device=q.device, dtype=torch.float64)
+    mag = torch.zeros_like(out)
+    for e, r0, r1 in zip(tiles.expert.tolist(), tiles.row0.tolist(), tiles.row1.tolist()):
+        if e >= 0:
+            r1 = r1 if r1 - r0 <= 128 + gluon_moe.FP8_TAIL else r0 + 128  # a tile carries its expert's last rows
+            out[r0:r1] = a[r0:r1] @ wd[e].T
+            mag[r0:r1] = a[r0:r1].abs() @ wd[e].abs().T
+    return out, mag
+
+
+def _quantized(rows, K, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    # rows with per-32 blocks of very different sizes: the scales' ratios are then far from 1
+    sizes = 2.0 ** torch.randint(-6, 7, (rows, K // 32, 1), device="cuda", generator=g)
+    x = torch.randn(rows, K // 32, 32, device="cuda", generator=g) * sizes
+    return tg.act_quant(x.view(rows, K).bfloat16(), 32)
+
+
+@pytest.mark.parametrize("T,E,N,K,skew", [(5, 8, 256, 384, False), (300, 8, 256, 384, False),
+                                          (700, 16, 384, 512, True), (2000, 32, 640, 1024, False),
+                                          (4096, 192, 256, 512, False)])
+def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew):
+    w, s = _experts(E, N, K, seed=T)
+    _, ids = routing(T, E, 6, seed=T, skew=skew)
+    _, tiles, _ = triton_moe.route(ids, E, 128)
+    rows = T * 6
+    q, qs = _quantized(T, K, seed=7 + T)
+    h, hs = _quantized(rows, K, seed=8 + T)
+    joined = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL)
+    tails = int((tiles.expert >= 0).sum() - (joined.expert >= 0).sum())
+    for label, a, a_s, groups in (
+            ("gathered", q.view(torch.uint8).index_select(0, tiles.row_idx).view(q.dtype),
+             qs.index_select(0, tiles.row_idx), tiles),
+            ("sorted", h, hs, tiles), (f"sorted, {tails} tails joined", h, hs, joined)):
+        got = gluon_moe.grouped_gemm_fp8(a, a_s, w, s, groups).double()
+        want, mag = _exact(a, a_s, w, s, groups)
+        # past bf16's rounding of the result: the FP8 tensor cores' sums, which keep fewer bits than fp32 (~14,
+        # DeepGEMM's note), of four chained 32-deep products, against the sum of the products' magnitudes
+        accumulation = ((got - want).abs() - 2.0 ** -8 * want.abs()).clamp(min=0) / mag.clamp(min=1e-30)
+        rel = ((got - want).norm() / want.norm()).item()
+        print(f"REPORT gluon moe fp8 T={T} E={E} N={N} K={K} skew={skew} {label}: rel {rel:.2e}, "
+              f"worst accumulation error {accumulation.max().item():.2e} of the magnitudes")
+        assert accumulation.max().item() <= 2.0 ** -9  # session 29: up to 9.3e-4 with these scale spreads
+        assert rel < 3e-3
+
+
+@pytest.mark.parametrize("T,skew", [(1400, False), (1400, True), (3000, False)])
+def test_moe_experts_takes_fp8_products_at_prefill(T, skew, monkeypatch):
+    """With ``FP8_PRODUCTS`` both GEMMs take the kernel (not in batch-invariant mode), within the MoE's FP8
+    tolerance of the bf16 path (other sums: a few of swiglu's E4M3 roundings differ)."""
+    monkeypatch.setattr(gluon_moe, "FP8_PRODUCTS", True)
+    E, D, I, k = 32, 512, 256, 6
+    w13, s13 = _experts(E, 2 * I, D, seed=1)
+    w2, s2 = _experts(E, D, I, seed=2)
+    w, ids = routing(T, E, k, seed=T, skew=skew)
+    x = torch.randn(T, D, device="cuda", generator=torch.Generator(device="cuda").manual_seed(T)).bfloat16()
+    calls = []
+    real = gluon_moe.grouped_gemm_fp8
+    monkeypatch.setattr(gluon_moe, "grouped_gemm_fp8", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    run = lambda path=None: triton_moe.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 128), 32, 10.0,  # noqa: E731
+                                                   path=path)
+    got = run()
+    assert len(calls) == 2
+    bf16 = run("bf16")
+    rel = ((got.float() - bf16.float()).norm() / bf16.float().norm()).item()
+    print(f"REPORT moe_experts fp8 products T={T} skew={skew}: rel to the bf16 path {rel:.2e}")
+    assert rel < 2e-2
+    with invariance.batch_invariant(True):
+        run()
+    assert len(calls) == 2  # batch-invariant mode keeps the bf16 path
+
+
+def test_mismatched_activations_are_refused():
+    w, s = _experts(4, 256, 384, 0)
+    tiles = triton_moe.route(torch.zeros(4, 6, device="cuda", dtype=torch.long), 4, 128)[1]
+    q, qs = _quantized(24, 256, seed=0)
+    with pytest.raises(ValueError, match="do not match"):
+        gluon_moe.grouped_gemm_fp8(q, qs, w, s, tiles)
+
+
+def test_scale_steps_on_the_gpu():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    s = torch.randint(1, 255, (5, 4608, 40), device="cuda", generator=g, dtype=torch.uint8)
+    want = (2.0 ** (s.float() - 127)).transpose(1, 2)
+    assert torch.equal(gluon_moe.scale_steps(s), want)
