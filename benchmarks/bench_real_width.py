@@ -323,8 +323,8 @@ AB_SWITCHES = {
     "fp4_block_acc": flag(triton_fp8_gemm, "FP4_BLOCK_ACCUMULATE", False),
     # prefill: the MoE's bf16-path GEMMs on the Triton kernel instead of the Gluon one (kernels/gluon_moe.py)
     "gluon_moe": flag(gluon_moe, "GLUON_MOE", False),
-    # prefill: the MoE's GEMMs on the Gluon kernel's FP8 products instead of its bf16 products (gluon_moe.FP8_PRODUCTS)
-    "gluon_moe_fp8": flag(gluon_moe, "FP8_PRODUCTS", True),
+    # prefill: the MoE's GEMMs on the Gluon kernel's bf16 products instead of its FP8 products (gluon_moe.FP8_PRODUCTS)
+    "gluon_moe_fp8": flag(gluon_moe, "FP8_PRODUCTS", False),
     # prefill: wo_a's grouped GEMM on the Triton kernel instead of cuBLAS (triton_fp8_gemm.GROUPED_CUBLAS)
     "grouped_cublas": flag(triton_fp8_gemm, "GROUPED_CUBLAS", False),
     # prefill: hc_mix_logits splits its weight in every program instead of loading cached pieces

@@ -23,7 +23,7 @@ tokens): tensor pipe ~61% busy, DRAM ~48%; each warpgroup spends about as long c
 tile (32 two-byte shared loads, 32 E4M3 unpacks, 64 f16->f32, 64 multiplies, packs: ~250 instructions a
 thread a step) as waiting for its products, so the other warpgroup's products do not cover the conversion.
 
-Also here (session 29, off: ``FP8_PRODUCTS``): the same GEMMs on FP8 products, ``grouped_gemm_fp8``
+Also here (session 29, on by default: ``FP8_PRODUCTS``): the same GEMMs on FP8 products, ``grouped_gemm_fp8``
 (``moe_fp8_kernel``): E4M3 activations with their per-32 scales, tokens as wgmma's M (a row's scales two registers
 a thread; a 64-row group past an expert's last row takes no products), each 128-deep step's four 32-deep products
 chained on the accumulator with the ratios of their scales (Horner form), two column-half chains a warpgroup,
@@ -33,7 +33,8 @@ kernel (w13 5.95 against 4.72-4.90 ms at 8192 tokens, w2 3.03 against 2.74-2.80)
 thread a step (offline SASS), 320 of them the promotion's fp32 multiplies. In the model's prefill (its gate's
 skewed routing: many partial tiles) faster: 61.0 ms for the 14 calls against this kernel's 65.6 (profiles of two
 calls), and its E4M3 gather moves half the bytes (0.96 against 1.71 ms); the 8192-token prefill 129.94 against
-131.61 ms in one run, with ~6.7 ms of torch scale conversions in it that ``scale_steps`` now does in one pass.
+131.61 ms in one run, with ~6.7 ms of torch scale conversions in it; with ``scale_steps`` doing them in one
+Triton pass, 126.62 against 131.67 (part s29c).
 
 Takes: bf16 activations already in sorted row order (w13's gathered by ``index_select`` first), E4M3
 experts in ``quant.to_e4m3_tiles``' layout with E8M0 scales per (1, 128), ``triton_moe.route``'s 128-row
@@ -56,9 +57,10 @@ TAIL = 32  # rows past TILE a tile may carry (``absorb_tails``), in a second, na
 GLUON_MOE = True  # prefill-sized bf16-path MoE GEMMs through moe_bf16_kernel where it fits
 STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
 # prefill-sized MoE GEMMs with per-32 activation scales (V4.1) on FP8 products (``grouped_gemm_fp8``) instead of
-# the bf16 path, outside batch-invariant mode. Off until the prefill A/B with ``scale_steps`` (session 29's ran
-# with the scales converted by torch ops: 129.94 against 131.61 ms; the module doc): part s30a
-FP8_PRODUCTS = False
+# the bf16 path, outside batch-invariant mode. H200, session 29, the 8192-token prefill (part s29c, one run, medians
+# of 3): 126.62 ms against 131.67 on the bf16 kernel (-3.8%); the run before, with the scales converted by torch
+# ops instead of ``scale_steps``: 129.94 against 131.61
+FP8_PRODUCTS = True
 FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each)
 FP8_TAIL = 64  # rows past TILE a tile of moe_fp8_kernel may carry (absorb_tails), on its third warpgroup
 

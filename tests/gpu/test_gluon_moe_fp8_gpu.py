@@ -1,8 +1,8 @@
 """The MoE's prefill GEMM on FP8 products (``gluon_moe.grouped_gemm_fp8``, Hopper) against exact sums in fp64:
 every row within bf16 rounding plus the tensor cores' accumulation, for gathered rows (w13) and sorted rows (w2),
 partial tiles (an expert's second warpgroup idle), idle tiles, tails carried by the tile before and skewed
-routing; through ``moe_experts`` (with ``FP8_PRODUCTS``): taken at prefill sizes outside batch-invariant mode, near
-the bf16 path; its scales' layout (``scale_steps``) against torch's."""
+routing; through ``moe_experts``: taken by default at prefill sizes outside batch-invariant mode, near the bf16
+path; its scales' layout (``scale_steps``) against torch's."""
 
 from __future__ import annotations
 
@@ -76,9 +76,8 @@ def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew):
 
 @pytest.mark.parametrize("T,skew", [(1400, False), (1400, True), (3000, False)])
 def test_moe_experts_takes_fp8_products_at_prefill(T, skew, monkeypatch):
-    """With ``FP8_PRODUCTS`` both GEMMs take the kernel (not in batch-invariant mode), within the MoE's FP8
-    tolerance of the bf16 path (other sums: a few of swiglu's E4M3 roundings differ)."""
-    monkeypatch.setattr(gluon_moe, "FP8_PRODUCTS", True)
+    """By default (``FP8_PRODUCTS``) both GEMMs take the kernel (not in batch-invariant mode), within the MoE's
+    FP8 tolerance of the bf16 path (other sums: a few of swiglu's E4M3 roundings differ)."""
     E, D, I, k = 32, 512, 256, 6
     w13, s13 = _experts(E, 2 * I, D, seed=1)
     w2, s2 = _experts(E, D, I, seed=2)
