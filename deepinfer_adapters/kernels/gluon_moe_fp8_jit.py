@@ -17,21 +17,13 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-# Triton 3.6 (the GPU machine's) calls the TMA load async_copy_global_to_shared; later releases async_load.
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+from deepinfer_adapters.kernels.gluon_moe_jit import _barriers, _tma_load
+
 # registers a thread of the second and third product warpgroups: three warpgroups at 160, the loader warp (and
 # Triton's padding warps) at 24 fit the SM's 64K
 PRODUCT_REGS = gl.constexpr(160)
-
-
-@gluon.jit
-def _barriers(STAGES: gl.constexpr, COUNT: gl.constexpr):
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(bars.index(i), count=COUNT)
-    return bars
 
 
 @gluon.jit

@@ -14,7 +14,7 @@ from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 from deepinfer_adapters.kernels import triton_moe
 from deepinfer_adapters.model_impl.quant import from_e4m3_tiles
 from tests.gpu.moe_inputs import routing
-from tests.gpu.test_gluon_moe_gpu import _experts
+from tests.gpu.test_gluon_moe_gpu import _experts, prefill_moe
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)"),
@@ -78,15 +78,11 @@ def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew):
 def test_moe_experts_takes_fp8_products_at_prefill(T, skew, monkeypatch):
     """By default (``FP8_PRODUCTS``) both GEMMs take the kernel (not in batch-invariant mode), within the MoE's
     FP8 tolerance of the bf16 path (other sums: a few of swiglu's E4M3 roundings differ)."""
-    E, D, I, k = 32, 512, 256, 6
-    w13, s13 = _experts(E, 2 * I, D, seed=1)
-    w2, s2 = _experts(E, D, I, seed=2)
-    w, ids = routing(T, E, k, seed=T, skew=skew)
-    x = torch.randn(T, D, device="cuda", generator=torch.Generator(device="cuda").manual_seed(T)).bfloat16()
+    x, w, ids, experts = prefill_moe(T, skew)
     calls = []
     real = gluon_moe.grouped_gemm_fp8
     monkeypatch.setattr(gluon_moe, "grouped_gemm_fp8", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    run = lambda path=None: triton_moe.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 128), 32, 10.0,  # noqa: E731
+    run = lambda path=None: triton_moe.moe_experts(x, w, ids, *experts, (1, 128), 32, 10.0,  # noqa: E731
                                                    path=path)
     got = run()
     assert len(calls) == 2

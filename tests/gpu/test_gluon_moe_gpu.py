@@ -68,20 +68,27 @@ def test_grouped_gemm_gives_the_triton_bits(T, E, N, K, skew):
     assert torch.equal(gluon_moe.grouped_gemm(h, w, s, tg.Groups(joined.expert, joined.row0, joined.row1)), want)
 
 
-@pytest.mark.parametrize("invariant", [False, True], ids=["default", "batch_invariant"])
-@pytest.mark.parametrize("T,skew", [(1400, False), (1400, True), (3000, False)])
-def test_moe_experts_bits_with_and_without_the_kernel(T, skew, invariant, monkeypatch):
-    """``moe_experts`` on the bf16 path at prefill sizes: the same output with the Gluon kernel as with
-    the Triton one (so batch-invariant mode keeps its bits across decode and prefill)."""
+def prefill_moe(T, skew):
+    """A prefill-sized MoE call's inputs (x, route weights, expert ids, (w13, its scales, w2, its scales)): 32
+    experts of width 256 at hidden 512, top-6, T tokens, E4M3 tiles with (1, 128) scales."""
     E, D, I, k = 32, 512, 256, 6
     w13, s13 = _experts(E, 2 * I, D, seed=1)
     w2, s2 = _experts(E, D, I, seed=2)
     w, ids = routing(T, E, k, seed=T, skew=skew)
     x = torch.randn(T, D, device="cuda", generator=torch.Generator(device="cuda").manual_seed(T)).bfloat16()
+    return x, w, ids, (w13, s13, w2, s2)
+
+
+@pytest.mark.parametrize("invariant", [False, True], ids=["default", "batch_invariant"])
+@pytest.mark.parametrize("T,skew", [(1400, False), (1400, True), (3000, False)])
+def test_moe_experts_bits_with_and_without_the_kernel(T, skew, invariant, monkeypatch):
+    """``moe_experts`` on the bf16 path at prefill sizes: the same output with the Gluon kernel as with
+    the Triton one (so batch-invariant mode keeps its bits across decode and prefill)."""
+    x, w, ids, experts = prefill_moe(T, skew)
     calls = []
     real = gluon_moe.grouped_gemm
     monkeypatch.setattr(gluon_moe, "grouped_gemm", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    run = lambda: triton_moe.moe_experts(x, w, ids, w13, s13, w2, s2, (1, 128), 32, 10.0,  # noqa: E731
+    run = lambda: triton_moe.moe_experts(x, w, ids, *experts, (1, 128), 32, 10.0,  # noqa: E731
                                          path=None if invariant else "bf16")
     with invariance.batch_invariant(invariant):
         with_kernel = run()
