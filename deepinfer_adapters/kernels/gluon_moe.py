@@ -49,7 +49,7 @@ import importlib
 import torch
 
 from deepinfer_adapters.kernels.triton_fp8_gemm import Groups
-from deepinfer_adapters.kernels.triton_support import interpreting, triton_available
+from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
 from deepinfer_adapters.model_impl.quant import E4M3_TILE, e8m0_to_float, expert_matrix, is_e4m3_tiles
 
 TILE = 128  # token rows (beyond the tail), weight rows and K of a step: the E4M3 tiles' side
@@ -166,7 +166,8 @@ def scale_steps(scale: torch.Tensor) -> torch.Tensor:
     out = torch.empty(E, KB, N, device=s.device, dtype=torch.float32)
     block_n, block_kb = 64, max(16, 1 << (KB - 1).bit_length())
     if out.numel():
-        e8m0_steps_kernel[(E, -(-N // block_n))](s, out, N, KB, BLOCK_N=block_n, BLOCK_KB=block_kb, num_warps=4)
+        e8m0_steps_kernel[(E, -(-N // block_n))](s, out, N, KB, BLOCK_N=block_n, BLOCK_KB=block_kb, num_warps=4,
+                                                  **pdl_launch())
     return out
 
 

@@ -7,11 +7,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from deepinfer_adapters.kernels.triton_pdl import pdl_start
+
 
 @triton.jit
 def e8m0_steps_kernel(S, OUT, N, KB, BLOCK_N: tl.constexpr, BLOCK_KB: tl.constexpr):
     """Program (expert, n block): OUT[e, kb, n] = 2^(S[e, n, kb] - 127) for the block's BLOCK_N columns and every
     step kb: the block's bytes read along their rows, the values written along the columns."""
+    pdl_start()
     e = tl.program_id(0)
     n0 = tl.program_id(1) * BLOCK_N
     ns = n0 + tl.arange(0, BLOCK_N)
