@@ -1,7 +1,7 @@
 """The MoE's bf16-path grouped GEMM: the Gluon kernel (``kernels/gluon_moe.py``) against the Triton kernel
 (``triton_fp8_gemm.gemm``, 128 x 128 tiles), same inputs: bits and time, V4.1's w13 and w2 at 8192 tokens
-(one layer's 384 experts of width 2304, hidden 5120, top-6, random routing); and the Gluon kernel on FP8 products
-(``grouped_gemm_fp8``) against the bf16 one, the same activations quantized per 32.
+(one layer's 384 experts of width 2304, hidden 5120, top-6, random routing, ``--skew`` for uneven); and the Gluon
+kernel on FP8 products (``grouped_gemm_fp8``) against the bf16 one, the same activations quantized per 32.
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_gluon_moe.py [--tokens 8192]
 ``--compile-only`` compiles the kernel for sm_90 with no GPU (run it with Triton 3.6, the GPU machine's) and
@@ -51,6 +51,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--compile-only", action="store_true", help="compile for sm_90 offline, no GPU")
+    ap.add_argument("--skew", type=float, default=0.0,
+                    help="experts' popularity spread: each token's top-6 of log-normal(0, SKEW) popularities plus "
+                         "Gumbel noise (0: uniform routing, nearly every 128-row tile full; the model's random-weight "
+                         "gate routes unevenly, session 29)")
     args = ap.parse_args()
     if args.compile_only:
         compile_offline()
@@ -67,7 +71,12 @@ def main():
     T = args.tokens
     g = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
-    ids = torch.rand(T, E, device="cuda", generator=g).topk(TOPK, dim=-1).indices
+    popularity = torch.randn(E, device="cuda", generator=g) * args.skew
+    gumbel = -torch.log(-torch.log(torch.rand(T, E, device="cuda", generator=g).clamp(1e-9, 1 - 1e-9)))
+    ids = (popularity + gumbel).topk(TOPK, dim=-1).indices
+    per_expert = torch.bincount(ids.flatten(), minlength=E)
+    print(f"routing: skew {args.skew}, rows an expert min {int(per_expert.min())} median "
+          f"{int(per_expert.median())} max {int(per_expert.max())}", flush=True)
     rows = T * TOPK
     _, tiles, _ = tm.route(ids, E, 128)
     plain_rows = tg.Groups(tiles.expert, tiles.row0, tiles.row1)
