@@ -4,7 +4,8 @@
 One program: a 128-row tile of one expert's sorted rows (up to 64 more: the expert's last ones,
 ``gluon_moe.absorb_tails``) x 128 weight rows, K in 128-deep steps.
 - loader (1 warp): TMA copies of the step's E4M3 weight tile (one 16 KB tile of ``quant.to_e4m3_tiles``), its
-  columns' scale bytes and the 64-row groups of the E4M3 activation tile into a ring of STAGES slots;
+  columns' fp32 weight scales (``gluon_moe.scale_steps``' layout) and the 64-row groups of the E4M3 activation
+  tile into a ring of STAGES slots;
 - three warpgroups, each its own partition and its own 64 of the tile's rows (acc[token rows, weight rows]:
   tokens are wgmma's M, so a token row's per-32 activation scales are two registers a thread): a step's four
   32-deep FP8 products, straight from shared memory, chained on the tensor cores' accumulator with the ratios of
