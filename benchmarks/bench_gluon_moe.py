@@ -60,7 +60,7 @@ def main():
         compile_offline()
         return
     from benchmarks.bench_moe_blocks import ACT_BLOCK, D, E, TOPK, experts
-    from benchmarks.timing import run_info, time_eager
+    from benchmarks.timing import rel, run_info, time_eager
     from deepinfer_adapters.kernels import gluon_moe
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
     from deepinfer_adapters.kernels import triton_moe as tm
@@ -114,9 +114,8 @@ def main():
         a_round = tg.act_quant(a_sorted, ACT_BLOCK, dequant_to=torch.bfloat16)[0]
         fp8_joined = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL)
         fp8_only = lambda: gluon_moe.grouped_gemm_fp8(q, qs, weight, scale, fp8_joined)  # noqa: E731
-        bf16_same = gluon_moe.grouped_gemm(a_round, weight, scale, joined).float()
-        rel = ((fp8_only().float() - bf16_same).norm() / bf16_same.norm()).item()
-        print(f"gluon {name} fp8 products: rel to the bf16 kernel {rel:.2e}", flush=True)
+        bf16_same = gluon_moe.grouped_gemm(a_round, weight, scale, joined)
+        print(f"gluon {name} fp8 products: rel to the bf16 kernel {rel(fp8_only(), bf16_same):.2e}", flush=True)
         for label, fn in (("gluon tails joined", gluon_joined), ("gluon fp8 products", fp8_only),
                           ("gluon tails joined", gluon_joined), ("gluon fp8 products", fp8_only)):
             us = time_eager(fn, reps=10, warm=1)

@@ -179,9 +179,10 @@ def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: tor
     repeats its last rows, with the same bits).
     ``q_sorted`` [rows, K] E4M3 and ``s_sorted`` [rows, K / 32] fp32 power-of-two scales, in sorted row order.
 
-    Numerics: the bf16 path's exact products (E4M3 x E4M3 times powers of two), summed in fp32 in another order
-    (32-deep FP8 products, each times its activation scale, a 128-deep step's sum times the weight scale), so
-    its bits differ from the bf16 path's: batch-invariant mode keeps that one."""
+    Numerics: the bf16 path's exact products (E4M3 x E4M3 times powers of two), summed in another order (a
+    128-deep step's four 32-deep FP8 products chained on the tensor cores' accumulator, which keeps fewer bits than
+    fp32, with the exact ratios of their activation scales; the step's sum times the last scale and the weight
+    scale into an fp32 accumulator), so its bits differ from the bf16 path's: batch-invariant mode keeps that one."""
     import triton
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
