@@ -325,6 +325,9 @@ AB_SWITCHES = {
     "gluon_moe": flag(gluon_moe, "GLUON_MOE", False),
     # prefill: the MoE's GEMMs on the Gluon kernel's bf16 products instead of its FP8 products (gluon_moe.FP8_PRODUCTS)
     "gluon_moe_fp8": flag(gluon_moe, "FP8_PRODUCTS", False),
+    # prefill: the FP8 products' activations with V4.1's per-32 scales (Horner chains) instead of per 128
+    # (gluon_moe.FP8_ACT_BLOCK)
+    "gluon_moe_fp8_act32": flag(gluon_moe, "FP8_ACT_BLOCK", 32),
     # prefill: wo_a's grouped GEMM on the Triton kernel instead of cuBLAS (triton_fp8_gemm.GROUPED_CUBLAS)
     "grouped_cublas": flag(triton_fp8_gemm, "GROUPED_CUBLAS", False),
     # prefill: hc_mix_logits splits its weight in every program instead of loading cached pieces

@@ -6,6 +6,7 @@ Used by bench_gluon_moe.py and bench_gluon_gemv.py (``--compile-only``)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 
@@ -21,7 +22,7 @@ def compile_sm90(kernel, signature: dict, constexprs: dict, divisible: tuple, la
                          constexprs={(names.index(k),): v for k, v in constexprs.items()},
                          attrs={(names.index(n),): [["tt.divisibility", 16]] for n in divisible})
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
-    path = f"/tmp/{kernel.fn.__name__}.ptx"
+    path = f"/tmp/{re.sub(r'[^A-Za-z0-9_]+', '_', label).strip('_')}.ptx"  # one file a variant
     with open(path, "w") as fh:
         fh.write(compiled.asm["ptx"])
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")

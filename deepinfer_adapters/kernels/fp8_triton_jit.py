@@ -51,29 +51,53 @@ def quantize_rows(x):
 
 
 @triton.jit
-def quantize_store(x, Q_ROW, S_ROW, offs, group, mask, n, BLOCK: tl.constexpr, DEQUANT_OUT: tl.constexpr):
+def quantize_store(x, Q_ROW, S_ROW, offs, group, mask, n, BLOCK: tl.constexpr, DEQUANT_OUT: tl.constexpr,
+                   SCALE_GROUPS: tl.constexpr = 1):
     """Quantize x [G, BLOCK] (``quantize_rows``); store the codes at Q_ROW + offs and the scales
-    at S_ROW + group, or (DEQUANT_OUT) the round-tripped values in Q's dtype. ``n``: row length."""
+    at S_ROW + group, or (DEQUANT_OUT) the round-tripped values in Q's dtype. ``n``: row length.
+    SCALE_GROUPS > 1: the codes re-expressed with one scale per SCALE_GROUPS blocks (``widen_scales``), the
+    scales stored at S_ROW + group // SCALE_GROUPS (``group``'s first block a multiple of SCALE_GROUPS)."""
     q, scale = quantize_rows(x)
     if DEQUANT_OUT:
         tl.store(Q_ROW + offs, (q.to(tl.float32) * scale[:, None]).to(Q_ROW.dtype.element_ty), mask=mask)
+    elif SCALE_GROUPS > 1:
+        q, wide = widen_scales(q, scale, SCALE_GROUPS)
+        tl.store(Q_ROW + offs, q, mask=mask)
+        wide_group = tl.min(group) // SCALE_GROUPS + tl.arange(0, wide.shape[0])
+        tl.store(S_ROW + wide_group, wide, mask=wide_group * (SCALE_GROUPS * BLOCK) < n)
     else:
         tl.store(Q_ROW + offs, q, mask=mask)
         tl.store(S_ROW + group, scale, mask=group * BLOCK < n)
 
 
 @triton.jit
+def widen_scales(q, scale, SCALE_GROUPS: tl.constexpr):
+    """E4M3 codes q [G, BLOCK] with power-of-two scales [G] -> (codes, scales [G / SCALE_GROUPS]): each run of
+    SCALE_GROUPS blocks under its largest scale, a code times its scale's exact ratio to it and rounded to E4M3
+    again. Only values falling below E4M3's normal range (2^-6 of the wide scale) lose bits: each value moves
+    by at most half the subnormal step, 2^-10 of the wide scale. Why: a GEMM on FP8 products can then sum
+    SCALE_GROUPS blocks' products on the tensor cores before scaling them (``gluon_moe.FP8_ACT_BLOCK``)."""
+    G: tl.constexpr = q.shape[0]
+    runs = tl.reshape(scale, [G // SCALE_GROUPS, SCALE_GROUPS])
+    wide = tl.max(runs, 1)
+    ratio = tl.reshape(runs * pow2_reciprocal(wide)[:, None], [G])
+    return (q.to(tl.float32) * ratio[:, None]).to(tl.float8e4nv), wide
+
+
+@triton.jit
 def act_quant_kernel(X, Q, S, K, stride_xm, stride_qm, stride_sm,
-                     BLOCK: tl.constexpr, GROUPS: tl.constexpr, DEQUANT_OUT: tl.constexpr):
-    """One row x GROUPS blocks of BLOCK values: E4M3 codes + fp32 scales, or (DEQUANT_OUT)
-    the round-tripped values in Q's dtype."""
+                     BLOCK: tl.constexpr, GROUPS: tl.constexpr, DEQUANT_OUT: tl.constexpr,
+                     SCALE_GROUPS: tl.constexpr = 1):
+    """One row x GROUPS blocks of BLOCK values: E4M3 codes + fp32 scales (one per SCALE_GROUPS blocks:
+    ``widen_scales``), or (DEQUANT_OUT) the round-tripped values in Q's dtype."""
     pdl_start()
     row = tl.program_id(0).to(tl.int64)
     group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
     offs = group[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     mask = offs < K
     x = tl.load(X + row * stride_xm + offs, mask=mask, other=0.0).to(tl.float32)
-    quantize_store(x, Q + row * stride_qm, S + row * stride_sm, offs, group, mask, K, BLOCK, DEQUANT_OUT)
+    quantize_store(x, Q + row * stride_qm, S + row * stride_sm, offs, group, mask, K, BLOCK, DEQUANT_OUT,
+                   SCALE_GROUPS)
 
 
 @triton.jit
@@ -563,13 +587,14 @@ def fp4_gemm_rows_kernel(A, A_SCALE, W, W_SCALE, OUT, ROW_IDX, TILE_EXPERT, TILE
 @triton.jit
 def swiglu_quant_kernel(H, RW, Q, S, I, stride_h, stride_q, stride_s, limit, splits, stride_hs,
                         BLOCK: tl.constexpr, GROUPS: tl.constexpr, HAS_LIMIT: tl.constexpr,
-                        DEQUANT_OUT: tl.constexpr, SUM_TO_BF16: tl.constexpr = False):
+                        DEQUANT_OUT: tl.constexpr, SUM_TO_BF16: tl.constexpr = False,
+                        SCALE_GROUPS: tl.constexpr = 1):
     """One sorted MoE row x GROUPS blocks: clamp, silu(gate) * up, times the route weight,
     rounded to bf16 (the reference's w2 input), then quantized like act_quant_kernel
     (DEQUANT_OUT: the round-tripped values in Q's dtype instead of codes and scales). H may be a
     K-split GEMM's fp32 partials (``splits`` of them, ``stride_hs`` apart): added first as
     split_sum_kernel adds them (one by one in split order, fp32) and rounded to bf16 where
-    SUM_TO_BF16 -- the GEMM's result as its split sum would have stored it."""
+    SUM_TO_BF16 -- the GEMM's result as its split sum would have stored it. SCALE_GROUPS: as act_quant_kernel's."""
     pdl_start()
     row = tl.program_id(0).to(tl.int64)
     group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
@@ -588,7 +613,8 @@ def swiglu_quant_kernel(H, RW, Q, S, I, stride_h, stride_q, stride_s, limit, spl
         gate = tl.minimum(gate, limit)
     h = gate / (1.0 + tl.exp(-gate)) * up
     h = (tl.load(RW + row) * h).to(tl.bfloat16).to(tl.float32)
-    quantize_store(h, Q + row * stride_q, S + row * stride_s, offs, group, mask, I, BLOCK, DEQUANT_OUT)
+    quantize_store(h, Q + row * stride_q, S + row * stride_s, offs, group, mask, I, BLOCK, DEQUANT_OUT,
+                   SCALE_GROUPS)
 
 
 @triton.jit

@@ -98,17 +98,83 @@ def _store(acc, OUT, trow0, row1, ncol0, N, stride_om):
 
 
 @gluon.jit
-def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om,
-              k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr):
-    """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back).
+def _wait_step(ready, t_ready, kb, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr):
+    """Waits for step kb's slot (and its tail rows', on the tail's warpgroup); returns the slot."""
+    s = kb % STAGES
+    mbarrier.wait(ready.index(s), (kb // STAGES) & 1)
+    if H == GROUPS - 1:  # active only where the tile carries a tail
+        mbarrier.wait(t_ready.index(s), (kb // STAGES) & 1)
+    return s
 
-    A step's four 32-deep products with their rows' activation scales a0..a3 in Horner form on the tensor
-    cores' accumulator, ((P0 a0 / a1 + P1) a1 / a2 + P2) a2 / a3 + P3, then times a3 and the columns' weight
-    scale into acc. The scales are powers of two, so the ratios and the products by them are exact; the tensor
-    cores add each product to the carried sum, as DeepGEMM's 128-deep groups do. Two chains, one a column half
-    (64 weight rows), so one half's product runs while the other's is scaled. (One chain over all 128 columns
-    waited for each product: 330 TFLOP/s on V4.1's w13 at 8192 tokens; a separate sum of the scaled products
-    held a third 64-register tensor, and ptxas serialized the products for want of registers.)"""
+
+@gluon.jit
+def _wide_steps(a_smem, w_smem, ws_smem, ready, t_ready, empty, arow, acc_a, acc_b, k_steps, STAGES: gl.constexpr,
+                GROUPS: gl.constexpr, H: gl.constexpr, layout: gl.constexpr):
+    """Activations with one scale per 128-deep step (``act_quant``'s ``scale_block``): a column half's step is
+    four 32-deep FP8 products summed on the tensor cores' accumulator, then times the rows' and columns' scales
+    into acc -- DeepGEMM's promotion. One half's chain runs while the other's sum is scaled."""
+    pa = gl.zeros_like(acc_a)
+    pb = gl.zeros_like(acc_b)
+    for kb in range(k_steps):
+        a = gl.load(arow + kb)  # loaded before the wait, its latency under it
+        s = _wait_step(ready, t_ready, kb, STAGES, GROUPS, H)
+        a_tile = a_smem.index(GROUPS * s + H)
+        w_tile = w_smem.index(s)
+        pa = _issue(a_tile, w_tile, pa, 0, 0, False)
+        for j in gl.static_range(1, 4):
+            pa = _issue(a_tile, w_tile, pa, 0, j, True)
+        pb = _issue(a_tile, w_tile, pb, 1, 0, False)
+        for j in gl.static_range(1, 4):
+            pb = _issue(a_tile, w_tile, pb, 1, j, True)
+        pa = warpgroup_mma_wait(num_outstanding=4, deps=(pa, ))  # pb's four products still in flight
+        acc_a += pa * (gl.expand_dims(a, 1) * _column_scales(ws_smem.index(s), 0, layout))
+        pb = warpgroup_mma_wait(num_outstanding=0, deps=(pb, ))
+        acc_b += pb * (gl.expand_dims(a, 1) * _column_scales(ws_smem.index(s), 1, layout))
+        mbarrier.arrive(empty.index(s), count=1)
+    return acc_a, acc_b
+
+
+@gluon.jit
+def _horner_steps(a_smem, w_smem, ws_smem, ready, t_ready, empty, arow, acc_a, acc_b, k_steps, STAGES: gl.constexpr,
+                  GROUPS: gl.constexpr, H: gl.constexpr, layout: gl.constexpr):
+    """Activations with V4.1's per-32 scales a0..a3 a step: the step's four 32-deep products in Horner form on
+    the tensor cores' accumulator, ((P0 a0 / a1 + P1) a1 / a2 + P2) a2 / a3 + P3, then times a3 and the columns'
+    weight scale into acc. The scales are powers of two, so the ratios and the products by them are exact; the
+    tensor cores add each product to the carried sum, as DeepGEMM's 128-deep groups do. Two chains, one a column
+    half (64 weight rows), so one half's product runs while the other's is scaled. (One chain over all 128
+    columns waited for each product: 330 TFLOP/s on V4.1's w13 at 8192 tokens; a separate sum of the scaled
+    products held a third 64-register tensor, and ptxas serialized the products for want of registers.)"""
+    pa = gl.zeros_like(acc_a)
+    pb = gl.zeros_like(acc_b)
+    for kb in range(k_steps):
+        a0 = gl.load(arow + 4 * kb)  # loaded before the wait, their latency under it
+        a1 = gl.load(arow + 4 * kb + 1)
+        a2 = gl.load(arow + 4 * kb + 2)
+        a3 = gl.load(arow + 4 * kb + 3)
+        s = _wait_step(ready, t_ready, kb, STAGES, GROUPS, H)
+        a_tile = a_smem.index(GROUPS * s + H)
+        w_tile = w_smem.index(s)
+        pa = _issue(a_tile, w_tile, pa, 0, 0, False)
+        pb = _issue(a_tile, w_tile, pb, 1, 0, False)
+        pa = _issue(a_tile, w_tile, _scaled(pa, _ratio(a0, a1)), 0, 1, True)
+        pb = _issue(a_tile, w_tile, _scaled(pb, _ratio(a0, a1)), 1, 1, True)
+        pa = _issue(a_tile, w_tile, _scaled(pa, _ratio(a1, a2)), 0, 2, True)
+        pb = _issue(a_tile, w_tile, _scaled(pb, _ratio(a1, a2)), 1, 2, True)
+        pa = _issue(a_tile, w_tile, _scaled(pa, _ratio(a2, a3)), 0, 3, True)
+        pb = _issue(a_tile, w_tile, _scaled(pb, _ratio(a2, a3)), 1, 3, True)
+        pa = warpgroup_mma_wait(num_outstanding=1, deps=(pa, ))
+        acc_a += pa * gl.expand_dims(a3, 1) * _column_scales(ws_smem.index(s), 0, layout)
+        pb = warpgroup_mma_wait(num_outstanding=0, deps=(pb, ))
+        acc_b += pb * gl.expand_dims(a3, 1) * _column_scales(ws_smem.index(s), 1, layout)
+        mbarrier.arrive(empty.index(s), count=1)
+    return acc_a, acc_b
+
+
+@gluon.jit
+def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om,
+              k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr, ACT_BLOCK: gl.constexpr):
+    """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back), with
+    activation scales per ACT_BLOCK values (``_wide_steps``: 128, ``_horner_steps``: 32)."""
     HALF: gl.constexpr = a_smem.type.shape[1]
     W_HALF: gl.constexpr = w_smem.type.shape[1] // 2
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -116,36 +182,16 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row
     trow0 = row0 + H * HALF
     if trow0 < row1:
         rows = trow0 + gl.arange(0, HALF, layout=gl.SliceLayout(1, mma_layout))
-        # rows past row1 read the last row's scales (their results are not stored); four per-32 scales a step
+        # rows past row1 read the last row's scales (their results are not stored)
         arow = AS + gl.minimum(rows, row1 - 1).to(gl.int64) * stride_asm
-        pa = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
-        pb = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
         acc_a = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
         acc_b = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
-        for kb in range(k_steps):
-            s = kb % STAGES
-            a0 = gl.load(arow + 4 * kb)  # loaded before the wait, their latency under it
-            a1 = gl.load(arow + 4 * kb + 1)
-            a2 = gl.load(arow + 4 * kb + 2)
-            a3 = gl.load(arow + 4 * kb + 3)
-            mbarrier.wait(ready.index(s), (kb // STAGES) & 1)
-            if H == GROUPS - 1:  # active only where the tile carries a tail
-                mbarrier.wait(t_ready.index(s), (kb // STAGES) & 1)
-            a_tile = a_smem.index(GROUPS * s + H)
-            w_tile = w_smem.index(s)
-            pa = _issue(a_tile, w_tile, pa, 0, 0, False)
-            pb = _issue(a_tile, w_tile, pb, 1, 0, False)
-            pa = _issue(a_tile, w_tile, _scaled(pa, _ratio(a0, a1)), 0, 1, True)
-            pb = _issue(a_tile, w_tile, _scaled(pb, _ratio(a0, a1)), 1, 1, True)
-            pa = _issue(a_tile, w_tile, _scaled(pa, _ratio(a1, a2)), 0, 2, True)
-            pb = _issue(a_tile, w_tile, _scaled(pb, _ratio(a1, a2)), 1, 2, True)
-            pa = _issue(a_tile, w_tile, _scaled(pa, _ratio(a2, a3)), 0, 3, True)
-            pb = _issue(a_tile, w_tile, _scaled(pb, _ratio(a2, a3)), 1, 3, True)
-            pa = warpgroup_mma_wait(num_outstanding=1, deps=(pa, ))
-            acc_a += pa * gl.expand_dims(a3, 1) * _column_scales(ws_smem.index(s), 0, mma_layout)
-            pb = warpgroup_mma_wait(num_outstanding=0, deps=(pb, ))
-            acc_b += pb * gl.expand_dims(a3, 1) * _column_scales(ws_smem.index(s), 1, mma_layout)
-            mbarrier.arrive(empty.index(s), count=1)
+        if ACT_BLOCK == 128:
+            acc_a, acc_b = _wide_steps(a_smem, w_smem, ws_smem, ready, t_ready, empty, arow, acc_a, acc_b, k_steps,
+                                       STAGES, GROUPS, H, mma_layout)
+        else:
+            acc_a, acc_b = _horner_steps(a_smem, w_smem, ws_smem, ready, t_ready, empty, arow, acc_a, acc_b,
+                                         k_steps, STAGES, GROUPS, H, mma_layout)
         _store(acc_a, OUT, trow0, row1, col0, N, stride_om)
         _store(acc_b, OUT, trow0, row1, col0 + W_HALF, N, stride_om)
     else:
@@ -157,9 +203,9 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row
 
 @gluon.jit
 def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, stride_asm, stride_om,
-                   STAGES: gl.constexpr):
-    """Program (n tile, route tile): OUT[r, n tile's columns] = sum over K of A[r] W_expert^T with A's per-32
-    scales AS (fp32 [rows, K / 32]) and the weight's (1, 128) scales (``s_desc``: fp32 [E K / 128, N], a step's
+                   STAGES: gl.constexpr, ACT_BLOCK: gl.constexpr):
+    """Program (n tile, route tile): OUT[r, n tile's columns] = sum over K of A[r] W_expert^T with A's
+    scales AS (fp32 [rows, K / ACT_BLOCK], ACT_BLOCK 32 or 128) and the weight's (1, 128) scales (``s_desc``: fp32 [E K / 128, N], a step's
     columns in a row) for the tile's rows r in [row0, row1): its first 128, and up to 64 more (the
     expert's last rows, ``gluon_moe.absorb_tails``) on a third warpgroup."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
@@ -186,11 +232,11 @@ def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE
         empty = _barriers(STAGES, GROUPS)  # one arrival a warpgroup
         gl.warp_specialize([
             (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
-                         stride_om, k_steps, STAGES, GROUPS, 0)),
+                         stride_om, k_steps, STAGES, GROUPS, 0, ACT_BLOCK)),
             (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
-                         stride_om, k_steps, STAGES, GROUPS, 1)),
+                         stride_om, k_steps, STAGES, GROUPS, 1, ACT_BLOCK)),
             (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
-                         stride_om, k_steps, STAGES, GROUPS, 2)),
+                         stride_om, k_steps, STAGES, GROUPS, 2, ACT_BLOCK)),
             (_loader, (a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0,
                        expert * k_steps, col0, has_tail, k_steps, STAGES, GROUPS)),
         ], [4, 4, 1], [PRODUCT_REGS, PRODUCT_REGS, 24])

@@ -167,20 +167,35 @@ def quant_groups(blocks: int, block: int) -> int:
     return max(1, min(1 << (max(1, blocks) - 1).bit_length(), 4096 // block))
 
 
-def act_quant(x: torch.Tensor, block: int, *, dequant_to: torch.dtype | None = None):
-    """x [M, K] -> (E4M3 [M, K], fp32 scales [M, K / block]); with ``dequant_to`` the
-    round-tripped values in that dtype instead (and None)."""
+def act_quant(x: torch.Tensor, block: int, *, dequant_to: torch.dtype | None = None, scale_block: int | None = None):
+    """x [M, K] -> (E4M3 [M, K], fp32 scales [M, K / (scale_block or block)]); with ``dequant_to`` the
+    round-tripped values in that dtype instead (and None). ``scale_block`` (a multiple of ``block`` dividing K):
+    the codes rounded per ``block`` values, then stored with one scale per ``scale_block`` (``widen_scales``)."""
     triton, kernel, _, _, _ = _kernels()
     M, K = x.shape
+    scale_groups = stored_scale_groups(K, block, scale_block, dequant_to)
     x = x if x.stride(-1) == 1 else x.contiguous()
     q = torch.empty(M, K, device=x.device, dtype=dequant_to or torch.float8_e4m3fn)
-    s = None if dequant_to else torch.empty(M, triton.cdiv(K, block), device=x.device, dtype=torch.float32)
+    s = None if dequant_to else torch.empty(M, triton.cdiv(K, block * scale_groups), device=x.device,
+                                            dtype=torch.float32)
     groups = quant_groups(triton.cdiv(K, block), block)
     if M:
         kernel[(M, triton.cdiv(triton.cdiv(K, block), groups))](
             x, q, q if s is None else s, K, x.stride(0), q.stride(0), 0 if s is None else s.stride(0),
-            BLOCK=block, GROUPS=groups, DEQUANT_OUT=dequant_to is not None, num_warps=4, **pdl_launch())
+            BLOCK=block, GROUPS=groups, DEQUANT_OUT=dequant_to is not None, SCALE_GROUPS=scale_groups, num_warps=4,
+            **pdl_launch())
     return q, s
+
+
+def stored_scale_groups(K: int, block: int, scale_block: int | None, dequant_to: torch.dtype | None) -> int:
+    """Blocks under one stored scale (``act_quant``'s ``scale_block``), checked."""
+    if scale_block is None:
+        return 1
+    groups = scale_block // block
+    if dequant_to is not None or scale_block % block or K % scale_block or groups & (groups - 1) or scale_block > 4096:
+        raise ValueError(f"scale_block {scale_block}: needs codes out, a power-of-two multiple of the block {block} "
+                         f"dividing the row's {K} values, at most 4096")
+    return groups
 
 
 def _scale_arg(scale: torch.Tensor) -> tuple[torch.Tensor, bool]:

@@ -141,9 +141,10 @@ def route(expert_ids: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch
 
 
 def swiglu_quant(h13: torch.Tensor, route_w: torch.Tensor, limit: float, block: int, *,
-                 dequant_to: torch.dtype | None = None):
+                 dequant_to: torch.dtype | None = None, scale_block: int | None = None):
     """h13 [R, 2I] bf16 (gate | up), route_w [R] fp32 -> (E4M3 [R, I], fp32 scales [R, I / block]);
-    with ``dequant_to`` the round-tripped values in that dtype instead (and None). h13 may also be a
+    with ``dequant_to`` the round-tripped values in that dtype instead (and None); ``scale_block`` as
+    ``triton_fp8_gemm.act_quant``'s (one launch: no K-split partials). h13 may also be a
     K-split GEMM's fp32 partials [S, R, 2I] (``gluon_gemv.pair_gemm(partials=True)``): the kernel adds them as
     ``sum_splits(h13, bf16)`` would, one launch instead of two, the same bits."""
     triton, kernel, _, _ = _kernels()
@@ -152,8 +153,12 @@ def swiglu_quant(h13: torch.Tensor, route_w: torch.Tensor, limit: float, block: 
         raise ValueError(f"swiglu_quant: K-split partials must be fp32, not {h13.dtype}")
     h13 = h13 if h13.dim() == 3 else h13.unsqueeze(0)
     R, I = h13.shape[1], h13.shape[2] // 2
+    scale_groups = fp8.stored_scale_groups(I, block, scale_block, dequant_to)
+    if splits > 1 and scale_groups > 1:
+        raise ValueError("swiglu_quant: scale_block with K-split partials")
     q = torch.empty(R, I, device=h13.device, dtype=dequant_to or torch.float8_e4m3fn)
-    s = None if dequant_to else torch.empty(R, triton.cdiv(I, block), device=h13.device, dtype=torch.float32)
+    s = None if dequant_to else torch.empty(R, triton.cdiv(I, block * scale_groups), device=h13.device,
+                                            dtype=torch.float32)
     groups = fp8.quant_groups(triton.cdiv(I, block), block)
     if splits > 1:  # each value's partials are loaded one after the other: more programs, fewer values each (at
         # 128 blocks a program one token's 6 rows took 8.8 us, against 2.4 over a bf16 sum; H200, s25a timeline)
@@ -162,7 +167,8 @@ def swiglu_quant(h13: torch.Tensor, route_w: torch.Tensor, limit: float, block: 
         kernel[(R, triton.cdiv(triton.cdiv(I, block), groups))](
             h13, route_w, q, q if s is None else s, I, h13.stride(1), q.stride(0), 0 if s is None else s.stride(0),
             float(limit), splits, h13.stride(0), BLOCK=block, GROUPS=groups, HAS_LIMIT=limit > 0,
-            DEQUANT_OUT=dequant_to is not None, SUM_TO_BF16=splits > 1, num_warps=4, **pdl_launch())
+            DEQUANT_OUT=dequant_to is not None, SUM_TO_BF16=splits > 1, SCALE_GROUPS=scale_groups, num_warps=4,
+            **pdl_launch())
     return q, s
 
 
@@ -292,10 +298,10 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         tiles = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL if fp8_products else gluon_moe.TAIL)
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
     if fp8_products:
-        q, s = fp8.act_quant(x, act_block)
+        q, s = fp8.act_quant(x, act_block, scale_block=gluon_moe.FP8_ACT_BLOCK)
         q_sorted = q.view(torch.uint8).index_select(0, tiles.row_idx).view(q.dtype)
         h13 = gluon_moe.grouped_gemm_fp8(q_sorted, s.index_select(0, tiles.row_idx), w13, w13_scale, tiles)
-        h8, hs = swiglu_quant(h13, rw, limit, act_block)
+        h8, hs = swiglu_quant(h13, rw, limit, act_block, scale_block=gluon_moe.FP8_ACT_BLOCK)
         out = gluon_moe.grouped_gemm_fp8(h8, hs, w2, w2_scale, plain_rows)
     elif path == "bf16":
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]

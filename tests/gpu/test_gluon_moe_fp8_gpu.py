@@ -1,8 +1,10 @@
 """The MoE's prefill GEMM on FP8 products (``gluon_moe.grouped_gemm_fp8``, Hopper) against exact sums in fp64:
 every row within bf16 rounding plus the tensor cores' accumulation, for gathered rows (w13) and sorted rows (w2),
 partial tiles (an expert's second warpgroup idle), idle tiles, tails carried by the tile before and skewed
-routing; through ``moe_experts``: taken by default at prefill sizes outside batch-invariant mode, near the bf16
-path; its scales' layout (``scale_steps``) against torch's."""
+routing, with the activations' scales per 32 (V4.1's) and per 128 (the per-32 codes re-expressed, ``act_quant``'s
+``scale_block``: its codes against torch's E4M3 rounding here); through ``moe_experts``: taken by default at
+prefill sizes outside batch-invariant mode, near the bf16 path; its scales' layout (``scale_steps``) against
+torch's."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ pytestmark = [
 def _exact(q, s, w, scale, tiles):
     """(sum, sum of magnitudes) in fp64 of each sorted row's products with its tile's expert: the values the
     kernel's products add, and the scale of their rounding."""
-    a = q.double() * s.double().repeat_interleave(32, dim=1)
+    a = q.double() * s.double().repeat_interleave(q.shape[1] // s.shape[1], dim=1)
     wd = from_e4m3_tiles(w).double() * (2.0 ** (scale.double() - 127)).repeat_interleave(128, dim=2)
     out = torch.zeros(q.shape[0], wd.shape[1], device=q.device, dtype=torch.float64)
     mag = torch.zeros_like(out)
@@ -38,24 +40,28 @@ def _exact(q, s, w, scale, tiles):
     return out, mag
 
 
-def _quantized(rows, K, seed):
+def _spread(rows, K, seed):
     g = torch.Generator(device="cuda").manual_seed(seed)
     # rows with per-32 blocks of very different sizes: the scales' ratios are then far from 1
     sizes = 2.0 ** torch.randint(-6, 7, (rows, K // 32, 1), device="cuda", generator=g)
-    x = torch.randn(rows, K // 32, 32, device="cuda", generator=g) * sizes
-    return tg.act_quant(x.view(rows, K).bfloat16(), 32)
+    return (torch.randn(rows, K // 32, 32, device="cuda", generator=g) * sizes).view(rows, K).bfloat16()
 
 
+def _quantized(rows, K, seed, scale_block=None):
+    return tg.act_quant(_spread(rows, K, seed), 32, scale_block=scale_block)
+
+
+@pytest.mark.parametrize("act_block", [32, 128])
 @pytest.mark.parametrize("T,E,N,K,skew", [(5, 8, 256, 384, False), (300, 8, 256, 384, False),
                                           (700, 16, 384, 512, True), (2000, 32, 640, 1024, False),
                                           (4096, 192, 256, 512, False)])
-def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew):
+def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew, act_block):
     w, s = _experts(E, N, K, seed=T)
     _, ids = routing(T, E, 6, seed=T, skew=skew)
     _, tiles, _ = triton_moe.route(ids, E, 128)
     rows = T * 6
-    q, qs = _quantized(T, K, seed=7 + T)
-    h, hs = _quantized(rows, K, seed=8 + T)
+    q, qs = _quantized(T, K, seed=7 + T, scale_block=act_block)
+    h, hs = _quantized(rows, K, seed=8 + T, scale_block=act_block)
     joined = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL)
     tails = int((tiles.expert >= 0).sum() - (joined.expert >= 0).sum())
     for label, a, a_s, groups in (
@@ -68,16 +74,19 @@ def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew):
         # DeepGEMM's note), of four chained 32-deep products, against the sum of the products' magnitudes
         accumulation = ((got - want).abs() - 2.0 ** -8 * want.abs()).clamp(min=0) / mag.clamp(min=1e-30)
         rel = ((got - want).norm() / want.norm()).item()
-        print(f"REPORT gluon moe fp8 T={T} E={E} N={N} K={K} skew={skew} {label}: rel {rel:.2e}, "
+        print(f"REPORT gluon moe fp8 T={T} E={E} N={N} K={K} skew={skew} act {act_block} {label}: rel {rel:.2e}, "
               f"worst accumulation error {accumulation.max().item():.2e} of the magnitudes")
         assert accumulation.max().item() <= 2.0 ** -9  # session 29: up to 9.3e-4 with these scale spreads
         assert rel < 3e-3
 
 
-@pytest.mark.parametrize("T,skew", [(1400, False), (1400, True), (3000, False)])
-def test_moe_experts_takes_fp8_products_at_prefill(T, skew, monkeypatch):
+@pytest.mark.parametrize("T,skew,act_block", [(1400, False, 128), (1400, True, 128), (3000, False, 128),
+                                               (1400, True, 32)])
+def test_moe_experts_takes_fp8_products_at_prefill(T, skew, act_block, monkeypatch):
     """By default (``FP8_PRODUCTS``) both GEMMs take the kernel (not in batch-invariant mode), within the MoE's
-    FP8 tolerance of the bf16 path (other sums: a few of swiglu's E4M3 roundings differ)."""
+    FP8 tolerance of the bf16 path (other sums: a few of swiglu's E4M3 roundings differ), with either activation
+    scales (``FP8_ACT_BLOCK``)."""
+    monkeypatch.setattr(gluon_moe, "FP8_ACT_BLOCK", act_block)
     x, w, ids, experts = prefill_moe(T, skew)
     calls = []
     real = gluon_moe.grouped_gemm_fp8
@@ -88,7 +97,7 @@ def test_moe_experts_takes_fp8_products_at_prefill(T, skew, monkeypatch):
     assert len(calls) == 2
     bf16 = run("bf16")
     rel = ((got.float() - bf16.float()).norm() / bf16.float().norm()).item()
-    print(f"REPORT moe_experts fp8 products T={T} skew={skew}: rel to the bf16 path {rel:.2e}")
+    print(f"REPORT moe_experts fp8 products T={T} skew={skew} act {act_block}: rel to the bf16 path {rel:.2e}")
     assert rel < 2e-2
     with invariance.batch_invariant(True):
         run()
@@ -108,3 +117,29 @@ def test_scale_steps_on_the_gpu():
     s = torch.randint(1, 255, (5, 4608, 40), device="cuda", generator=g, dtype=torch.uint8)
     want = (2.0 ** (s.float() - 127)).transpose(1, 2)
     assert torch.equal(gluon_moe.scale_steps(s), want)
+
+
+def test_codes_under_wider_scales_round_as_torch():
+    """``act_quant`` / ``swiglu_quant`` with ``scale_block=128`` compiled: each stored scale the largest of its four
+    per-32 ones, each code torch's E4M3 rounding (nearest even, subnormals) of the per-32 code times its exact
+    scale ratio, so each value within half a subnormal step (2^-10 of the wide scale) of the per-32 one, and equal
+    where E4M3's normal range holds it."""
+    x = _spread(300, 5120, seed=3)
+    h13 = torch.cat([_spread(200, 2304, seed=4), _spread(200, 2304, seed=5)], dim=-1)
+    rw = torch.rand(200, device="cuda")
+    for narrow, wide in ((tg.act_quant(x, 32), tg.act_quant(x, 32, scale_block=128)),
+                         (triton_moe.swiglu_quant(h13, rw, 7.0, 32),
+                          triton_moe.swiglu_quant(h13, rw, 7.0, 32, scale_block=128))):
+        (q32, s32), (q128, s128) = narrow, wide
+        rows, K = q32.shape
+        runs = s32.view(rows, K // 128, 4)
+        assert torch.equal(s128, runs.amax(-1))
+        ratio = (runs / s128.unsqueeze(-1)).repeat_interleave(32, dim=-1).reshape(rows, K)
+        want = (q32.float() * ratio).to(torch.float8_e4m3fn)
+        assert torch.equal(q128.view(torch.uint8), want.view(torch.uint8))
+        scale = s128.repeat_interleave(128, dim=-1)
+        exact = q32.float() * s32.repeat_interleave(32, dim=-1)
+        got = q128.float() * scale
+        assert ((got - exact).abs() <= scale * 2.0 ** -10).all()
+        normal = exact.abs() >= scale * 2.0 ** -6
+        assert torch.equal(got[normal], exact[normal]) and (got != exact).any()

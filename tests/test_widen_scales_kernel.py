@@ -1,0 +1,64 @@
+"""``act_quant`` / ``swiglu_quant`` with ``scale_block`` (kernels/fp8_triton_jit.py ``widen_scales``) under Triton's
+CPU interpreter: the per-32 codes, re-expressed under one scale per 128 values, equal where E4M3's normal range holds
+them and within a subnormal step below it. (The interpreter's fp32 -> E4M3 conversion truncates below the normal
+range, so the bound here is a whole step, 2^-9 of the wide scale; tests/gpu/test_gluon_moe_fp8_gpu.py checks the
+compiled kernels' codes against torch's rounding bit for bit, and the half step.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.triton_interpreter import run_interpreted
+
+pytest.importorskip("triton")
+
+SCRIPT = r"""
+import torch
+from deepinfer_adapters.kernels import triton_fp8_gemm as fp8, triton_moe
+
+g = torch.Generator().manual_seed(0)
+
+def spread(rows, K):
+    # per-32 magnitudes over 2^-12 .. 2^4, so runs of four blocks hold small blocks under a large one
+    x = torch.randn(rows, K // 32, 32, generator=g)
+    return (x * 2.0 ** torch.randint(-12, 5, (rows, K // 32, 1), generator=g)).reshape(rows, K).to(torch.bfloat16)
+
+def check(q32, s32, q128, s128):
+    rows, K = q32.shape
+    runs = s32.view(rows, K // 128, 4)
+    assert torch.equal(s128, runs.amax(-1))
+    wide = s128.repeat_interleave(128, dim=-1)
+    exact = q32.float() * s32.repeat_interleave(32, dim=-1)
+    got = q128.float() * wide
+    assert ((got - exact).abs() <= wide * 2.0 ** -9).all()
+    normal = (exact.abs() >= wide * 2.0 ** -6)
+    assert torch.equal(got[normal], exact[normal])
+    assert (got != exact).any()  # the data reaches the subnormal rounding, else the bound tests nothing
+    return 1
+
+checked = 0
+for rows, K in ((3, 5120), (4, 2304)):  # two programs a row (160 blocks); one row ending mid-program (72)
+    x = spread(rows, K)
+    q32, s32 = fp8.act_quant(x, 32)
+    q128, s128 = fp8.act_quant(x, 32, scale_block=128)
+    assert s128.shape == (rows, K // 128)
+    checked += check(q32, s32, q128, s128)
+h13 = torch.cat([spread(6, 2304), spread(6, 2304)], dim=-1)
+rw = torch.rand(6, generator=g)
+checked += check(*triton_moe.swiglu_quant(h13, rw, 7.0, 32), *triton_moe.swiglu_quant(h13, rw, 7.0, 32,
+                                                                                      scale_block=128))
+for bad in (dict(scale_block=96), dict(scale_block=128, dequant_to=torch.bfloat16), dict(scale_block=8192)):
+    try:
+        fp8.act_quant(x, 32, **bad)
+    except ValueError as e:
+        assert "scale_block" in str(e)
+        checked += 1
+print("OK", checked)
+"""
+
+
+def test_codes_under_wider_scales_move_only_below_the_normal_range():
+    """Per-128 stored scales: each the largest of its four per-32 scales; values equal where E4M3's normal range
+    holds them under the wide scale, within a subnormal step below it (some moved); for ``act_quant`` (two row
+    widths) and ``swiglu_quant``; bad ``scale_block``s refused by name."""
+    assert "OK 6" in run_interpreted(SCRIPT)
