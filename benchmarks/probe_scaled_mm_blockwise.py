@@ -1,0 +1,79 @@
+"""Probe: cuBLAS's block-scaled FP8 GEMM (``torch.nn.functional.scaled_mm``, DeepSeek's 1 x 128 activation scales
+with 1 x 128 or 128 x 128 weight scales) on the H200 for V4.1's dense prefill linears at 8192 tokens, against the
+bf16 cuBLAS GEMM the prefill runs now (``triton_fp8_gemm.LARGE_M_PATH`` "bf16_cublas"): whether torch takes these
+scales on sm_90, how close each is to exact fp64 sums of the same codes and scales (a row slice), and the time.
+
+Why: the dense linears are ~26 ms of the 8192-token prefill on cuBLAS bf16 at ~750 TFLOP/s (session 29's profile);
+V4.1's [32, 32] weight scales kept them off FP8 products. Activations re-expressed per 128 (``act_quant``'s
+``scale_block``) and weights likewise per (1, 128) would let one FP8 GEMM take them.
+
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/probe_scaled_mm_blockwise.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.timing import rel, run_info, time_eager
+from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+
+M = 8192
+SHAPES = {"wq_a": (1280, 5120), "wq_b": (32768, 1280), "wkv": (512, 5120), "wo_b": (5120, 8192),
+          "shared_w13": (4608, 5120), "shared_w2": (5120, 2304), "index_wq_b": (4096, 1280)}
+CHECK_ROWS = 256
+
+
+def outer_major(s: torch.Tensor) -> torch.Tensor:
+    """The same values with the first dimension contiguous (cuBLAS's scale layout for 1 x 128 blocks)."""
+    return s.t().contiguous().t()
+
+
+def main() -> None:
+    print(f"INFO {json.dumps(run_info())}", flush=True)
+    print(f"torch {torch.__version__}: F.scaled_mm {hasattr(F, 'scaled_mm')}", flush=True)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    total = {"bf16": 0.0}
+    for name, (N, K) in SHAPES.items():
+        x = torch.randn(M, K, device="cuda", generator=g).bfloat16()
+        q, s = tg.act_quant(x, 32, scale_block=128)
+        w = (torch.randn(N, K, device="cuda", generator=g) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
+        ws = 2.0 ** torch.randint(-14, -8, (N, K // 128), device="cuda", generator=g).float()  # (1, 128) scales
+        ws_sq = 2.0 ** torch.randint(-14, -8, ((N + 127) // 128, K // 128), device="cuda", generator=g).float()
+        w_sq = ws_sq.repeat_interleave(128, 0)[:N]
+        a64 = q[:CHECK_ROWS].double() * s[:CHECK_ROWS].double().repeat_interleave(128, 1)
+        xa = (q.float() * s.repeat_interleave(128, 1)).bfloat16()  # exact: the codes times powers of two
+        wb = (w.float() * ws.repeat_interleave(128, 1)).bfloat16()  # exact while the scales keep it normal
+        variants = {
+            "bf16": (lambda: F.linear(xa, wb), ws),
+            "fp8 1x128 w 1x128": (lambda: F.scaled_mm(q, w.t(), outer_major(s), F.ScalingType.BlockWise1x128,
+                                                      ws.t(), F.ScalingType.BlockWise1x128,
+                                                      output_dtype=torch.bfloat16), ws),
+            "fp8 1x128 w 1x128 outer": (lambda: F.scaled_mm(q, w.t(), outer_major(s), F.ScalingType.BlockWise1x128,
+                                                            outer_major(ws).t(), F.ScalingType.BlockWise1x128,
+                                                            output_dtype=torch.bfloat16), ws),
+            "fp8 1x128 w 128x128": (lambda: F.scaled_mm(q, w.t(), outer_major(s), F.ScalingType.BlockWise1x128,
+                                                        ws_sq.t(), F.ScalingType.BlockWise128x128,
+                                                        output_dtype=torch.bfloat16), w_sq),
+        }
+        flops = 2 * M * N * K
+        for label, (fn, wscale) in variants.items():
+            try:
+                out = fn()
+                w64 = w.double() * wscale.double().repeat_interleave(128, 1)
+                exact = a64 @ w64.T
+                err = rel(out[:CHECK_ROWS].double(), exact)
+                us = time_eager(fn, reps=10, warm=2)
+                total[label] = total.get(label, 0.0) + us
+                print(f"{name} [{M}, {K}] x [{N}, {K}] {label}: rel to exact {err:.2e}, {us:8.1f} us, "
+                      f"{flops / us / 1e6:6.0f} TFLOP/s", flush=True)
+            except Exception as e:  # a layout torch or cuBLAS refuses: say so and go on
+                print(f"{name} {label}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+    print("SUMMARY total us over the shapes (one call each): "
+          + ", ".join(f"{k} {v:.0f}" for k, v in total.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
