@@ -1,8 +1,8 @@
 """The MoE's bf16-path grouped GEMM: the Gluon kernel (``kernels/gluon_moe.py``) against the Triton kernel
 (``triton_fp8_gemm.gemm``, 128 x 128 tiles), same inputs: bits and time, V4.1's w13 and w2 at 8192 tokens
 (one layer's 384 experts of width 2304, hidden 5120, top-6, random routing, ``--skew`` for uneven); and the Gluon
-kernel on FP8 products (``grouped_gemm_fp8``) against the bf16 one, the same activations quantized per 32, their
-scales per 32 or re-expressed per 128 (``act_quant``'s ``scale_block``).
+kernel on FP8 products (``grouped_gemm_fp8``) against the bf16 one, the same activations quantized per 32 and
+re-expressed per 128 (``act_quant``'s ``scale_block``).
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_gluon_moe.py [--tokens 8192]
 ``--compile-only`` compiles the kernel for sm_90 with no GPU (run it with Triton 3.6, the GPU machine's) and
@@ -43,10 +43,9 @@ def compile_offline() -> None:
            "w_desc": f"tensordesc<fp8e4nv[{TILE},128],{w_layout!r}>",
            "s_desc": f"tensordesc<fp32[1,{TILE}],{s_layout!r}>", "AS": "*fp32", "OUT": "*bf16",
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32", "K": "i32",
-           "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr", "ACT_BLOCK": "constexpr"}
+           "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr"}
     divisible = ("AS", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "N", "K", "stride_asm", "stride_om")
-    for act_block, name in ((32, "moe_fp8_kernel"), (128, "moe_fp8_kernel_wide")):
-        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "ACT_BLOCK": act_block}, divisible, name)
+    compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES}, divisible, "moe_fp8_kernel")
 
 
 def main():
@@ -110,21 +109,16 @@ def main():
                           ("triton bf16", triton_path)):
             us = time_eager(fn, reps=10, warm=1)
             print(f"{name} {label}: {us:9.1f} us {flops / us / 1e6:6.0f} TFLOP/s", flush=True)
-        # FP8 products (grouped_gemm_fp8): the same activations quantized per 32, against the bf16 kernel on their
-        # dequantized values; each expert's last <= 64 rows on the tile before
-        # (per-32 scales: the Horner chains; per-128: the codes re-expressed under one scale a step)
-        q, qs = tg.act_quant(a_sorted, ACT_BLOCK)
-        qw, qws = tg.act_quant(a_sorted, ACT_BLOCK, scale_block=128)
+        # FP8 products (grouped_gemm_fp8): the same activations quantized per 32 and re-expressed per 128 (the
+        # model's), against the bf16 kernel on their per-32 values; each expert's last <= 64 rows on the tile before
+        q, qs = tg.act_quant(a_sorted, ACT_BLOCK, scale_block=128)
         a_round = tg.act_quant(a_sorted, ACT_BLOCK, dequant_to=torch.bfloat16)[0]
         fp8_joined = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL)
         fp8_only = lambda: gluon_moe.grouped_gemm_fp8(q, qs, weight, scale, fp8_joined)  # noqa: E731
-        fp8_wide = lambda: gluon_moe.grouped_gemm_fp8(qw, qws, weight, scale, fp8_joined)  # noqa: E731
         bf16_same = gluon_moe.grouped_gemm(a_round, weight, scale, joined)
-        print(f"gluon {name} fp8 products: rel to the bf16 kernel per-32 {rel(fp8_only(), bf16_same):.2e}, "
-              f"per-128 {rel(fp8_wide(), bf16_same):.2e}", flush=True)
-        for label, fn in (("gluon tails joined", gluon_joined), ("gluon fp8 per-32", fp8_only),
-                          ("gluon fp8 per-128", fp8_wide), ("gluon tails joined", gluon_joined),
-                          ("gluon fp8 per-32", fp8_only), ("gluon fp8 per-128", fp8_wide)):
+        print(f"gluon {name} fp8 products: rel to the bf16 kernel {rel(fp8_only(), bf16_same):.2e}", flush=True)
+        for label, fn in (("gluon tails joined", gluon_joined), ("gluon fp8 products", fp8_only),
+                          ("gluon tails joined", gluon_joined), ("gluon fp8 products", fp8_only)):
             us = time_eager(fn, reps=10, warm=1)
             print(f"{name} {label}: {us:9.1f} us {flops / us / 1e6:6.0f} TFLOP/s", flush=True)
         active = int((joined.expert >= 0).sum()), int((tiles.expert >= 0).sum())

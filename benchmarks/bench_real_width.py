@@ -62,7 +62,7 @@ from benchmarks.profiling import profile_step, timeline_step
 from benchmarks.timing import paired_rounds
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import reference, reference_fp8
-from deepinfer_adapters.kernels import gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
+from deepinfer_adapters.kernels import fp8_blockwise, gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
 from deepinfer_adapters.kernels import triton_pool, triton_sparse_attn, triton_support
 from deepinfer_adapters.kernels import triton_linear, triton_topk
 from deepinfer_adapters.config import parse_config
@@ -325,9 +325,9 @@ AB_SWITCHES = {
     "gluon_moe": flag(gluon_moe, "GLUON_MOE", False),
     # prefill: the MoE's GEMMs on the Gluon kernel's bf16 products instead of its FP8 products (gluon_moe.FP8_PRODUCTS)
     "gluon_moe_fp8": flag(gluon_moe, "FP8_PRODUCTS", False),
-    # prefill: the FP8 products' activations with V4.1's per-32 scales (Horner chains) instead of per 128
-    # (gluon_moe.FP8_ACT_BLOCK)
-    "gluon_moe_fp8_act32": flag(gluon_moe, "FP8_ACT_BLOCK", 32),
+    # prefill: the dense linears' bf16 GEMMs (LARGE_M_PATH) instead of cuBLAS's block-scaled FP8 one
+    # (fp8_blockwise.DENSE_FP8)
+    "dense_fp8": flag(fp8_blockwise, "DENSE_FP8", False),
     # prefill: wo_a's grouped GEMM on the Triton kernel instead of cuBLAS (triton_fp8_gemm.GROUPED_CUBLAS)
     "grouped_cublas": flag(triton_fp8_gemm, "GROUPED_CUBLAS", False),
     # prefill: hc_mix_logits splits its weight in every program instead of loading cached pieces

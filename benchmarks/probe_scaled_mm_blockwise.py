@@ -7,6 +7,9 @@ Why: the dense linears are ~26 ms of the 8192-token prefill on cuBLAS bf16 at ~7
 V4.1's [32, 32] weight scales kept them off FP8 products. Activations re-expressed per 128 (``act_quant``'s
 ``scale_block``) and weights likewise per (1, 128) would let one FP8 GEMM take them.
 
+Session 30's first run: 1 x 128 weight scales refused in the layouts tried, 128 x 128 taken (K / 128 padded to a
+multiple of 4). Now also the whole paths, conversions included, against the reference's values.
+
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/probe_scaled_mm_blockwise.py
 """
 
@@ -18,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.timing import rel, run_info, time_eager
+from deepinfer_adapters.kernels import fp8_blockwise
 from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 
 M = 8192
@@ -35,43 +39,54 @@ def main() -> None:
     print(f"INFO {json.dumps(run_info())}", flush=True)
     print(f"torch {torch.__version__}: F.scaled_mm {hasattr(F, 'scaled_mm')}", flush=True)
     g = torch.Generator(device="cuda").manual_seed(0)
-    total = {"bf16": 0.0}
+    total: dict[str, float] = {}
     for name, (N, K) in SHAPES.items():
         x = torch.randn(M, K, device="cuda", generator=g).bfloat16()
-        q, s = tg.act_quant(x, 32, scale_block=128)
         w = (torch.randn(N, K, device="cuda", generator=g) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
-        ws = 2.0 ** torch.randint(-14, -8, (N, K // 128), device="cuda", generator=g).float()  # (1, 128) scales
-        ws_sq = 2.0 ** torch.randint(-14, -8, ((N + 127) // 128, K // 128), device="cuda", generator=g).float()
-        w_sq = ws_sq.repeat_interleave(128, 0)[:N]
-        a64 = q[:CHECK_ROWS].double() * s[:CHECK_ROWS].double().repeat_interleave(128, 1)
-        xa = (q.float() * s.repeat_interleave(128, 1)).bfloat16()  # exact: the codes times powers of two
-        wb = (w.float() * ws.repeat_interleave(128, 1)).bfloat16()  # exact while the scales keep it normal
+        exps = torch.randint(113, 119, (-(-N // 32), K // 32), device="cuda", generator=g, dtype=torch.uint8)
+        q, s = tg.act_quant(x, 32, scale_block=128)
+        wq, ws = fp8_blockwise.widen_weight(w, exps, (32, 32), 128)
+        wq1, ws1 = fp8_blockwise.widen_weight(w, exps, (32, 32), 1)
+        xa = tg.act_quant(x, 32, dequant_to=torch.bfloat16)[0]
+        wb = tg.dequant_bf16(w, exps, (32, 32))
+        a64 = xa[:CHECK_ROWS].double()
+        exact = a64 @ wb.double().T  # the reference's values: per-32 activations, (32, 32) weight scales
+
+        def rows_1(scale):
+            return lambda: F.scaled_mm(q, wq1.t(), outer_major(s), F.ScalingType.BlockWise1x128, scale,
+                                       F.ScalingType.BlockWise1x128, output_dtype=torch.bfloat16)
+
+        def path(rows):
+            def run():
+                fp8_blockwise.WEIGHT_SCALE_ROWS = rows
+                return fp8_blockwise.linear(x, w, exps, (32, 32), 32)
+            return run
+
         variants = {
-            "bf16": (lambda: F.linear(xa, wb), ws),
-            "fp8 1x128 w 1x128": (lambda: F.scaled_mm(q, w.t(), outer_major(s), F.ScalingType.BlockWise1x128,
-                                                      ws.t(), F.ScalingType.BlockWise1x128,
-                                                      output_dtype=torch.bfloat16), ws),
-            "fp8 1x128 w 1x128 outer": (lambda: F.scaled_mm(q, w.t(), outer_major(s), F.ScalingType.BlockWise1x128,
-                                                            outer_major(ws).t(), F.ScalingType.BlockWise1x128,
-                                                            output_dtype=torch.bfloat16), ws),
-            "fp8 1x128 w 128x128": (lambda: F.scaled_mm(q, w.t(), outer_major(s), F.ScalingType.BlockWise1x128,
-                                                        ws_sq.t(), F.ScalingType.BlockWise128x128,
-                                                        output_dtype=torch.bfloat16), w_sq),
+            "bf16 gemm": lambda: F.linear(xa, wb),
+            "fp8 gemm w 128x128": lambda: F.scaled_mm(q, wq.t(), outer_major(s), F.ScalingType.BlockWise1x128,
+                                                      ws.t(), F.ScalingType.BlockWise128x128,
+                                                      output_dtype=torch.bfloat16),
+            "fp8 gemm w 1x128 row-major": rows_1(ws1),
+            "fp8 gemm w 1x128 outer-major": rows_1(outer_major(ws1)),
+            "fp8 gemm w 1x128 transposed": rows_1(outer_major(ws1).t()),
+            "bf16 path (act round trip, dequant, gemm)": lambda: tg.fp8_linear(x, w, exps, (32, 32), 32,
+                                                                               path="bf16_cublas"),
+            "fp8 path w 128x128 (act_quant, widen, gemm)": path(128),
+            "fp8 path w 1x128 (act_quant, widen, gemm)": path(1),
         }
         flops = 2 * M * N * K
-        for label, (fn, wscale) in variants.items():
+        for label, fn in variants.items():
             try:
-                out = fn()
-                w64 = w.double() * wscale.double().repeat_interleave(128, 1)
-                exact = a64 @ w64.T
-                err = rel(out[:CHECK_ROWS].double(), exact)
+                err = rel(fn()[:CHECK_ROWS].double(), exact)
                 us = time_eager(fn, reps=10, warm=2)
                 total[label] = total.get(label, 0.0) + us
-                print(f"{name} [{M}, {K}] x [{N}, {K}] {label}: rel to exact {err:.2e}, {us:8.1f} us, "
-                      f"{flops / us / 1e6:6.0f} TFLOP/s", flush=True)
+                print(f"{name} [{M}, {K}] x [{N}, {K}] {label}: rel to the reference's values {err:.2e}, "
+                      f"{us:8.1f} us, {flops / us / 1e6:6.0f} TFLOP/s", flush=True)
             except Exception as e:  # a layout torch or cuBLAS refuses: say so and go on
-                print(f"{name} {label}: {type(e).__name__}: {str(e)[:300]}", flush=True)
-    print("SUMMARY total us over the shapes (one call each): "
+                print(f"{name} {label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        fp8_blockwise.WEIGHT_SCALE_ROWS = 128
+    print("SUMMARY total us over the shapes (one call each; a refused variant's shapes left out): "
           + ", ".join(f"{k} {v:.0f}" for k, v in total.items()), flush=True)
 
 

@@ -76,7 +76,8 @@ def widen_scales(q, scale, SCALE_GROUPS: tl.constexpr):
     SCALE_GROUPS blocks under its largest scale, a code times its scale's exact ratio to it and rounded to E4M3
     again. Only values falling below E4M3's normal range (2^-6 of the wide scale) lose bits: each value moves
     by at most half the subnormal step, 2^-10 of the wide scale. Why: a GEMM on FP8 products can then sum
-    SCALE_GROUPS blocks' products on the tensor cores before scaling them (``gluon_moe.FP8_ACT_BLOCK``)."""
+    SCALE_GROUPS blocks' products on the tensor cores before scaling them (``gluon_moe.grouped_gemm_fp8``,
+    ``fp8_blockwise``)."""
     G: tl.constexpr = q.shape[0]
     runs = tl.reshape(scale, [G // SCALE_GROUPS, SCALE_GROUPS])
     wide = tl.max(runs, 1)

@@ -61,10 +61,6 @@ STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
 # of 3): 126.62 ms against 131.67 on the bf16 kernel (-3.8%); the run before, with the scales converted by torch
 # ops instead of ``scale_steps``: 129.94 against 131.61
 FP8_PRODUCTS = True
-# the activation scales ``grouped_gemm_fp8`` takes in the model: per 128 values (V4.1's per-32 codes re-expressed
-# under a step's largest scale, ``act_quant``'s ``scale_block``: one scaling a step, DeepGEMM's) or per 32 (a
-# Horner chain of four scalings a step, exact products)
-FP8_ACT_BLOCK = 128
 FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each)
 FP8_TAIL = 64  # rows past TILE a tile of moe_fp8_kernel may carry (absorb_tails), on its third warpgroup
 
@@ -181,8 +177,8 @@ def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: tor
     rows ``triton_moe.route``'s 128-row tiles cover, or ``absorb_tails(tiles, FP8_TAIL)``' (a tile with 128 <
     row1 - row0 <= 128 + FP8_TAIL computes all its rows either way, so without ``absorb_tails`` the following tile
     repeats its last rows, with the same bits).
-    ``q_sorted`` [rows, K] E4M3 and ``s_sorted`` [rows, K / 32] or [rows, K / 128] fp32 power-of-two scales, in
-    sorted row order.
+    ``q_sorted`` [rows, K] E4M3 and ``s_sorted`` [rows, K / 128] fp32 power-of-two scales (V4.1's per-32 codes
+    re-expressed, ``act_quant``'s ``scale_block``), in sorted row order.
 
     Numerics: the bf16 path's exact products (E4M3 x E4M3 times powers of two), summed in another order (a
     128-deep step's four 32-deep FP8 products chained on the tensor cores' accumulator, which keeps fewer bits than
@@ -196,8 +192,7 @@ def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: tor
 
     N, K = expert_matrix(weight)
     rows = q_sorted.shape[0]
-    if q_sorted.shape[1] != K or s_sorted.shape not in ((rows, K // 32), (rows, K // 128)) \
-            or q_sorted.dtype != torch.float8_e4m3fn:
+    if q_sorted.shape[1] != K or s_sorted.shape != (rows, K // 128) or q_sorted.dtype != torch.float8_e4m3fn:
         raise ValueError(f"gluon_moe.grouped_gemm_fp8: activations {tuple(q_sorted.shape)} {q_sorted.dtype} with "
                          f"scales {tuple(s_sorted.shape)} do not match experts of {K} inputs")
     q_sorted = q_sorted if q_sorted.is_contiguous() else q_sorted.contiguous()
@@ -214,6 +209,5 @@ def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: tor
     s_desc = TensorDescriptor(ws_steps, list(ws_steps.shape), list(ws_steps.stride()), [1, TILE], s_layout)
     grid = (triton.cdiv(N, TILE), groups.expert.numel())
     moe_fp8_kernel[grid](a_desc, w_desc, s_desc, s_sorted, out, groups.expert, groups.row0, groups.row1, N, K,
-                         s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES, ACT_BLOCK=K // s_sorted.shape[1],
-                         num_warps=4)
+                         s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES, num_warps=4)
     return out

@@ -7,11 +7,11 @@ One program: a 128-row tile of one expert's sorted rows (up to 64 more: the expe
   columns' fp32 weight scales (``gluon_moe.scale_steps``' layout) and the 64-row groups of the E4M3 activation
   tile into a ring of STAGES slots;
 - three warpgroups, each its own partition and its own 64 of the tile's rows (acc[token rows, weight rows]:
-  tokens are wgmma's M, so a token row's per-32 activation scales are two registers a thread): a step's four
-  32-deep FP8 products, straight from shared memory, chained on the tensor cores' accumulator with the ratios of
-  their activation scales (``_products``), then times the last scale and the columns' (1, 128) weight scale into
-  the fp32 accumulator. A group past the expert's last row takes no products. A warpgroup scales one column
-  half's products while its other half's and the other warpgroups' run on the tensor cores.
+  tokens are wgmma's M, so a token row's activation scale is one register a thread): a column half's step is four
+  32-deep FP8 products summed on the tensor cores' accumulator, straight from shared memory, then times the rows'
+  scale and the columns' (1, 128) weight scales into the fp32 accumulator (``_steps``). A group past the expert's
+  last row takes no products. A warpgroup scales one column half's sum while its other half's and the other
+  warpgroups' products run on the tensor cores.
 """
 
 from __future__ import annotations
@@ -51,26 +51,12 @@ def _loader(a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, emp
 
 
 @gluon.jit
-def _ratio(x, y):
-    """x / y for normal fp32 powers of two, exactly, by their exponent fields (one integer add: a division was
-    ~10 instructions)."""
-    bits = x.to(gl.int32, bitcast=True) - y.to(gl.int32, bitcast=True) + (127 << 23)
-    return bits.to(gl.float32, bitcast=True)
-
-
-@gluon.jit
 def _issue(a_tile, w_tile, acc, c: gl.constexpr, j: gl.constexpr, USE_ACC: gl.constexpr):
     """Issues acc (USE_ACC) plus the step's j-th 32-deep FP8 product of the group's rows and the weight tile's
     column half c (64 weight rows)."""
     W_HALF: gl.constexpr = w_tile.type.shape[0] // 2
     b = w_tile.slice(c * W_HALF, W_HALF, dim=0).slice(32 * j, 32, dim=1).permute((1, 0))
     return warpgroup_mma(a_tile.slice(32 * j, 32, dim=1), b, acc, use_acc=USE_ACC, is_async=True)
-
-
-@gluon.jit
-def _scaled(p, ratio):
-    """p, the older of two products in flight, once done, times its rows' scale ratio."""
-    return warpgroup_mma_wait(num_outstanding=1, deps=(p, )) * gl.expand_dims(ratio, 1)
 
 
 @gluon.jit
@@ -108,11 +94,13 @@ def _wait_step(ready, t_ready, kb, STAGES: gl.constexpr, GROUPS: gl.constexpr, H
 
 
 @gluon.jit
-def _wide_steps(a_smem, w_smem, ws_smem, ready, t_ready, empty, arow, acc_a, acc_b, k_steps, STAGES: gl.constexpr,
-                GROUPS: gl.constexpr, H: gl.constexpr, layout: gl.constexpr):
-    """Activations with one scale per 128-deep step (``act_quant``'s ``scale_block``): a column half's step is
-    four 32-deep FP8 products summed on the tensor cores' accumulator, then times the rows' and columns' scales
-    into acc -- DeepGEMM's promotion. One half's chain runs while the other's sum is scaled."""
+def _steps(a_smem, w_smem, ws_smem, ready, t_ready, empty, arow, acc_a, acc_b, k_steps, STAGES: gl.constexpr,
+           GROUPS: gl.constexpr, H: gl.constexpr, layout: gl.constexpr):
+    """The K loop, activations with one scale a 128-deep step (``act_quant``'s ``scale_block``): a column half's
+    step is four 32-deep FP8 products summed on the tensor cores' accumulator, then times the rows' and columns'
+    scales into acc -- DeepGEMM's promotion, 2 fp32 operations a value a step (session 29's per-32 scales, in a
+    Horner chain of four scalings, took 5 and left the kernel issue-bound). One half's chain runs while the
+    other's sum is scaled."""
     pa = gl.zeros_like(acc_a)
     pb = gl.zeros_like(acc_b)
     for kb in range(k_steps):
@@ -135,46 +123,9 @@ def _wide_steps(a_smem, w_smem, ws_smem, ready, t_ready, empty, arow, acc_a, acc
 
 
 @gluon.jit
-def _horner_steps(a_smem, w_smem, ws_smem, ready, t_ready, empty, arow, acc_a, acc_b, k_steps, STAGES: gl.constexpr,
-                  GROUPS: gl.constexpr, H: gl.constexpr, layout: gl.constexpr):
-    """Activations with V4.1's per-32 scales a0..a3 a step: the step's four 32-deep products in Horner form on
-    the tensor cores' accumulator, ((P0 a0 / a1 + P1) a1 / a2 + P2) a2 / a3 + P3, then times a3 and the columns'
-    weight scale into acc. The scales are powers of two, so the ratios and the products by them are exact; the
-    tensor cores add each product to the carried sum, as DeepGEMM's 128-deep groups do. Two chains, one a column
-    half (64 weight rows), so one half's product runs while the other's is scaled. (One chain over all 128
-    columns waited for each product: 330 TFLOP/s on V4.1's w13 at 8192 tokens; a separate sum of the scaled
-    products held a third 64-register tensor, and ptxas serialized the products for want of registers.)"""
-    pa = gl.zeros_like(acc_a)
-    pb = gl.zeros_like(acc_b)
-    for kb in range(k_steps):
-        a0 = gl.load(arow + 4 * kb)  # loaded before the wait, their latency under it
-        a1 = gl.load(arow + 4 * kb + 1)
-        a2 = gl.load(arow + 4 * kb + 2)
-        a3 = gl.load(arow + 4 * kb + 3)
-        s = _wait_step(ready, t_ready, kb, STAGES, GROUPS, H)
-        a_tile = a_smem.index(GROUPS * s + H)
-        w_tile = w_smem.index(s)
-        pa = _issue(a_tile, w_tile, pa, 0, 0, False)
-        pb = _issue(a_tile, w_tile, pb, 1, 0, False)
-        pa = _issue(a_tile, w_tile, _scaled(pa, _ratio(a0, a1)), 0, 1, True)
-        pb = _issue(a_tile, w_tile, _scaled(pb, _ratio(a0, a1)), 1, 1, True)
-        pa = _issue(a_tile, w_tile, _scaled(pa, _ratio(a1, a2)), 0, 2, True)
-        pb = _issue(a_tile, w_tile, _scaled(pb, _ratio(a1, a2)), 1, 2, True)
-        pa = _issue(a_tile, w_tile, _scaled(pa, _ratio(a2, a3)), 0, 3, True)
-        pb = _issue(a_tile, w_tile, _scaled(pb, _ratio(a2, a3)), 1, 3, True)
-        pa = warpgroup_mma_wait(num_outstanding=1, deps=(pa, ))
-        acc_a += pa * gl.expand_dims(a3, 1) * _column_scales(ws_smem.index(s), 0, layout)
-        pb = warpgroup_mma_wait(num_outstanding=0, deps=(pb, ))
-        acc_b += pb * gl.expand_dims(a3, 1) * _column_scales(ws_smem.index(s), 1, layout)
-        mbarrier.arrive(empty.index(s), count=1)
-    return acc_a, acc_b
-
-
-@gluon.jit
 def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om,
-              k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr, ACT_BLOCK: gl.constexpr):
-    """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back), with
-    activation scales per ACT_BLOCK values (``_wide_steps``: 128, ``_horner_steps``: 32)."""
+              k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr):
+    """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back)."""
     HALF: gl.constexpr = a_smem.type.shape[1]
     W_HALF: gl.constexpr = w_smem.type.shape[1] // 2
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -186,12 +137,8 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row
         arow = AS + gl.minimum(rows, row1 - 1).to(gl.int64) * stride_asm
         acc_a = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
         acc_b = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
-        if ACT_BLOCK == 128:
-            acc_a, acc_b = _wide_steps(a_smem, w_smem, ws_smem, ready, t_ready, empty, arow, acc_a, acc_b, k_steps,
-                                       STAGES, GROUPS, H, mma_layout)
-        else:
-            acc_a, acc_b = _horner_steps(a_smem, w_smem, ws_smem, ready, t_ready, empty, arow, acc_a, acc_b,
-                                         k_steps, STAGES, GROUPS, H, mma_layout)
+        acc_a, acc_b = _steps(a_smem, w_smem, ws_smem, ready, t_ready, empty, arow, acc_a, acc_b, k_steps, STAGES,
+                              GROUPS, H, mma_layout)
         _store(acc_a, OUT, trow0, row1, col0, N, stride_om)
         _store(acc_b, OUT, trow0, row1, col0 + W_HALF, N, stride_om)
     else:
@@ -203,9 +150,9 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row
 
 @gluon.jit
 def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, stride_asm, stride_om,
-                   STAGES: gl.constexpr, ACT_BLOCK: gl.constexpr):
-    """Program (n tile, route tile): OUT[r, n tile's columns] = sum over K of A[r] W_expert^T with A's
-    scales AS (fp32 [rows, K / ACT_BLOCK], ACT_BLOCK 32 or 128) and the weight's (1, 128) scales (``s_desc``: fp32 [E K / 128, N], a step's
+                   STAGES: gl.constexpr):
+    """Program (n tile, route tile): OUT[r, n tile's columns] = sum over K of A[r] W_expert^T with A's per-128
+    scales AS (fp32 [rows, K / 128]) and the weight's (1, 128) scales (``s_desc``: fp32 [E K / 128, N], a step's
     columns in a row) for the tile's rows r in [row0, row1): its first 128, and up to 64 more (the
     expert's last rows, ``gluon_moe.absorb_tails``) on a third warpgroup."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
@@ -232,11 +179,11 @@ def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE
         empty = _barriers(STAGES, GROUPS)  # one arrival a warpgroup
         gl.warp_specialize([
             (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
-                         stride_om, k_steps, STAGES, GROUPS, 0, ACT_BLOCK)),
+                         stride_om, k_steps, STAGES, GROUPS, 0)),
             (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
-                         stride_om, k_steps, STAGES, GROUPS, 1, ACT_BLOCK)),
+                         stride_om, k_steps, STAGES, GROUPS, 1)),
             (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
-                         stride_om, k_steps, STAGES, GROUPS, 2, ACT_BLOCK)),
+                         stride_om, k_steps, STAGES, GROUPS, 2)),
             (_loader, (a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0,
                        expert * k_steps, col0, has_tail, k_steps, STAGES, GROUPS)),
         ], [4, 4, 1], [PRODUCT_REGS, PRODUCT_REGS, 24])

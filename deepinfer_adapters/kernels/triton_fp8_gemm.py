@@ -45,7 +45,9 @@ faster than this kernel there (benchmarks/bench_fp8_gemm.py times both). The MoE
 prefill measurements suggest why: its 32-deep product loop, not the per-32 rescale,
 held it back; bf16 products 128 deep (``gemm(..., kstep=128)`` on a bf16 activation)
 gained 15% on the whole prefill there (kernels/triton_moe.py). That path is not yet
-measured against cuBLAS for these linears.
+measured against cuBLAS for these linears. Before both, where it fits (a Hopper GPU, not
+batch-invariant): cuBLAS's block-scaled FP8 GEMM on both sides re-expressed under wider
+scales (kernels/fp8_blockwise.py, ``fp8_blockwise.DENSE_FP8``).
 
 Triton is imported lazily (importing ``deepinfer_adapters`` needs no GPU stack).
 """
@@ -58,7 +60,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deepinfer_adapters.kernels import invariance, register
+from deepinfer_adapters.kernels import fp8_blockwise, invariance, register
 from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
 from deepinfer_adapters.model_impl.batch import cached_constant
 from deepinfer_adapters.model_impl.quant import (E4M3_TILE, FP4_TILE_ROWS, expert_matrix, fp4_span, fp4_tiled,
@@ -475,8 +477,13 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block
     see ``gemm``)."""
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
-    path = path or (LARGE_M_PATH if x2.shape[0] >= LARGE_M and not invariance.enabled() else "triton")
-    if path == "bf16_cublas":
+    large = x2.shape[0] >= LARGE_M and not invariance.enabled()
+    if path is None and large and fp8_blockwise.takes(x2, weight, scale, block, act_block):
+        path = "fp8_blockwise"  # FP8 products on cuBLAS, both sides under wider scales (its doc says why)
+    path = path or (LARGE_M_PATH if large else "triton")
+    if path == "fp8_blockwise":
+        out = fp8_blockwise.linear(x2, weight, scale, block, act_block)
+    elif path == "bf16_cublas":
         xa = act_quant(x2, act_block, dequant_to=x.dtype)[0] if act_block else x2
         out = torch.nn.functional.linear(xa, dequant_bf16(weight, scale, block))
     elif act_block and x2.shape[0] <= QUANT_IN_GEMM_ROWS and kstep_for(block, act_block) == act_block:

@@ -298,10 +298,10 @@ def moe_experts(x: torch.Tensor, route_w: torch.Tensor, expert_ids: torch.Tensor
         tiles = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL if fp8_products else gluon_moe.TAIL)
     plain_rows = fp8.Groups(tiles.expert, tiles.row0, tiles.row1)
     if fp8_products:
-        q, s = fp8.act_quant(x, act_block, scale_block=gluon_moe.FP8_ACT_BLOCK)
+        q, s = fp8.act_quant(x, act_block, scale_block=128)  # grouped_gemm_fp8's scales
         q_sorted = q.view(torch.uint8).index_select(0, tiles.row_idx).view(q.dtype)
         h13 = gluon_moe.grouped_gemm_fp8(q_sorted, s.index_select(0, tiles.row_idx), w13, w13_scale, tiles)
-        h8, hs = swiglu_quant(h13, rw, limit, act_block, scale_block=gluon_moe.FP8_ACT_BLOCK)
+        h8, hs = swiglu_quant(h13, rw, limit, act_block, scale_block=128)
         out = gluon_moe.grouped_gemm_fp8(h8, hs, w2, w2_scale, plain_rows)
     elif path == "bf16":
         xa = fp8.act_quant(x, act_block, dequant_to=x.dtype)[0]

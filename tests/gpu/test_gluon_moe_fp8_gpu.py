@@ -1,10 +1,9 @@
 """The MoE's prefill GEMM on FP8 products (``gluon_moe.grouped_gemm_fp8``, Hopper) against exact sums in fp64:
 every row within bf16 rounding plus the tensor cores' accumulation, for gathered rows (w13) and sorted rows (w2),
 partial tiles (an expert's second warpgroup idle), idle tiles, tails carried by the tile before and skewed
-routing, with the activations' scales per 32 (V4.1's) and per 128 (the per-32 codes re-expressed, ``act_quant``'s
-``scale_block``: its codes against torch's E4M3 rounding here); through ``moe_experts``: taken by default at
-prefill sizes outside batch-invariant mode, near the bf16 path; its scales' layout (``scale_steps``) against
-torch's."""
+routing, with V4.1's per-32 codes re-expressed per 128 (``act_quant``'s ``scale_block``: its codes against
+torch's E4M3 rounding here); through ``moe_experts``: taken by default at prefill sizes outside batch-invariant
+mode, near the bf16 path; its scales' layout (``scale_steps``) against torch's."""
 
 from __future__ import annotations
 
@@ -47,21 +46,20 @@ def _spread(rows, K, seed):
     return (torch.randn(rows, K // 32, 32, device="cuda", generator=g) * sizes).view(rows, K).bfloat16()
 
 
-def _quantized(rows, K, seed, scale_block=None):
-    return tg.act_quant(_spread(rows, K, seed), 32, scale_block=scale_block)
+def _quantized(rows, K, seed):
+    return tg.act_quant(_spread(rows, K, seed), 32, scale_block=128)
 
 
-@pytest.mark.parametrize("act_block", [32, 128])
 @pytest.mark.parametrize("T,E,N,K,skew", [(5, 8, 256, 384, False), (300, 8, 256, 384, False),
                                           (700, 16, 384, 512, True), (2000, 32, 640, 1024, False),
                                           (4096, 192, 256, 512, False)])
-def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew, act_block):
+def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew):
     w, s = _experts(E, N, K, seed=T)
     _, ids = routing(T, E, 6, seed=T, skew=skew)
     _, tiles, _ = triton_moe.route(ids, E, 128)
     rows = T * 6
-    q, qs = _quantized(T, K, seed=7 + T, scale_block=act_block)
-    h, hs = _quantized(rows, K, seed=8 + T, scale_block=act_block)
+    q, qs = _quantized(T, K, seed=7 + T)
+    h, hs = _quantized(rows, K, seed=8 + T)
     joined = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL)
     tails = int((tiles.expert >= 0).sum() - (joined.expert >= 0).sum())
     for label, a, a_s, groups in (
@@ -71,22 +69,19 @@ def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew, act_block):
         got = gluon_moe.grouped_gemm_fp8(a, a_s, w, s, groups).double()
         want, mag = _exact(a, a_s, w, s, groups)
         # past bf16's rounding of the result: the FP8 tensor cores' sums, which keep fewer bits than fp32 (~14,
-        # DeepGEMM's note), of four chained 32-deep products, against the sum of the products' magnitudes
+        # DeepGEMM's note), of four 32-deep products a step, against the sum of the products' magnitudes
         accumulation = ((got - want).abs() - 2.0 ** -8 * want.abs()).clamp(min=0) / mag.clamp(min=1e-30)
         rel = ((got - want).norm() / want.norm()).item()
-        print(f"REPORT gluon moe fp8 T={T} E={E} N={N} K={K} skew={skew} act {act_block} {label}: rel {rel:.2e}, "
+        print(f"REPORT gluon moe fp8 T={T} E={E} N={N} K={K} skew={skew} {label}: rel {rel:.2e}, "
               f"worst accumulation error {accumulation.max().item():.2e} of the magnitudes")
         assert accumulation.max().item() <= 2.0 ** -9  # session 29: up to 9.3e-4 with these scale spreads
         assert rel < 3e-3
 
 
-@pytest.mark.parametrize("T,skew,act_block", [(1400, False, 128), (1400, True, 128), (3000, False, 128),
-                                               (1400, True, 32)])
-def test_moe_experts_takes_fp8_products_at_prefill(T, skew, act_block, monkeypatch):
+@pytest.mark.parametrize("T,skew", [(1400, False), (1400, True), (3000, False)])
+def test_moe_experts_takes_fp8_products_at_prefill(T, skew, monkeypatch):
     """By default (``FP8_PRODUCTS``) both GEMMs take the kernel (not in batch-invariant mode), within the MoE's
-    FP8 tolerance of the bf16 path (other sums: a few of swiglu's E4M3 roundings differ), with either activation
-    scales (``FP8_ACT_BLOCK``)."""
-    monkeypatch.setattr(gluon_moe, "FP8_ACT_BLOCK", act_block)
+    FP8 tolerance of the bf16 path (other sums: a few of swiglu's E4M3 roundings differ)."""
     x, w, ids, experts = prefill_moe(T, skew)
     calls = []
     real = gluon_moe.grouped_gemm_fp8
@@ -97,7 +92,7 @@ def test_moe_experts_takes_fp8_products_at_prefill(T, skew, act_block, monkeypat
     assert len(calls) == 2
     bf16 = run("bf16")
     rel = ((got.float() - bf16.float()).norm() / bf16.float().norm()).item()
-    print(f"REPORT moe_experts fp8 products T={T} skew={skew} act {act_block}: rel to the bf16 path {rel:.2e}")
+    print(f"REPORT moe_experts fp8 products T={T} skew={skew}: rel to the bf16 path {rel:.2e}")
     assert rel < 2e-2
     with invariance.batch_invariant(True):
         run()
