@@ -1,14 +1,15 @@
 """Probe: cuBLAS's block-scaled FP8 GEMM (``torch.nn.functional.scaled_mm``, DeepSeek's 1 x 128 activation scales
-with 1 x 128 or 128 x 128 weight scales) on the H200 for V4.1's dense prefill linears at 8192 tokens, against the
+with 128 x 128 weight scales) on the H200 for V4.1's dense prefill linears at 8192 tokens, against the
 bf16 cuBLAS GEMM the prefill runs now (``triton_fp8_gemm.LARGE_M_PATH`` "bf16_cublas"): whether torch takes these
 scales on sm_90, how close each is to exact fp64 sums of the same codes and scales (a row slice), and the time.
 
 Why: the dense linears are ~26 ms of the 8192-token prefill on cuBLAS bf16 at ~750 TFLOP/s (session 29's profile);
 V4.1's [32, 32] weight scales kept them off FP8 products. Activations re-expressed per 128 (``act_quant``'s
-``scale_block``) and weights likewise per (1, 128) would let one FP8 GEMM take them.
+``scale_block``) and weights likewise per 128 x 128 tile let one FP8 GEMM take them (``kernels/fp8_blockwise.py``).
 
-Session 30's first run: 1 x 128 weight scales refused in the layouts tried, 128 x 128 taken (K / 128 padded to a
-multiple of 4). Now also the whole paths, conversions included, against the reference's values.
+Session 30: 128 x 128 weight scales taken (K / 128 padded to a multiple of 4); 1 x 128 weight scales taken as
+[N, K / 128] with the first dimension contiguous, but slower (2.82 against 2.16 ms over the seven GEMMs: removed
+since). The whole paths' times include the host's launches (the GPU waits for them here; in the model it does not).
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/probe_scaled_mm_blockwise.py
 """
@@ -45,35 +46,20 @@ def main() -> None:
         w = (torch.randn(N, K, device="cuda", generator=g) * 64).clamp(-448, 448).to(torch.float8_e4m3fn)
         exps = torch.randint(113, 119, (-(-N // 32), K // 32), device="cuda", generator=g, dtype=torch.uint8)
         q, s = tg.act_quant(x, 32, scale_block=128)
-        wq, ws = fp8_blockwise.widen_weight(w, exps, (32, 32), 128)
-        wq1, ws1 = fp8_blockwise.widen_weight(w, exps, (32, 32), 1)
+        wq, ws = fp8_blockwise.widen_weight(w, exps, (32, 32))
         xa = tg.act_quant(x, 32, dequant_to=torch.bfloat16)[0]
         wb = tg.dequant_bf16(w, exps, (32, 32))
         a64 = xa[:CHECK_ROWS].double()
         exact = a64 @ wb.double().T  # the reference's values: per-32 activations, (32, 32) weight scales
-
-        def rows_1(scale):
-            return lambda: F.scaled_mm(q, wq1.t(), outer_major(s), F.ScalingType.BlockWise1x128, scale,
-                                       F.ScalingType.BlockWise1x128, output_dtype=torch.bfloat16)
-
-        def path(rows):
-            def run():
-                fp8_blockwise.WEIGHT_SCALE_ROWS = rows
-                return fp8_blockwise.linear(x, w, exps, (32, 32), 32)
-            return run
 
         variants = {
             "bf16 gemm": lambda: F.linear(xa, wb),
             "fp8 gemm w 128x128": lambda: F.scaled_mm(q, wq.t(), outer_major(s), F.ScalingType.BlockWise1x128,
                                                       ws.t(), F.ScalingType.BlockWise128x128,
                                                       output_dtype=torch.bfloat16),
-            "fp8 gemm w 1x128 row-major": rows_1(ws1),
-            "fp8 gemm w 1x128 outer-major": rows_1(outer_major(ws1)),
-            "fp8 gemm w 1x128 transposed": rows_1(outer_major(ws1).t()),
             "bf16 path (act round trip, dequant, gemm)": lambda: tg.fp8_linear(x, w, exps, (32, 32), 32,
                                                                                path="bf16_cublas"),
-            "fp8 path w 128x128 (act_quant, widen, gemm)": path(128),
-            "fp8 path w 1x128 (act_quant, widen, gemm)": path(1),
+            "fp8 path w 128x128 (act_quant, widen, gemm)": lambda: fp8_blockwise.linear(x, w, exps, (32, 32), 32),
         }
         flops = 2 * M * N * K
         for label, fn in variants.items():
@@ -85,7 +71,6 @@ def main() -> None:
                       f"{us:8.1f} us, {flops / us / 1e6:6.0f} TFLOP/s", flush=True)
             except Exception as e:  # a layout torch or cuBLAS refuses: say so and go on
                 print(f"{name} {label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
-        fp8_blockwise.WEIGHT_SCALE_ROWS = 128
     print("SUMMARY total us over the shapes (one call each; a refused variant's shapes left out): "
           + ", ".join(f"{k} {v:.0f}" for k, v in total.items()), flush=True)
 

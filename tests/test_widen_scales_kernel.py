@@ -75,39 +75,27 @@ codes = (torch.randn(N, K, generator=g) * 100).clamp(-448, 448).to(torch.float8_
 exps = torch.randint(100, 131, (-(-N // 32), K // 32), generator=g, dtype=torch.uint8)  # E8M0 bytes: 2^-27 .. 2^3
 per_value = (2.0 ** (exps.float() - 127)).repeat_interleave(32, 0)[:N].repeat_interleave(32, 1)
 exact = codes.float() * per_value
-for rows in (128, 1):
-    q, qs = fp8_blockwise.widen_weight(codes, exps, (32, 32), rows)
-    if rows == 128:
-        assert qs.shape == (3, 4) and (qs[:, 3] == 0).all()
-        want = torch.stack([per_value[i * 128:(i + 1) * 128].view(-1, 3, 128).amax(dim=(0, 2)) for i in range(3)])
-        assert torch.equal(qs[:, :3], want)
-        wide = qs[:, :3].repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)
-    else:
-        assert qs.shape == (N, 3)
-        assert torch.equal(qs, per_value.view(N, 3, 128).amax(-1))
-        wide = qs.repeat_interleave(128, 1)
-    got = q.float() * wide
-    normal = exact.abs() >= wide * 2.0 ** -6
-    assert torch.equal(got[normal], exact[normal]) and (got != exact).any() and normal.float().mean() > 0.3
-    assert ((got - exact).abs() <= wide * 2.0 ** -9).all()  # the interpreter truncates: a whole subnormal step
-    checked += 1
+q, qs = fp8_blockwise.widen_weight(codes, exps, (32, 32))
+assert qs.shape == (3, 4) and (qs[:, 3] == 0).all()
+want = torch.stack([per_value[i * 128:(i + 1) * 128].view(-1, 3, 128).amax(dim=(0, 2)) for i in range(3)])
+assert torch.equal(qs[:, :3], want)
+wide = qs[:, :3].repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)
+got = q.float() * wide
+normal = exact.abs() >= wide * 2.0 ** -6
+assert torch.equal(got[normal], exact[normal]) and (got != exact).any() and normal.float().mean() > 0.3
+assert ((got - exact).abs() <= wide * 2.0 ** -9).all()  # the interpreter truncates: a whole subnormal step
+checked += 1
 # fp32 scales already per (128, 128): nothing to re-express
 s128 = 2.0 ** torch.randint(-10, 0, (3, 3), generator=g).float()
-q, qs = fp8_blockwise.widen_weight(codes, s128, (128, 128), 128)
+q, qs = fp8_blockwise.widen_weight(codes, s128, (128, 128))
 assert torch.equal(q.view(torch.uint8), codes.view(torch.uint8)) and torch.equal(qs[:, :3], s128)
 checked += 1
-try:
-    fp8_blockwise.widen_weight(codes, exps, (32, 32), 64)
-except ValueError as e:
-    assert "rows" in str(e)
-    checked += 1
 print("OK", checked)
 """
 
 
 def test_weight_codes_under_wider_scales():
-    """``fp8_blockwise.widen_weight``: each 128 x 128 tile's (or each row's 128 columns') largest scale, E8M0
-    bytes read as powers of two, the K steps' scales padded to four with zeros (cuBLAS's layout), a partial row
-    tile; values as for the activations; already-wide fp32 scales leave the codes alone; other tile heights
-    refused by name."""
-    assert "OK 4" in run_interpreted(WEIGHT_SCRIPT)
+    """``fp8_blockwise.widen_weight``: each 128 x 128 tile's largest scale, E8M0 bytes read as powers of two, the K
+    steps' scales padded to four with zeros (cuBLAS's layout), a partial row tile; values as for the activations;
+    already-wide fp32 scales leave the codes alone."""
+    assert "OK 2" in run_interpreted(WEIGHT_SCRIPT)

@@ -1,14 +1,16 @@
 """Prefill-sized dense FP8 linears on cuBLAS's block-scaled FP8 GEMM (``torch.nn.functional.scaled_mm``: DeepSeek's
-1 x 128 activation scales, 128 x 128 or 1 x 128 weight scales), for ``triton_fp8_gemm.fp8_linear``.
+1 x 128 activation scales, 128 x 128 weight scales), for ``triton_fp8_gemm.fp8_linear``.
 
 Why: V4.1's dense linears carry (32, 32) weight scales and per-32 activation scales, which no FP8 GEMM library
 takes, so the prefill ran them as bf16 GEMMs on exactly dequantized values (~750 TFLOP/s on the H200, ~26 ms of
 the 8192-token prefill, session 29). Here both sides are re-expressed under wider scales first: the activations'
 per-32 codes under each 128 values' largest scale (``act_quant``'s ``scale_block``), the weight's codes under
-each 128 x 128 tile's (``WEIGHT_SCALE_ROWS`` 128) or each row's 128 columns' (1) largest scale
-(``widen_weight_kernel``, one pass a call: ~2 bytes a weight value, where the bf16 path wrote 2 and read them
-again). Probe on the H200 (benchmarks/probe_scaled_mm_blockwise.py, session 30, 8192 rows): wo_b 643 against
-855 us on bf16 (1068 TFLOP/s), the shared expert's w13 389 against 500.
+each 128 x 128 tile's largest scale (``widen_weight_kernel``, one pass a call: ~2 bytes a weight value, where the
+bf16 path wrote 2 and read them again); row counts padded to a multiple of ``ROW_ALIGN``.
+
+Probe on the H200 (benchmarks/probe_scaled_mm_blockwise.py, session 30, 8192 rows, the GEMMs alone): wo_b 573
+against 829 us on bf16 (1199 TFLOP/s), wq_b 676 against 863, the shared expert's w13 355 against 517; wkv (N 512)
+77 against 70, the only one slower. The 8192-token prefill: 104.38 against 113.13 ms (``DENSE_FP8``, part s30d).
 
 Numerics: a code times an exact power-of-two ratio changes only where it falls below E4M3's normal range (2^-6 of
 the wide scale): by at most half a subnormal step, 2^-10 of the wide scale -- far under the per-32 codes' own
@@ -25,10 +27,12 @@ import torch
 from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
 
 # prefill-sized dense linears (fp8_linear with no path given, from LARGE_M rows, not batch-invariant) here where
-# they fit, instead of LARGE_M_PATH
+# they fit, instead of LARGE_M_PATH. H200, session 30, the 8192-token prefill (part s30d, one run, medians of 3):
+# 104.38 ms against 113.13 on the bf16 GEMMs
 DENSE_FP8 = True
-# weight scales cuBLAS takes: one a 128 x 128 tile (128) or one a row's 128 columns (1)
-WEIGHT_SCALE_ROWS = 128
+# cuBLAS refused a row count of 1027 (CUBLAS_STATUS_NOT_SUPPORTED; its 1 x 128 scales' leading dimension is the
+# row count): rows are padded with zeros to a multiple of this first
+ROW_ALIGN = 16
 
 
 @functools.cache
@@ -57,17 +61,16 @@ def _outer_major(s: torch.Tensor) -> torch.Tensor:
     return s.t().contiguous().t()
 
 
-def widen_weight(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
-                 rows: int = WEIGHT_SCALE_ROWS) -> tuple[torch.Tensor, torch.Tensor]:
-    """(E4M3 [N, K], fp32 scales) of a block-scaled E4M3 weight: each code under its ``rows`` x 128 tile's largest
-    scale (``widen_weight_kernel``). The scales [N / 128, K / 128] (rows 128; K / 128 padded to a multiple of 4
-    with zeros, as cuBLAS reads them) or [N, K / 128] (rows 1)."""
+def widen_weight(weight: torch.Tensor, scale: torch.Tensor,
+                 block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(E4M3 [N, K], fp32 scales [N / 128, K / 128]) of a block-scaled E4M3 weight: each code under its 128 x 128
+    tile's largest scale (``widen_weight_kernel``), K / 128 padded to a multiple of 4 with zeros, as cuBLAS reads
+    them. (Scales per row's 128 columns, cuBLAS's 1 x 128 for the weight, ran slower: 2.82 against 2.16 ms for
+    the probe's seven GEMMs, session 30.)"""
     import triton
 
     from deepinfer_adapters.kernels.widen_weight_jit import widen_weight_kernel
 
-    if rows not in (1, 128):
-        raise ValueError(f"widen_weight: rows must be 1 or 128, not {rows}")
     N, K = weight.shape
     weight = weight if weight.stride(-1) == 1 else weight.contiguous()
     e8m0 = scale.dtype in (torch.uint8, torch.float8_e8m0fnu)
@@ -75,12 +78,11 @@ def widen_weight(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, in
     s = s if s.stride(-1) == 1 else s.contiguous()
     q = torch.empty_like(weight)
     steps = K // 128
-    qs = torch.zeros(N, steps, device=weight.device) if rows == 1 else \
-        torch.zeros(triton.cdiv(N, 128), -(-steps // 4) * 4, device=weight.device)
+    qs = torch.zeros(triton.cdiv(N, 128), -(-steps // 4) * 4, device=weight.device)
     if N and K:
         widen_weight_kernel[(triton.cdiv(N, 128), steps)](weight, s, q, qs, N, K, weight.stride(0), s.stride(0),
                                                            q.stride(0), qs.stride(0), B0=block[0], B1=block[1],
-                                                           ROWS=rows, S_E8M0=e8m0, num_warps=8, **pdl_launch())
+                                                           S_E8M0=e8m0, num_warps=8, **pdl_launch())
     return q, qs
 
 
@@ -91,11 +93,11 @@ def linear(x2: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: t
     from deepinfer_adapters.kernels.triton_fp8_gemm import act_quant
 
     F = torch.nn.functional
+    M = x2.shape[0]
+    if M % ROW_ALIGN:
+        x2 = F.pad(x2, (0, 0, 0, -M % ROW_ALIGN))
     q, s = act_quant(x2, act_block, scale_block=128)
     wq, ws = widen_weight(weight, scale, block)
-    if WEIGHT_SCALE_ROWS == 1:
-        w_scale, recipe = _outer_major(ws), F.ScalingType.BlockWise1x128
-    else:
-        w_scale, recipe = ws.t(), F.ScalingType.BlockWise128x128
-    return F.scaled_mm(q, wq.t(), _outer_major(s), F.ScalingType.BlockWise1x128, w_scale, recipe,
-                       output_dtype=x2.dtype)
+    out = F.scaled_mm(q, wq.t(), _outer_major(s), F.ScalingType.BlockWise1x128, ws.t(),
+                      F.ScalingType.BlockWise128x128, output_dtype=x2.dtype)
+    return out[:M]
