@@ -1217,8 +1217,9 @@ if has s30e; then  # session 30 (~3 min): the 8192-token prefill with both FP8 c
   sed -n '/# by kernel/,$p' "$OUT/s30e/kernels_prefill_8192.txt" | head -30
   pack
 fi
-if has s30f; then  # session 30 (~2 min): the tiny model prefilled past LARGE_M rows and LARGE_PAIRS pairs, so both FP8
-  # prefill paths run inside the model, against the CPU reference
+if has s30f; then  # session 30 (~1 min): the tiny model with both FP8 prefill paths taken inside it, against the CPU
+  # reference (run twice in session 30 in its first form, a 4133-token prompt: failed, see the test's doc; not yet run
+  # in its present form, the paths' thresholds lowered for a 40-token prompt)
   gpu_tests s30f 230 "REPORT|FAIL|Error|passed|failed" tests/gpu/test_model_prefill_fp8_gpu.py -s
   pack
 fi
