@@ -24,17 +24,18 @@ tile (32 two-byte shared loads, 32 E4M3 unpacks, 64 f16->f32, 64 multiplies, pac
 thread a step) as waiting for its products, so the other warpgroup's products do not cover the conversion.
 
 Also here (session 29, on by default: ``FP8_PRODUCTS``): the same GEMMs on FP8 products, ``grouped_gemm_fp8``
-(``moe_fp8_kernel``): E4M3 activations with their per-32 scales, tokens as wgmma's M (a row's scales two registers
-a thread; a 64-row group past an expert's last row takes no products), each 128-deep step's four 32-deep products
-chained on the accumulator with the ratios of their scales (Horner form), two column-half chains a warpgroup,
-three warpgroups with an expert's last <= 64 rows. Within bf16 rounding of exact sums (rel 1.7e-3; the tensor
-cores' accumulation up to 9e-4 of the products' magnitudes). Alone, with random routing, slower than the bf16
-kernel (w13 5.95 against 4.72-4.90 ms at 8192 tokens, w2 3.03 against 2.74-2.80): issue-bound, ~430 instructions a
-thread a step (offline SASS), 320 of them the promotion's fp32 multiplies. In the model's prefill (its gate's
-skewed routing: many partial tiles) faster: 61.0 ms for the 14 calls against this kernel's 65.6 (profiles of two
-calls), and its E4M3 gather moves half the bytes (0.96 against 1.71 ms); the 8192-token prefill 129.94 against
-131.61 ms in one run, with ~6.7 ms of torch scale conversions in it; with ``scale_steps`` doing them in one
-Triton pass, 126.62 against 131.67 (part s29c).
+(``moe_fp8_kernel``): E4M3 activations with one scale a 128-deep step (V4.1's per-32 codes re-expressed under each
+128 values' largest scale by the quantizing pass, ``act_quant`` / ``swiglu_quant``'s ``scale_block``), tokens as
+wgmma's M (a row's scale one register a thread; a 64-row group past an expert's last row takes no products), a
+column half's four 32-deep products summed on the tensor cores, then one promotion times the row's and the
+columns' scales (DeepGEMM's), three warpgroups with an expert's last <= 64 rows. Within bf16 rounding of exact sums
+of its inputs (rel 1.7e-3; the tensor cores' accumulation up to 9e-4 of the products' magnitudes). H200, 8192 tokens
+(session 30, ``bench_gluon_moe.py``): w13 4.09-4.24 ms against the bf16 kernel's 4.48-4.96 with uniform routing,
+4.40-4.45 against 6.08-6.47 with skewed routing (``--skew 1.0``); w2 2.40 against 2.53-2.58, 2.50-2.64 against
+3.21-3.27. Session 29's form kept V4.1's per-32 scales and chained the four products in Horner form with their
+scale ratios: exact products, but 5 fp32 operations a value a step (offline SASS: 320 of ~430 instructions a thread
+a step) and issue-bound, slower than the bf16 kernel alone (w13 5.34-5.96 ms); removed. The 8192-token prefill:
+109.67 ms with this kernel against 123.73 with session 29's and 130.60 with the bf16 kernel (one run, part s30b).
 
 Takes: bf16 activations already in sorted row order (w13's gathered by ``index_select`` first), E4M3
 experts in ``quant.to_e4m3_tiles``' layout with E8M0 scales per (1, 128), ``triton_moe.route``'s 128-row
@@ -57,9 +58,8 @@ TAIL = 32  # rows past TILE a tile may carry (``absorb_tails``), in a second, na
 GLUON_MOE = True  # prefill-sized bf16-path MoE GEMMs through moe_bf16_kernel where it fits
 STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
 # prefill-sized MoE GEMMs with per-32 activation scales (V4.1) on FP8 products (``grouped_gemm_fp8``) instead of
-# the bf16 path, outside batch-invariant mode. H200, session 29, the 8192-token prefill (part s29c, one run, medians
-# of 3): 126.62 ms against 131.67 on the bf16 kernel (-3.8%); the run before, with the scales converted by torch
-# ops instead of ``scale_steps``: 129.94 against 131.61
+# the bf16 path, outside batch-invariant mode. H200, the 8192-token prefill (medians of 3): 109.67 ms against 130.60
+# on the bf16 kernel (session 30, part s30b); with the dense linears on FP8 too, 107.76 against 129.85 (part s30e)
 FP8_PRODUCTS = True
 FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each)
 FP8_TAIL = 64  # rows past TILE a tile of moe_fp8_kernel may carry (absorb_tails), on its third warpgroup
