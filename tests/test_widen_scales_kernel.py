@@ -85,11 +85,18 @@ normal = exact.abs() >= wide * 2.0 ** -6
 assert torch.equal(got[normal], exact[normal]) and (got != exact).any() and normal.float().mean() > 0.3
 assert ((got - exact).abs() <= wide * 2.0 ** -9).all()  # the interpreter truncates: a whole subnormal step
 checked += 1
-# fp32 scales already per (128, 128): nothing to re-express
+# scales already per (128, 128) (V4's, fp32 or E8M0): taken as they are
 s128 = 2.0 ** torch.randint(-10, 0, (3, 3), generator=g).float()
-q, qs = fp8_blockwise.widen_weight(codes, s128, (128, 128))
-assert torch.equal(q.view(torch.uint8), codes.view(torch.uint8)) and torch.equal(qs[:, :3], s128)
-checked += 1
+for s in (s128, (s128.log2() + 127).to(torch.uint8)):
+    q, qs = fp8_blockwise.widen_weight(codes, s, (128, 128))
+    assert torch.equal(q.view(torch.uint8), codes.view(torch.uint8)) and torch.equal(qs[:, :3], s128)
+    assert (qs[:, 3] == 0).all()
+    checked += 1
+try:  # finer blocks with fp32 scales: their ratios need not be powers of two
+    fp8_blockwise.widen_weight(codes, per_value[::32, ::32].contiguous(), (32, 32))
+except ValueError as e:
+    assert "E8M0" in str(e)
+    checked += 1
 print("OK", checked)
 """
 
@@ -97,5 +104,5 @@ print("OK", checked)
 def test_weight_codes_under_wider_scales():
     """``fp8_blockwise.widen_weight``: each 128 x 128 tile's largest scale, E8M0 bytes read as powers of two, the K
     steps' scales padded to four with zeros (cuBLAS's layout), a partial row tile; values as for the activations;
-    already-wide fp32 scales leave the codes alone."""
-    assert "OK 2" in run_interpreted(WEIGHT_SCRIPT)
+    already-wide scales (fp32 or E8M0) leave the codes alone; finer fp32 scales refused by name."""
+    assert "OK 4" in run_interpreted(WEIGHT_SCRIPT)

@@ -33,6 +33,7 @@ DENSE_FP8 = True
 # cuBLAS refused a row count of 1027 (CUBLAS_STATUS_NOT_SUPPORTED; its 1 x 128 scales' leading dimension is the
 # row count): rows are padded with zeros to a multiple of this first
 ROW_ALIGN = 16
+E8M0 = (torch.uint8, torch.float8_e8m0fnu)
 
 
 @functools.cache
@@ -45,13 +46,16 @@ def _available(device_index: int) -> bool:
 def takes(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int],
           act_block: int) -> bool:
     """Whether ``linear`` takes this call: ``DENSE_FP8``, bf16 rows on an sm_90 GPU, an E4M3 [N, K] weight with
-    power-of-two scales per (B0, B1) blocks dividing 128, activations quantized per 32 or 128, K a multiple of 128."""
+    scales per (128, 128) blocks, or E8M0 scales (powers of two by their format: the re-expression's ratios must be
+    exact) per (B0, B1) blocks dividing 128; activations quantized per 32 or 128, K a multiple of 128."""
     if not (DENSE_FP8 and x.is_cuda and not interpreting() and x.dtype == torch.bfloat16):
         return False
     if weight.dim() != 2 or weight.dtype != torch.float8_e4m3fn or act_block not in (32, 128):
         return False
     N, K = weight.shape
     if K % 128 or any(128 % b for b in block) or scale.dim() != 2:
+        return False
+    if tuple(block) != (128, 128) and scale.dtype not in E8M0:
         return False
     return _available(x.device.index if x.device.index is not None else torch.cuda.current_device())
 
@@ -64,25 +68,30 @@ def _outer_major(s: torch.Tensor) -> torch.Tensor:
 def widen_weight(weight: torch.Tensor, scale: torch.Tensor,
                  block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(E4M3 [N, K], fp32 scales [N / 128, K / 128]) of a block-scaled E4M3 weight: each code under its 128 x 128
-    tile's largest scale (``widen_weight_kernel``), K / 128 padded to a multiple of 4 with zeros, as cuBLAS reads
-    them. (Scales per row's 128 columns, cuBLAS's 1 x 128 for the weight, ran slower: 2.82 against 2.16 ms for
-    the probe's seven GEMMs, session 30.)"""
+    tile's largest scale (``widen_weight_kernel``; E8M0 scales), K / 128 padded to a multiple of 4 with zeros, as
+    cuBLAS reads them. Scales already per (128, 128) block (V4's) are taken as they are. (Scales per row's 128
+    columns, cuBLAS's 1 x 128 for the weight, ran slower: 2.82 against 2.16 ms for the probe's seven GEMMs, session
+    30.)"""
     import triton
 
-    from deepinfer_adapters.kernels.widen_weight_jit import widen_weight_kernel
-
     N, K = weight.shape
-    weight = weight if weight.stride(-1) == 1 else weight.contiguous()
-    e8m0 = scale.dtype in (torch.uint8, torch.float8_e8m0fnu)
-    s = scale.view(torch.uint8) if e8m0 else scale.float()
-    s = s if s.stride(-1) == 1 else s.contiguous()
-    q = torch.empty_like(weight)
     steps = K // 128
     qs = torch.zeros(triton.cdiv(N, 128), -(-steps // 4) * 4, device=weight.device)
+    if tuple(block) == (128, 128):
+        qs[:, :steps] = scale.view(torch.float8_e8m0fnu).float() if scale.dtype in E8M0 else scale.float()
+        return weight, qs
+    if scale.dtype not in E8M0:
+        raise ValueError(f"widen_weight: finer blocks than (128, 128) need E8M0 scales, not {scale.dtype}")
+    from deepinfer_adapters.kernels.widen_weight_jit import widen_weight_kernel
+
+    weight = weight if weight.stride(-1) == 1 else weight.contiguous()
+    s = scale.view(torch.uint8)
+    s = s if s.stride(-1) == 1 else s.contiguous()
+    q = torch.empty_like(weight)
     if N and K:
         widen_weight_kernel[(triton.cdiv(N, 128), steps)](weight, s, q, qs, N, K, weight.stride(0), s.stride(0),
                                                            q.stride(0), qs.stride(0), B0=block[0], B1=block[1],
-                                                           S_E8M0=e8m0, num_warps=8, **pdl_launch())
+                                                           num_warps=8, **pdl_launch())
     return q, qs
 
 

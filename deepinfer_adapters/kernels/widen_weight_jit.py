@@ -12,9 +12,9 @@ from deepinfer_adapters.kernels.triton_pdl import pdl_start
 
 @triton.jit
 def widen_weight_kernel(W, S, Q, QS, N, K, stride_w, stride_s, stride_q, stride_qs, B0: tl.constexpr,
-                        B1: tl.constexpr, S_E8M0: tl.constexpr):
-    """Program (128-row block, 128-column step) of W (E4M3 [N, K], scales S per (B0, B1) block, E8M0 bytes or
-    fp32 powers of two): the tile's largest scale into QS (fp32 [N / 128, K / 128] at stride_qs a row), and each
+                        B1: tl.constexpr):
+    """Program (128-row block, 128-column step) of W (E4M3 [N, K], E8M0 scale bytes S per (B0, B1) block): the
+    tile's largest scale into QS (fp32 [N / 128, K / 128] at stride_qs a row), and each
     code times its scale's exact ratio to that one, rounded to E4M3 again, into Q. Only values falling below
     E4M3's normal range lose bits (``widen_scales``)."""
     pdl_start()
@@ -23,7 +23,7 @@ def widen_weight_kernel(W, S, Q, QS, N, K, stride_w, stride_s, stride_q, stride_
     mask = (rows < N)[:, None] & (cols < K)[None, :]
     w = tl.load(W + rows.to(tl.int64)[:, None] * stride_w + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     s = weight_scale(tl.load(S + (rows // B0).to(tl.int64)[:, None] * stride_s + (cols // B1)[None, :], mask=mask,
-                             other=0), S_E8M0)  # masked: 0, below any scale
+                             other=0), True)  # masked: 0, below any scale
     wide = tl.max(tl.max(s, 1), 0)
     tl.store(QS + tl.program_id(0) * stride_qs + tl.program_id(1), wide)
     q = (w * (s * pow2_reciprocal(wide))).to(tl.float8e4nv)

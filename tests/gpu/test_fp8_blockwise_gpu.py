@@ -65,19 +65,28 @@ def test_blockwise_gemm_gives_the_exact_sums_of_its_inputs(M, N, K):
     assert rel < 3e-3  # bf16's rounding of the result plus the FP8 tensor cores' 128-deep sums
 
 
-@pytest.mark.parametrize("N,K", [(1280, 5120), (4096, 1280), (5120, 2304)])
-def test_fp8_linear_takes_it_at_prefill_sizes(N, K, monkeypatch):
+@pytest.mark.parametrize("N,K,block,act_block,f32_scale", [
+    (1280, 5120, (32, 32), 32, False), (4096, 1280, (32, 32), 32, False), (5120, 2304, (32, 32), 32, False),
+    (1024, 4096, (128, 128), 128, True)])  # the last V4's: its scales taken as they are (not yet run on the GPU)
+def test_fp8_linear_takes_it_at_prefill_sizes(N, K, block, act_block, f32_scale, monkeypatch):
     calls = []
     real = fp8_blockwise.linear
     monkeypatch.setattr(fp8_blockwise, "linear", lambda *a: calls.append(1) or real(*a))
-    w8, scale = _weight(N, K, (32, 32), seed=N)
+    w8, scale = _weight(N, K, block, seed=N, f32_scale=f32_scale)
     x = _x(2048, K, seed=K)
-    ref = reference_fp8.fp8_linear(x, w8, scale, (32, 32), 32)
-    _check(kernels.fp8_linear(x, w8, scale, (32, 32), 32), ref, f"fp8_linear fp8_blockwise M=2048 N={N} K={K}")
+    ref = reference_fp8.fp8_linear(x, w8, scale, block, act_block)
+    _check(kernels.fp8_linear(x, w8, scale, block, act_block), ref,
+           f"fp8_linear fp8_blockwise M=2048 N={N} K={K} {block}")
     assert len(calls) == 1
     with invariance.batch_invariant(True):
-        kernels.fp8_linear(x, w8, scale, (32, 32), 32)
+        kernels.fp8_linear(x, w8, scale, block, act_block)
     monkeypatch.setattr(fp8_blockwise, "DENSE_FP8", False)
-    kernels.fp8_linear(x, w8, scale, (32, 32), 32)
-    kernels.fp8_linear(x[:1000], w8, scale, (32, 32), 32)  # under LARGE_M
+    kernels.fp8_linear(x, w8, scale, block, act_block)
+    kernels.fp8_linear(x[:1000], w8, scale, block, act_block)  # under LARGE_M
     assert len(calls) == 1
+
+
+def test_finer_fp32_scales_are_not_taken():
+    """Their ratios need not be powers of two: the re-expression would not be exact."""
+    w8, scale = _weight(1280, 5120, (32, 32), seed=0, f32_scale=True)
+    assert not fp8_blockwise.takes(_x(2048, 5120, seed=0), w8, scale, (32, 32), 32)
