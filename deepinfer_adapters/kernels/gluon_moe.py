@@ -173,17 +173,18 @@ def scale_steps(scale: torch.Tensor) -> torch.Tensor:
 
 def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
                      groups: Groups) -> torch.Tensor:
-    """bf16 [rows, N]: row r = (q_sorted[r] x its per-32 scales s_sorted[r]) @ dequant(weight[expert]).T for the
+    """bf16 [rows, N]: row r = (q_sorted[r] x its per-128 scales s_sorted[r]) @ dequant(weight[expert]).T for the
     rows ``triton_moe.route``'s 128-row tiles cover, or ``absorb_tails(tiles, FP8_TAIL)``' (a tile with 128 <
     row1 - row0 <= 128 + FP8_TAIL computes all its rows either way, so without ``absorb_tails`` the following tile
     repeats its last rows, with the same bits).
     ``q_sorted`` [rows, K] E4M3 and ``s_sorted`` [rows, K / 128] fp32 power-of-two scales (V4.1's per-32 codes
     re-expressed, ``act_quant``'s ``scale_block``), in sorted row order.
 
-    Numerics: the bf16 path's exact products (E4M3 x E4M3 times powers of two), summed in another order (a
-    128-deep step's four 32-deep FP8 products chained on the tensor cores' accumulator, which keeps fewer bits than
-    fp32, with the exact ratios of their activation scales; the step's sum times the last scale and the weight
-    scale into an fp32 accumulator), so its bits differ from the bf16 path's: batch-invariant mode keeps that one."""
+    Numerics: exact products of the re-expressed codes (E4M3 x E4M3 times powers of two: the per-32 values, but
+    for those below E4M3's normal range under the wider scale, moved by at most 2^-10 of it), summed in another
+    order than the bf16 path's (a 128-deep step's four 32-deep FP8 products on the tensor cores' accumulator, which
+    keeps fewer bits than fp32; the step's sum times the row's and the columns' scales into an fp32 accumulator),
+    so its bits differ from the bf16 path's: batch-invariant mode keeps that one."""
     import triton
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor

@@ -9,7 +9,7 @@ One program: a 128-row tile of one expert's sorted rows (up to 64 more: the expe
 - three warpgroups, each its own partition and its own 64 of the tile's rows (acc[token rows, weight rows]:
   tokens are wgmma's M, so a token row's activation scale is one register a thread): a column half's step is four
   32-deep FP8 products summed on the tensor cores' accumulator, straight from shared memory, then times the rows'
-  scale and the columns' (1, 128) weight scales into the fp32 accumulator (``_steps``). A group past the expert's
+  scale and the columns' (1, 128) weight scales into the fp32 accumulator (``_products``). A group past the expert's
   last row takes no products. A warpgroup scales one column half's sum while its other half's and the other
   warpgroups' products run on the tensor cores.
 """
@@ -84,48 +84,15 @@ def _store(acc, OUT, trow0, row1, ncol0, N, stride_om):
 
 
 @gluon.jit
-def _wait_step(ready, t_ready, kb, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr):
-    """Waits for step kb's slot (and its tail rows', on the tail's warpgroup); returns the slot."""
-    s = kb % STAGES
-    mbarrier.wait(ready.index(s), (kb // STAGES) & 1)
-    if H == GROUPS - 1:  # active only where the tile carries a tail
-        mbarrier.wait(t_ready.index(s), (kb // STAGES) & 1)
-    return s
-
-
-@gluon.jit
-def _steps(a_smem, w_smem, ws_smem, ready, t_ready, empty, arow, acc_a, acc_b, k_steps, STAGES: gl.constexpr,
-           GROUPS: gl.constexpr, H: gl.constexpr, layout: gl.constexpr):
-    """The K loop, activations with one scale a 128-deep step (``act_quant``'s ``scale_block``): a column half's
-    step is four 32-deep FP8 products summed on the tensor cores' accumulator, then times the rows' and columns'
-    scales into acc -- DeepGEMM's promotion, 2 fp32 operations a value a step (session 29's per-32 scales, in a
-    Horner chain of four scalings, took 5 and left the kernel issue-bound). One half's chain runs while the
-    other's sum is scaled."""
-    pa = gl.zeros_like(acc_a)
-    pb = gl.zeros_like(acc_b)
-    for kb in range(k_steps):
-        a = gl.load(arow + kb)  # loaded before the wait, its latency under it
-        s = _wait_step(ready, t_ready, kb, STAGES, GROUPS, H)
-        a_tile = a_smem.index(GROUPS * s + H)
-        w_tile = w_smem.index(s)
-        pa = _issue(a_tile, w_tile, pa, 0, 0, False)
-        for j in gl.static_range(1, 4):
-            pa = _issue(a_tile, w_tile, pa, 0, j, True)
-        pb = _issue(a_tile, w_tile, pb, 1, 0, False)
-        for j in gl.static_range(1, 4):
-            pb = _issue(a_tile, w_tile, pb, 1, j, True)
-        pa = warpgroup_mma_wait(num_outstanding=4, deps=(pa, ))  # pb's four products still in flight
-        acc_a += pa * (gl.expand_dims(a, 1) * _column_scales(ws_smem.index(s), 0, layout))
-        pb = warpgroup_mma_wait(num_outstanding=0, deps=(pb, ))
-        acc_b += pb * (gl.expand_dims(a, 1) * _column_scales(ws_smem.index(s), 1, layout))
-        mbarrier.arrive(empty.index(s), count=1)
-    return acc_a, acc_b
-
-
-@gluon.jit
 def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om,
               k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr):
-    """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back)."""
+    """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back).
+
+    Activations with one scale a 128-deep step (``act_quant``'s ``scale_block``): a column half's step is four
+    32-deep FP8 products summed on the tensor cores' accumulator, then times the rows' and columns' scales into
+    acc -- DeepGEMM's promotion, 2 fp32 operations a value a step (session 29's per-32 scales, in a Horner chain of
+    four scalings, took 5 and left the kernel issue-bound). One half's chain runs while the other's sum is
+    scaled."""
     HALF: gl.constexpr = a_smem.type.shape[1]
     W_HALF: gl.constexpr = w_smem.type.shape[1] // 2
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -135,10 +102,29 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row
         rows = trow0 + gl.arange(0, HALF, layout=gl.SliceLayout(1, mma_layout))
         # rows past row1 read the last row's scales (their results are not stored)
         arow = AS + gl.minimum(rows, row1 - 1).to(gl.int64) * stride_asm
+        pa = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
+        pb = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
         acc_a = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
         acc_b = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
-        acc_a, acc_b = _steps(a_smem, w_smem, ws_smem, ready, t_ready, empty, arow, acc_a, acc_b, k_steps, STAGES,
-                              GROUPS, H, mma_layout)
+        for kb in range(k_steps):
+            a = gl.load(arow + kb)  # loaded before the wait, its latency under it
+            s = kb % STAGES
+            mbarrier.wait(ready.index(s), (kb // STAGES) & 1)
+            if H == GROUPS - 1:  # active only where the tile carries a tail
+                mbarrier.wait(t_ready.index(s), (kb // STAGES) & 1)
+            a_tile = a_smem.index(GROUPS * s + H)
+            w_tile = w_smem.index(s)
+            pa = _issue(a_tile, w_tile, pa, 0, 0, False)
+            for j in gl.static_range(1, 4):
+                pa = _issue(a_tile, w_tile, pa, 0, j, True)
+            pb = _issue(a_tile, w_tile, pb, 1, 0, False)
+            for j in gl.static_range(1, 4):
+                pb = _issue(a_tile, w_tile, pb, 1, j, True)
+            pa = warpgroup_mma_wait(num_outstanding=4, deps=(pa, ))  # pb's four products still in flight
+            acc_a += pa * (gl.expand_dims(a, 1) * _column_scales(ws_smem.index(s), 0, mma_layout))
+            pb = warpgroup_mma_wait(num_outstanding=0, deps=(pb, ))
+            acc_b += pb * (gl.expand_dims(a, 1) * _column_scales(ws_smem.index(s), 1, mma_layout))
+            mbarrier.arrive(empty.index(s), count=1)
         _store(acc_a, OUT, trow0, row1, col0, N, stride_om)
         _store(acc_b, OUT, trow0, row1, col0 + W_HALF, N, stride_om)
     else:
