@@ -15,7 +15,7 @@ from deepinfer_adapters.kernels import triton_fp8_gemm as tg
 from deepinfer_adapters.kernels import triton_moe
 from deepinfer_adapters.model_impl.quant import from_e4m3_tiles
 from tests.gpu.moe_inputs import routing
-from tests.gpu.test_gluon_moe_gpu import _experts, prefill_moe
+from tests.gpu.test_gluon_moe_gpu import GROUPED_CASES, PREFILL_CASES, _experts, prefill_moe
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)"),
@@ -50,9 +50,7 @@ def _quantized(rows, K, seed):
     return tg.act_quant(_spread(rows, K, seed), 32, scale_block=128)
 
 
-@pytest.mark.parametrize("T,E,N,K,skew", [(5, 8, 256, 384, False), (300, 8, 256, 384, False),
-                                          (700, 16, 384, 512, True), (2000, 32, 640, 1024, False),
-                                          (4096, 192, 256, 512, False)])
+@pytest.mark.parametrize("T,E,N,K,skew", GROUPED_CASES)
 def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew):
     w, s = _experts(E, N, K, seed=T)
     _, ids = routing(T, E, 6, seed=T, skew=skew)
@@ -78,7 +76,7 @@ def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew):
         assert rel < 3e-3
 
 
-@pytest.mark.parametrize("T,skew", [(1400, False), (1400, True), (3000, False)])
+@pytest.mark.parametrize("T,skew", PREFILL_CASES)
 def test_moe_experts_takes_fp8_products_at_prefill(T, skew, monkeypatch):
     """By default (``FP8_PRODUCTS``) both GEMMs take the kernel (not in batch-invariant mode), within the MoE's
     FP8 tolerance of the bf16 path (other sums: a few of swiglu's E4M3 roundings differ)."""

@@ -41,9 +41,15 @@ def test_the_real_widths_fit():
     assert not gluon_moe.fits(a, w13, s13.float(), (1, 128), 128)
 
 
-@pytest.mark.parametrize("T,E,N,K,skew", [(5, 8, 256, 384, False), (300, 8, 256, 384, False),
-                                          (700, 16, 384, 512, True), (2000, 32, 640, 1024, False),
-                                          (4096, 192, 256, 512, False)])
+# (tokens, experts, N, K, skewed routing): one token's partial tile, idle tiles, skew, tails, many experts; the FP8
+# kernel's tests (test_gluon_moe_fp8_gpu.py) take the same cases
+GROUPED_CASES = [(5, 8, 256, 384, False), (300, 8, 256, 384, False), (700, 16, 384, 512, True),
+                 (2000, 32, 640, 1024, False), (4096, 192, 256, 512, False)]
+# prefill-sized moe_experts calls (tokens, skewed routing)
+PREFILL_CASES = [(1400, False), (1400, True), (3000, False)]
+
+
+@pytest.mark.parametrize("T,E,N,K,skew", GROUPED_CASES)
 def test_grouped_gemm_gives_the_triton_bits(T, E, N, K, skew):
     """Both of the MoE's GEMMs: gathered token rows (w13) and rows already in sorted order (w2)."""
     w, s = _experts(E, N, K, seed=T)
@@ -80,7 +86,7 @@ def prefill_moe(T, skew):
 
 
 @pytest.mark.parametrize("invariant", [False, True], ids=["default", "batch_invariant"])
-@pytest.mark.parametrize("T,skew", [(1400, False), (1400, True), (3000, False)])
+@pytest.mark.parametrize("T,skew", PREFILL_CASES)
 def test_moe_experts_bits_with_and_without_the_kernel(T, skew, invariant, monkeypatch):
     """``moe_experts`` on the bf16 path at prefill sizes: the same output with the Gluon kernel as with
     the Triton one (so batch-invariant mode keeps its bits across decode and prefill)."""
