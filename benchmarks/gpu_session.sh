@@ -36,6 +36,19 @@ decode_ab() {  # NAME LIMIT BENCH-ARGS...
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_$name.log" | grep -E "decode B="; grep -E "^A/B|Error" "$OUT/real_width_$name.log"
   if [[ -f "$OUT/$name/timeline_graph_b1.txt" ]]; then head -1 "$OUT/$name/timeline_graph_b1.txt"; fi
 }
+# a part's V4.1 8192-token prefill (session 30 on): bench_real_width with the MoE's bf16 path, one decode batch, under
+# $OUT/NAME; the prefill row's times, logits and floor, any error, and the kernel table's head where
+# --profile-prefill took one
+prefill_run() {  # NAME LIMIT BENCH-ARGS...
+  local name=$1 limit=$2; shift 2
+  mkdir -p "$OUT/$name"
+  timeout "$limit" ${RW/--out $OUT/--out $OUT/$name} --batches 1 --moe-paths bf16 "$@" > "$OUT/real_width_$name.log" 2>&1
+  grep "^prefill {" "$OUT/real_width_$name.log" | tr ',' '\n' | grep -E "fast_ms|logits_rel|floor"
+  grep -E "Error" "$OUT/real_width_$name.log" | head -5
+  if [[ -f "$OUT/$name/kernels_prefill_8192.txt" ]]; then
+    sed -n '/# by kernel/,$p' "$OUT/$name/kernels_prefill_8192.txt" | head -40
+  fi
+}
 # GPU parity and invariance tests. All of tests/gpu took ~5 min in session 10 and ran past 420 s from session 17
 # on, so `tests1` and `tests2` run it in two calls (tests/gpu's files before and from test_model_flashmla_gpu.py),
 # each with pytest's 25 slowest tests listed; `tests` runs it whole
@@ -1133,21 +1146,13 @@ if has s29a; then  # session 29 (~2.5 min; as run then at 5865b09): the MoE's pr
   timeout 150 python benchmarks/bench_gluon_moe.py > "$OUT/gluon_moe_s29a.log" 2>&1
   grep -E "gluon|triton" "$OUT/gluon_moe_s29a.log"; tail -3 "$OUT/gluon_moe_s29a.log"
   pack
-  mkdir -p "$OUT/s29prefill"
-  timeout 240 ${RW/--out $OUT/--out $OUT/s29prefill} --batches 1 --moe-paths bf16 --prefill-ab gluon_moe_fp8 \
-    --profile-prefill > "$OUT/real_width_s29prefill.log" 2>&1
+  prefill_run s29prefill 240 --prefill-ab gluon_moe_fp8 --profile-prefill
   sed -n '/^SUMMARY/,$p' "$OUT/real_width_s29prefill.log" | grep -E "decode B=1|prefill"
-  grep "^prefill {" "$OUT/real_width_s29prefill.log" | tr ',' '\n' | grep -E "fast_ms|logits_rel|floor"
-  sed -n '/# by kernel/,$p' "$OUT/s29prefill/kernels_prefill_8192.txt" | head -40
   pack
 fi
 if has s29b; then  # session 29 (~2 min): the 8192-token prefill on the bf16 MoE kernel (the default) profiled: its MoE
   # kernels' time in the model next to s29a's moe_fp8_kernel
-  mkdir -p "$OUT/s29b"
-  timeout 200 ${RW/--out $OUT/--out $OUT/s29b} --batches 1 --moe-paths bf16 --profile-prefill \
-    > "$OUT/real_width_s29b.log" 2>&1
-  grep "^prefill {" "$OUT/real_width_s29b.log" | tr ',' '\n' | grep -E "fast_ms|floor"
-  sed -n '/# by kernel/,$p' "$OUT/s29b/kernels_prefill_8192.txt" | head -30
+  prefill_run s29b 200 --profile-prefill
   pack
 fi
 if has s29c; then  # session 29 (~2 min; run as part s30a at 2eb9036 with its bench step left out, for the device
@@ -1158,10 +1163,7 @@ if has s29c; then  # session 29 (~2 min; run as part s30a at 2eb9036 with its be
   timeout 150 python benchmarks/bench_gluon_moe.py > "$OUT/gluon_moe_s29c.log" 2>&1
   grep -E "gluon|triton" "$OUT/gluon_moe_s29c.log"; tail -3 "$OUT/gluon_moe_s29c.log"
   pack
-  mkdir -p "$OUT/s29cprefill"
-  timeout 300 ${RW/--out $OUT/--out $OUT/s29cprefill} --batches 1 --moe-paths bf16 --prefill-ab gluon_moe_fp8 \
-    --prefill-reps 3 > "$OUT/real_width_s29cprefill.log" 2>&1
-  grep "^prefill {" "$OUT/real_width_s29cprefill.log" | tr ',' '\n' | grep -E "fast_ms|logits_rel|floor"
+  prefill_run s29cprefill 300 --prefill-ab gluon_moe_fp8 --prefill-reps 3
   pack
 fi
 if has s30b; then  # session 30 (~2 min, run at 244eeb2): the FP8 MoE kernel with activation scales per 128
@@ -1174,11 +1176,7 @@ if has s30b; then  # session 30 (~2 min, run at 244eeb2): the FP8 MoE kernel wit
     grep -E "routing|fp8|tails joined:|Error" "$OUT/gluon_moe_s30b_skew$SKEW.log"; tail -2 "$OUT/gluon_moe_s30b_skew$SKEW.log"
     pack
   done
-  mkdir -p "$OUT/s30bprefill"
-  timeout 240 ${RW/--out $OUT/--out $OUT/s30bprefill} --batches 1 --moe-paths bf16 \
-    --prefill-ab gluon_moe_fp8 --prefill-reps 3 > "$OUT/real_width_s30bprefill.log" 2>&1
-  grep "^prefill {" "$OUT/real_width_s30bprefill.log" | tr ',' '\n' | grep -E "fast_ms|logits_rel|floor"
-  grep -E "Error" "$OUT/real_width_s30bprefill.log" | head -5
+  prefill_run s30bprefill 240 --prefill-ab gluon_moe_fp8 --prefill-reps 3
   pack
 fi
 if has s30c; then  # session 30 (~3 min): cuBLAS's block-scaled FP8 GEMM probed for the dense prefill linears; the
@@ -1186,11 +1184,7 @@ if has s30c; then  # session 30 (~3 min): cuBLAS's block-scaled FP8 GEMM probed 
   timeout 150 python benchmarks/probe_scaled_mm_blockwise.py > "$OUT/probe_scaled_mm_s30c.log" 2>&1
   grep -vE "^INFO" "$OUT/probe_scaled_mm_s30c.log" | tail -40
   pack
-  mkdir -p "$OUT/s30c"
-  timeout 200 ${RW/--out $OUT/--out $OUT/s30c} --batches 1 --moe-paths bf16 --profile-prefill \
-    > "$OUT/real_width_s30c.log" 2>&1
-  grep "^prefill {" "$OUT/real_width_s30c.log" | tr ',' '\n' | grep -E "fast_ms|floor"
-  sed -n '/# by kernel/,$p' "$OUT/s30c/kernels_prefill_8192.txt" | head -40
+  prefill_run s30c 200 --profile-prefill
   pack
 fi
 if has s30d; then  # session 30 (~5 min): the dense prefill linears on cuBLAS's block-scaled FP8 GEMM
@@ -1202,19 +1196,11 @@ if has s30d; then  # session 30 (~5 min): the dense prefill linears on cuBLAS's 
   timeout 150 python benchmarks/probe_scaled_mm_blockwise.py > "$OUT/probe_scaled_mm_s30d.log" 2>&1
   grep -vE "^INFO" "$OUT/probe_scaled_mm_s30d.log" | tail -60
   pack
-  mkdir -p "$OUT/s30dprefill"
-  timeout 240 ${RW/--out $OUT/--out $OUT/s30dprefill} --batches 1 --moe-paths bf16 --prefill-ab dense_fp8 \
-    --prefill-reps 3 > "$OUT/real_width_s30dprefill.log" 2>&1
-  grep "^prefill {" "$OUT/real_width_s30dprefill.log" | tr ',' '\n' | grep -E "fast_ms|logits_rel|floor"
-  grep -E "Error" "$OUT/real_width_s30dprefill.log" | head -5
+  prefill_run s30dprefill 240 --prefill-ab dense_fp8 --prefill-reps 3
   pack
 fi
 if has s30e; then  # session 30 (~3 min): the 8192-token prefill with both FP8 changes, A/B'd one at a time, profiled
-  mkdir -p "$OUT/s30e"
-  timeout 240 ${RW/--out $OUT/--out $OUT/s30e} --batches 1 --moe-paths bf16 --prefill-ab dense_fp8 gluon_moe_fp8 \
-    --prefill-reps 3 --profile-prefill > "$OUT/real_width_s30e.log" 2>&1
-  grep "^prefill {" "$OUT/real_width_s30e.log" | tr ',' '\n' | grep -E "fast_ms|logits_rel|floor"
-  sed -n '/# by kernel/,$p' "$OUT/s30e/kernels_prefill_8192.txt" | head -30
+  prefill_run s30e 240 --prefill-ab dense_fp8 gluon_moe_fp8 --prefill-reps 3 --profile-prefill
   pack
 fi
 if has s30f; then  # session 30 (~1 min): the tiny model with both FP8 prefill paths taken inside it, against the CPU

@@ -28,6 +28,7 @@ import time
 
 import torch
 
+from benchmarks.timing import rel
 from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import reference_fp8 as R
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -86,10 +87,6 @@ def run(ckpt, numerics, prompt: int, weights: str) -> torch.Tensor:
         for p in range(prompt, prompt + 3):
             out.append(model(ForwardBatch.build([(0, p, [ids[p]])], device="cpu"), state).logits)
     return torch.cat(out).float()
-
-
-def rel(a, b):
-    return float((a.double() - b.double()).norm() / b.double().norm())
 
 
 def main():
