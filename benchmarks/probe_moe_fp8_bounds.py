@@ -1,0 +1,85 @@
+"""Where the FP8 MoE kernel's time goes (``gluon_moe.grouped_gemm_fp8``, V4.1's w13 and w2 at 8192 tokens): the
+same launch with parts of its work taken away through its tile table alone (no kernel change), timed side by side.
+
+- ``full``: the model's call as it was in session 30 (one step a loop iteration, ``FP8_UNROLL`` 1);
+- ``unroll 2`` / ``unroll 4``: the products pipelined over 2 / 4 steps an iteration (session 31), bits checked
+  against ``full``;
+- ``stages 3``: one ring slot fewer (is the weights' stream latency-bound?);
+- ``data only``: every active tile with no rows (row1 = row0): the loader streams the same weight and activation
+  tiles, the warpgroups take no products and store nothing -- the kernel's memory side alone;
+- ``weights in L2``: every active tile on expert 0 (w13's 23.6 MB fit the H200's L2): the products with their
+  weights from L2 -- the compute side with the activations' traffic;
+- ``active tiles only``: the idle tiles (expert -1, ``absorb_tails``' and the route's padding) left out of the grid;
+- ``no tiles``: every tile idle -- the launch, the scale layout pass and the idle programs.
+
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/probe_moe_fp8_bounds.py [--tokens 8192] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=8192)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    from benchmarks.bench_moe_blocks import ACT_BLOCK, E, TOPK, experts
+    from benchmarks.timing import run_info, time_eager
+    from deepinfer_adapters.kernels import gluon_moe
+    from deepinfer_adapters.kernels import triton_fp8_gemm as tg
+    from deepinfer_adapters.kernels import triton_moe as tm
+    from deepinfer_adapters.model_impl.quant import expert_matrix
+
+    print(f"INFO {json.dumps(run_info())}", flush=True)
+    mod = experts(128)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    ids = torch.rand(args.tokens, E, device="cuda", generator=g).topk(TOPK, dim=-1).indices
+    _, tiles, _ = tm.route(ids, E, 128)
+    joined = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL)
+    active = joined.expert >= 0
+    rows = args.tokens * TOPK
+    idle = torch.full_like(joined.expert, -1)
+    tables = {
+        "full": joined,
+        "unroll 2": joined,
+        "unroll 4": joined,
+        "stages 3": joined,
+        "data only": tg.Groups(joined.expert, joined.row0, joined.row0),
+        "weights in L2": tg.Groups(torch.where(active, 0, -1).to(joined.expert.dtype), joined.row0, joined.row1),
+        "active tiles only": tg.Groups(joined.expert[active], joined.row0[active], joined.row1[active]),
+        "no tiles": tg.Groups(idle, joined.row0, joined.row1),
+    }
+    default_unroll = gluon_moe.FP8_UNROLL
+    print(f"tiles: {joined.expert.numel()} in the grid's route dimension, {int(active.sum())} active", flush=True)
+    for name, weight, scale in (("w13", mod.w13, mod.w13_scale), ("w2", mod.w2, mod.w2_scale)):
+        N, K = expert_matrix(weight)
+        x = torch.randn(rows, K, device="cuda", generator=g).bfloat16()
+        q, qs = tg.act_quant(x, ACT_BLOCK, scale_block=128)
+        flops = 2 * rows * N * K
+        times = {label: [] for label in tables}
+        call = lambda table: gluon_moe.grouped_gemm_fp8(q, qs, weight, scale, table)  # noqa: E731
+        for _ in range(args.rounds):
+            for label, table in tables.items():
+                gluon_moe.FP8_STAGES = 3 if label == "stages 3" else 4
+                gluon_moe.FP8_UNROLL = int(label.split()[1]) if label.startswith("unroll") else 1
+                times[label].append(time_eager(lambda: call(table), reps=5, warm=1))
+        gluon_moe.FP8_STAGES, gluon_moe.FP8_UNROLL = 4, 1
+        base = call(joined)
+        for unroll in (2, 4):
+            gluon_moe.FP8_UNROLL = unroll
+            print(f"{name} unroll {unroll}: the same bits as unroll 1 {torch.equal(call(joined), base)}", flush=True)
+        gluon_moe.FP8_UNROLL = default_unroll
+        for label, us in times.items():
+            med = statistics.median(us)
+            print(f"{name} {label:18s}: {med:8.1f} us (rounds {' '.join(f'{u:.0f}' for u in us)}) "
+                  f"{flops / med / 1e6:6.0f} TFLOP/s of the full call's work", flush=True)
+
+
+if __name__ == "__main__":
+    main()
