@@ -44,11 +44,12 @@ def compile_offline() -> None:
            "s_desc": f"tensordesc<fp32[1,{TILE}],{s_layout!r}>", "AS": "*fp32", "OUT": "*bf16",
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32", "K": "i32",
            "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr",
-           "UNROLL": "constexpr"}
+           "UNROLL": "constexpr",
+           "NSPLIT": "constexpr"}
     divisible = ("AS", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "N", "K", "stride_asm", "stride_om")
-    for unroll in (1, 2, 4):
-        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "UNROLL": unroll}, divisible,
-                     f"moe_fp8_kernel unroll={unroll}")
+    for unroll, nsplit in ((1, 2), (2, 2), (1, 1)):
+        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "UNROLL": unroll, "NSPLIT": nsplit},
+                     divisible, f"moe_fp8_kernel unroll={unroll} nsplit={nsplit}")
 
 
 def main():
