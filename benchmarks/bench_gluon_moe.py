@@ -43,13 +43,9 @@ def compile_offline() -> None:
            "w_desc": f"tensordesc<fp8e4nv[{TILE},128],{w_layout!r}>",
            "s_desc": f"tensordesc<fp32[1,{TILE}],{s_layout!r}>", "AS": "*fp32", "OUT": "*bf16",
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32", "K": "i32",
-           "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr",
-           "UNROLL": "constexpr",
-           "NSPLIT": "constexpr"}
+           "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr"}
     divisible = ("AS", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "N", "K", "stride_asm", "stride_om")
-    for unroll, nsplit in ((1, 2), (2, 2), (1, 1)):
-        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "UNROLL": unroll, "NSPLIT": nsplit},
-                     divisible, f"moe_fp8_kernel unroll={unroll} nsplit={nsplit}")
+    compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES}, divisible, "moe_fp8_kernel")
 
 
 def main():

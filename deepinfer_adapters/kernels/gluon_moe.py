@@ -62,8 +62,6 @@ STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
 # on the bf16 kernel (session 30, part s30b); with the dense linears on FP8 too, 107.76 against 129.85 (part s30e)
 FP8_PRODUCTS = True
 FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each)
-FP8_NSPLIT = 2  # moe_fp8_kernel's products a step: column parts of the 128-wide weight tile
-FP8_UNROLL = 2  # moe_fp8_kernel's steps an iteration (its loop's comment says why)
 FP8_TAIL = 64  # rows past TILE a tile of moe_fp8_kernel may carry (absorb_tails), on its third warpgroup
 
 
@@ -212,6 +210,5 @@ def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: tor
     s_desc = TensorDescriptor(ws_steps, list(ws_steps.shape), list(ws_steps.stride()), [1, TILE], s_layout)
     grid = (triton.cdiv(N, TILE), groups.expert.numel())
     moe_fp8_kernel[grid](a_desc, w_desc, s_desc, s_sorted, out, groups.expert, groups.row0, groups.row1, N, K,
-                         s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES, UNROLL=FP8_UNROLL,
-                         NSPLIT=FP8_NSPLIT, num_warps=4)
+                         s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES, num_warps=4)
     return out

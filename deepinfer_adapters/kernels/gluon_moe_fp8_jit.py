@@ -7,11 +7,10 @@ One program: a 128-row tile of one expert's sorted rows (up to 64 more: the expe
   columns' fp32 weight scales (``gluon_moe.scale_steps``' layout) and the 64-row groups of the E4M3 activation
   tile into a ring of STAGES slots;
 - three warpgroups, each its own partition and its own 64 of the tile's rows (acc[token rows, weight rows]:
-  tokens are wgmma's M, so a token row's activation scale is one register a thread): a column half's step is four
-  32-deep FP8 products summed on the tensor cores' accumulator, straight from shared memory, then times the rows'
-  scale and the columns' (1, 128) weight scales into the fp32 accumulator (``_products``). A group past the expert's
-  last row takes no products. A warpgroup scales one column half's sum while its other half's and the other
-  warpgroups' products run on the tensor cores.
+  tokens are wgmma's M, so a token row's activation scale is one register a thread): a step is four 32-deep FP8
+  products of all 128 weight rows summed on the tensor cores' accumulator, straight from shared memory, then times
+  the rows' scale and the columns' (1, 128) weight scales into the fp32 accumulator (``_products``). A group past
+  the expert's last row takes no products. One warpgroup scales its sum while the others' products run.
 """
 
 from __future__ import annotations
@@ -51,25 +50,25 @@ def _loader(a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, emp
 
 
 @gluon.jit
-def _issue(a_tile, w_tile, acc, c: gl.constexpr, j: gl.constexpr, USE_ACC: gl.constexpr, W_PART: gl.constexpr):
-    """Issues acc (USE_ACC) plus the step's j-th 32-deep FP8 product of the group's rows and the weight tile's
-    column half c (64 weight rows)."""
-    b = w_tile.slice(c * W_PART, W_PART, dim=0).slice(32 * j, 32, dim=1).permute((1, 0))
+def _issue(a_tile, w_tile, acc, j: gl.constexpr, USE_ACC: gl.constexpr):
+    """Issues acc (USE_ACC) plus the step's j-th 32-deep FP8 product of the group's rows and the weight tile."""
+    b = w_tile.slice(32 * j, 32, dim=1).permute((1, 0))
     return warpgroup_mma(a_tile.slice(32 * j, 32, dim=1), b, acc, use_acc=USE_ACC, is_async=True)
 
 
 @gluon.jit
-def _column_scales(ws_slot, c: gl.constexpr, W_PART: gl.constexpr, layout: gl.constexpr):
-    """Column half c's fp32 weight scales from the step's slot (its unswizzled row read as a flat one). (As E8M0
-    bytes, converted here, they cost ~3 instructions a value: ~190 of a step's ~545, offline SASS.)"""
+def _column_scales(ws_slot, layout: gl.constexpr):
+    """The step's fp32 weight scales, one a column, from its slot (the unswizzled row read as a flat one). (As E8M0
+    bytes, converted here, they cost ~3 instructions a value: ~190 of a step's ~545, offline SASS, session 29.)"""
     row = ws_slot._reinterpret(gl.float32, [ws_slot.type.shape[1]], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
-    return gl.expand_dims(row.slice(c * W_PART, W_PART).load(gl.SliceLayout(0, layout)), 0)
+    return gl.expand_dims(row.load(gl.SliceLayout(0, layout)), 0)
 
 
 @gluon.jit
 def _store(acc, OUT, trow0, row1, ncol0, N, stride_om):
     """acc[token rows, weight rows] into OUT[token row, column] in OUT's dtype, 16-byte stores along the
-    columns; rows from row1 on and columns from N on left out."""
+    columns; rows from row1 on and columns from N on left out. (Stored straight from the accumulator's layout,
+    4-byte stores, with the shared memory so saved a fifth ring slot: 4-11% slower, session 31.)"""
     M: gl.constexpr = acc.shape[0]
     W: gl.constexpr = acc.shape[1]
     out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
@@ -82,15 +81,14 @@ def _store(acc, OUT, trow0, row1, ncol0, N, stride_om):
 
 
 @gluon.jit
-def _issue_half(a_smem, w_smem, p, s, c: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr,
-                W_PART: gl.constexpr):
-    """Issues slot s's four 32-deep products of warpgroup H's rows and column half c into p (its old value
+def _issue_step(a_smem, w_smem, p, s, GROUPS: gl.constexpr, H: gl.constexpr):
+    """Issues slot s's four 32-deep products of warpgroup H's rows and the weight tile into p (its old value
     dropped)."""
     a_tile = a_smem.index(GROUPS * s + H)
     w_tile = w_smem.index(s)
-    p = _issue(a_tile, w_tile, p, c, 0, False, W_PART)
+    p = _issue(a_tile, w_tile, p, 0, False)
     for j in gl.static_range(1, 4):
-        p = _issue(a_tile, w_tile, p, c, j, True, W_PART)
+        p = _issue(a_tile, w_tile, p, j, True)
     return p
 
 
@@ -104,90 +102,47 @@ def _wait_step(ready, t_ready, kb, STAGES: gl.constexpr, GROUPS: gl.constexpr, H
 
 
 @gluon.jit
-def _promote(acc, p, a, ws_slot, c: gl.constexpr, layout: gl.constexpr):
-    """acc + a step's column-half sum p times its rows' scales a and its columns' weight scales."""
-    return acc + p * (gl.expand_dims(a, 1) * _column_scales(ws_slot, c, p.type.shape[1], layout))
+def _promote(acc, p, a, ws_slot, layout: gl.constexpr):
+    """acc + a step's sum p times its rows' scales a and its columns' weight scales."""
+    return acc + p * (gl.expand_dims(a, 1) * _column_scales(ws_slot, layout))
 
 
 @gluon.jit
 def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om,
-              k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr, UNROLL: gl.constexpr,
-              NSPLIT: gl.constexpr):
+              k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr):
     """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back).
 
-    Activations with one scale a 128-deep step (``act_quant``'s ``scale_block``): a column half's step is four
-    32-deep FP8 products summed on the tensor cores' accumulator, then times the rows' and columns' scales into
-    acc -- DeepGEMM's promotion, 2 fp32 operations a value a step (session 29's per-32 scales, in a Horner chain of
-    four scalings, took 5 and left the kernel issue-bound). UNROLL: see the loop."""
+    Activations with one scale a 128-deep step (``act_quant``'s ``scale_block``): a step is four 32-deep FP8
+    products summed on the tensor cores' accumulator, then times the rows' and columns' scales into acc --
+    DeepGEMM's promotion, 2 fp32 operations a value a step (session 29's per-32 scales, in a Horner chain of four
+    scalings, took 5 and left the kernel issue-bound).
+
+    One 128-wide product chain a step (session 31): the activations are read from shared memory once a step.
+    Session 30's two 64-wide column halves (one half's sum scaled while the other's products ran) read them
+    twice and were 5-11% slower (``probe_moe_fp8_bounds.py``, part s31e); with the halves pipelined over two
+    steps a loop iteration (each half's next step issued before the other half was promoted: the same bits),
+    3-5% faster than the halves alone. (Products left in flight across the loop's back edge made ptxas serialize
+    them all, C7514, offline.)"""
     HALF: gl.constexpr = a_smem.type.shape[1]
-    W_HALF: gl.constexpr = w_smem.type.shape[1] // NSPLIT
+    W_ROWS: gl.constexpr = w_smem.type.shape[1]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, W_HALF, 32])
+                                                         instr_shape=[16, W_ROWS, 32])
     trow0 = row0 + H * HALF
     if trow0 < row1:
         rows = trow0 + gl.arange(0, HALF, layout=gl.SliceLayout(1, mma_layout))
         # rows past row1 read the last row's scales (their results are not stored)
         arow = AS + gl.minimum(rows, row1 - 1).to(gl.int64) * stride_asm
-        if NSPLIT == 1:
-            p = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
-            acc = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
-            for kb in range(k_steps):
-                a = gl.load(arow + kb)  # loaded before the wait, its latency under it
-                s = kb % STAGES
-                _wait_step(ready, t_ready, kb, STAGES, GROUPS, H)
-                p = _issue_half(a_smem, w_smem, p, s, 0, GROUPS, H, W_HALF)
-                p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
-                acc = _promote(acc, p, a, ws_smem.index(s), 0, mma_layout)
-                mbarrier.arrive(empty.index(s), count=1)
-            _store(acc, OUT, trow0, row1, col0, N, stride_om)
-        else:
-            pa = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
-            pb = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
-            acc_a = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
-            acc_b = gl.zeros((HALF, W_HALF), dtype=gl.float32, layout=mma_layout)
-            # UNROLL steps an iteration: within them a half's next step is issued as soon as its sum is promoted, so
-            # this warpgroup's products stay queued on the tensor cores while it promotes; only an iteration's last
-            # step promotes its second half with none in flight. (Products in flight across the loop's back edge made
-            # ptxas serialize them all, C7514, offline.) The steps past a multiple of UNROLL run one an iteration.
-            k_main = k_steps - k_steps % UNROLL
-            for kb0 in range(0, k_main, UNROLL):
-                a = gl.load(arow + kb0)
-                _wait_step(ready, t_ready, kb0, STAGES, GROUPS, H)
-                pa = _issue_half(a_smem, w_smem, pa, kb0 % STAGES, 0, GROUPS, H, W_HALF)
-                pb = _issue_half(a_smem, w_smem, pb, kb0 % STAGES, 1, GROUPS, H, W_HALF)
-                for u in gl.static_range(UNROLL):
-                    s = (kb0 + u) % STAGES
-                    if u + 1 < UNROLL:
-                        s1 = (kb0 + u + 1) % STAGES
-                        a1 = gl.load(arow + kb0 + u + 1)
-                        pa = warpgroup_mma_wait(num_outstanding=4, deps=(pa, ))  # pb's four still in flight
-                        acc_a = _promote(acc_a, pa, a, ws_smem.index(s), 0, mma_layout)
-                        _wait_step(ready, t_ready, kb0 + u + 1, STAGES, GROUPS, H)
-                        pa = _issue_half(a_smem, w_smem, acc_a, s1, 0, GROUPS, H, W_HALF)
-                        pb = warpgroup_mma_wait(num_outstanding=4, deps=(pb, ))  # the next pa's four in flight
-                        acc_b = _promote(acc_b, pb, a, ws_smem.index(s), 1, mma_layout)
-                        mbarrier.arrive(empty.index(s), count=1)
-                        pb = _issue_half(a_smem, w_smem, acc_b, s1, 1, GROUPS, H, W_HALF)
-                        a = a1
-                    else:
-                        pa = warpgroup_mma_wait(num_outstanding=4, deps=(pa, ))
-                        acc_a = _promote(acc_a, pa, a, ws_smem.index(s), 0, mma_layout)
-                        pb = warpgroup_mma_wait(num_outstanding=0, deps=(pb, ))
-                        acc_b = _promote(acc_b, pb, a, ws_smem.index(s), 1, mma_layout)
-                        mbarrier.arrive(empty.index(s), count=1)
-            for kb in range(k_main, k_steps):
-                a = gl.load(arow + kb)  # loaded before the wait, its latency under it
-                s = kb % STAGES
-                _wait_step(ready, t_ready, kb, STAGES, GROUPS, H)
-                pa = _issue_half(a_smem, w_smem, pa, s, 0, GROUPS, H, W_HALF)
-                pb = _issue_half(a_smem, w_smem, pb, s, 1, GROUPS, H, W_HALF)
-                pa = warpgroup_mma_wait(num_outstanding=4, deps=(pa, ))  # pb's four products still in flight
-                acc_a = _promote(acc_a, pa, a, ws_smem.index(s), 0, mma_layout)
-                pb = warpgroup_mma_wait(num_outstanding=0, deps=(pb, ))
-                acc_b = _promote(acc_b, pb, a, ws_smem.index(s), 1, mma_layout)
-                mbarrier.arrive(empty.index(s), count=1)
-            _store(acc_a, OUT, trow0, row1, col0, N, stride_om)
-            _store(acc_b, OUT, trow0, row1, col0 + W_HALF, N, stride_om)
+        p = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
+        acc = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
+        for kb in range(k_steps):
+            a = gl.load(arow + kb)  # loaded before the wait, its latency under it
+            s = kb % STAGES
+            _wait_step(ready, t_ready, kb, STAGES, GROUPS, H)
+            p = _issue_step(a_smem, w_smem, p, s, GROUPS, H)
+            p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
+            acc = _promote(acc, p, a, ws_smem.index(s), mma_layout)
+            mbarrier.arrive(empty.index(s), count=1)
+        _store(acc, OUT, trow0, row1, col0, N, stride_om)
     else:
         for kb in range(k_steps):
             s = kb % STAGES
@@ -197,7 +152,7 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row
 
 @gluon.jit
 def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, stride_asm, stride_om,
-                   STAGES: gl.constexpr, UNROLL: gl.constexpr, NSPLIT: gl.constexpr):
+                   STAGES: gl.constexpr):
     """Program (n tile, route tile): OUT[r, n tile's columns] = sum over K of A[r] W_expert^T with A's per-128
     scales AS (fp32 [rows, K / 128]) and the weight's (1, 128) scales (``s_desc``: fp32 [E K / 128, N], a step's
     columns in a row) for the tile's rows r in [row0, row1): its first 128, and up to 64 more (the
@@ -226,11 +181,11 @@ def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE
         empty = _barriers(STAGES, GROUPS)  # one arrival a warpgroup
         gl.warp_specialize([
             (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
-                         stride_om, k_steps, STAGES, GROUPS, 0, UNROLL, NSPLIT)),
+                         stride_om, k_steps, STAGES, GROUPS, 0)),
             (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
-                         stride_om, k_steps, STAGES, GROUPS, 1, UNROLL, NSPLIT)),
+                         stride_om, k_steps, STAGES, GROUPS, 1)),
             (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
-                         stride_om, k_steps, STAGES, GROUPS, 2, UNROLL, NSPLIT)),
+                         stride_om, k_steps, STAGES, GROUPS, 2)),
             (_loader, (a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0,
                        expert * k_steps, col0, has_tail, k_steps, STAGES, GROUPS)),
         ], [4, 4, 1], [PRODUCT_REGS, PRODUCT_REGS, 24])
