@@ -64,7 +64,7 @@ from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import reference, reference_fp8
 from deepinfer_adapters.kernels import fp8_blockwise, gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
 from deepinfer_adapters.kernels import triton_pool, triton_sparse_attn, triton_support
-from deepinfer_adapters.kernels import triton_hc_post_norm, triton_linear, triton_topk
+from deepinfer_adapters.kernels import triton_linear, triton_topk
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -328,9 +328,6 @@ AB_SWITCHES = {
     # prefill: the dense linears' bf16 GEMMs (LARGE_M_PATH) instead of cuBLAS's block-scaled FP8 one
     # (fp8_blockwise.DENSE_FP8)
     "dense_fp8": flag(fp8_blockwise, "DENSE_FP8", False),
-    # prefill: hc_post_pre_norm in 1024-wide slices a token with arrival counters instead of one program a token
-    # (triton_hc_post_norm.WHOLE_ROWS)
-    "hc_whole_rows": flag(triton_hc_post_norm, "WHOLE_ROWS", False),
     # prefill: wo_a's grouped GEMM on the Triton kernel instead of cuBLAS (triton_fp8_gemm.GROUPED_CUBLAS)
     "grouped_cublas": flag(triton_fp8_gemm, "GROUPED_CUBLAS", False),
     # prefill: hc_mix_logits splits its weight in every program instead of loading cached pieces

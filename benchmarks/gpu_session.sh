@@ -1265,8 +1265,8 @@ if has s31g; then  # session 31 (~3 min): the 8192-token prefill A/B'd again (a 
   prefill_run s31gprefill 240 --prefill-ab gluon_moe_fp8 --prefill-reps 5
   pack
 fi
-if has s31h; then  # session 31 (~3.5 min): hc_post_pre_norm with one program a token from 256 tokens on
-  # (triton_hc_post_norm.WHOLE_ROWS): its GPU tests (the same bits as the two kernels), the prefill A/B'd
+if has s31h; then  # session 31 (~3.5 min; as run then at cb0f665, since removed: it lost, 104.82 against 100.43 ms):
+  # hc_post_pre_norm with one program a token from 256 tokens on (WHOLE_ROWS): its GPU tests, the prefill A/B'd
   gpu_tests s31h 150 "REPORT|FAIL|Error|passed|failed" tests/gpu/test_hc_post_norm_gpu.py
   pack
   prefill_run s31hprefill 200 --prefill-ab hc_whole_rows --prefill-reps 3 --profile-prefill

@@ -13,8 +13,7 @@ row), then counts itself in the token's arrival counter (acquire-release); the t
 collapsed row back (10 KB) and writes the normed row, then re-arms the counter (``arrival_counters``: one set a CUDA
 stream).
 (Session 27's first form, every program computing the token's whole row and writing a slice, no counters, was
-slower than the two kernels: B=1 1.754-1.767 ms against 1.710, B=8 4.54-4.57 against 4.43.) Prefill-sized calls
-take one program a token instead (``WHOLE_ROWS``).
+slower than the two kernels: B=1 1.754-1.767 ms against 1.710, B=8 4.54-4.57 against 4.43.)
 
 Arithmetic: the operations and their order of ``triton_hc.hc_post`` (each product rounded to fp32, the residual's
 streams added in stream order, then the post term; cast to y's dtype) and of ``triton_norm_rope``'s rms_norm with
@@ -35,42 +34,22 @@ from deepinfer_adapters.kernels.triton_hc import block_d, post_operands, rows
 from deepinfer_adapters.kernels.triton_norm_rope import NORM_MAX_WIDTH, norm_warps
 from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
 
-# From WHOLE_ROW_TOKENS tokens on (prefill), one program a token writes its whole row and norms it itself: no
-# arrival counter, no other program to wait for; the same bits (the post part is elementwise, the norm the same code
-# on the same stored row). Why: at 8192 tokens the sliced form (five 1024-wide programs a token, each with an
-# acquire-release arrival) took 360 us a call, ~13 calls a V4.1 prefill (session 30's profile), against ~210 us of
-# bytes at copy bandwidth.
-WHOLE_ROWS = True
-WHOLE_ROW_TOKENS = 256
-
 
 @functools.cache
 def _kernel():
     import triton
     import triton.language as tl
 
-    global pdl_start, _norm_row  # bound at module level: Triton's interpreter resolves a kernel's names there
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
-
-    @triton.jit
-    def _norm_row(XPRE, W, H, t, D, stride_ht, inv_n, eps, HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr):
-        """h = norm(x) of the token's collapsed row as stored, in the rms_norm kernel's tile and order."""
-        cols = tl.arange(0, BLOCK_N)[None, :]  # [1, BLOCK_N]: the rms_norm kernel's tile at one row
-        inside = cols < D
-        xr = tl.load(XPRE + t * D + cols, mask=inside, other=0.0).to(tl.float32)
-        rs = tl.rsqrt(tl.sum(xr * xr, axis=1) * inv_n + eps)
-        h = xr * rs[:, None]
-        if HAS_WEIGHT:
-            h = tl.load(W + cols, mask=inside, other=0.0).to(tl.float32) * h
-        tl.store(H + t * stride_ht + cols, h.to(H.dtype.element_ty), mask=inside)
 
     @triton.jit
     def hc_post_norm_kernel(Y, R, POST, COMB, PRE, W, OUT, H, XPRE, COUNT, D, stride_yt, stride_rt, stride_rh,
                             stride_pt, stride_ct, stride_qt, stride_ot, stride_oh, stride_ht, inv_n, eps,
                             HC: tl.constexpr, HAS_WEIGHT: tl.constexpr, SLICE_D: tl.constexpr,
-                            BLOCK_N: tl.constexpr, ONE_SLICE: tl.constexpr):
+                            BLOCK_N: tl.constexpr):
         """Token pid0, D slice pid1: out_b = post_b y + sum_a comb[a, b] r_a and x = sum_b pre_b out_b (stored);
-        the token's last program (ONE_SLICE: its only one, no counter): h = norm(x) for the whole row."""
+        the token's last program: h = norm(x) for the whole row."""
         pdl_start()
         t = tl.program_id(0).to(tl.int64)
         offs = tl.program_id(1) * SLICE_D + tl.arange(0, SLICE_D)
@@ -91,14 +70,18 @@ def _kernel():
             else:
                 x += term
         tl.store(XPRE + t * D + offs, x.to(H.dtype.element_ty), mask=mask)
-        tl.debug_barrier()  # every thread's stores issued before the arrival (or the read-back) uses them
-        if ONE_SLICE:  # the program wrote the whole row: no other program to wait for
-            _norm_row(XPRE, W, H, t, D, stride_ht, inv_n, eps, HAS_WEIGHT, BLOCK_N)
-        else:
-            before = tl.atomic_add(COUNT + t, 1, sem="acq_rel", scope="gpu")
-            if before == tl.num_programs(1) - 1:  # the token's last program: every slice of x is written
-                tl.atomic_xchg(COUNT + t, 0, sem="relaxed", scope="gpu")  # re-armed for the next call
-                _norm_row(XPRE, W, H, t, D, stride_ht, inv_n, eps, HAS_WEIGHT, BLOCK_N)
+        tl.debug_barrier()  # every thread's stores issued before the arrival releases them
+        before = tl.atomic_add(COUNT + t, 1, sem="acq_rel", scope="gpu")
+        if before == tl.num_programs(1) - 1:  # the token's last program: every slice of x is written
+            tl.atomic_xchg(COUNT + t, 0, sem="relaxed", scope="gpu")  # re-armed for the next call
+            cols = tl.arange(0, BLOCK_N)[None, :]  # [1, BLOCK_N]: the rms_norm kernel's tile at one row
+            inside = cols < D
+            xr = tl.load(XPRE + t * D + cols, mask=inside, other=0.0).to(tl.float32)
+            rs = tl.rsqrt(tl.sum(xr * xr, axis=1) * inv_n + eps)
+            h = xr * rs[:, None]
+            if HAS_WEIGHT:
+                h = tl.load(W + cols, mask=inside, other=0.0).to(tl.float32) * h
+            tl.store(H + t * stride_ht + cols, h.to(H.dtype.element_ty), mask=inside)
 
     return triton, hc_post_norm_kernel
 
@@ -116,15 +99,13 @@ def hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor
     h = torch.empty(T, D, device=y.device, dtype=y.dtype)
     if T and D:
         block_n = triton.next_power_of_2(D)
-        one_slice = WHOLE_ROWS and T >= WHOLE_ROW_TOKENS
-        slice_d = block_n if one_slice else block_d(T, D)
+        slice_d = block_d(T, D)
         collapsed = torch.empty(T, D, device=y.device, dtype=y.dtype)
         w = h if weight is None else weight.contiguous()  # unused when weightless
         kernel[(T, triton.cdiv(D, slice_d))](
             y2, r, p, c, q, w, out, h, collapsed, counters(y.device, T), D, y2.stride(0), r.stride(0), r.stride(1),
             p.stride(0), c.stride(0), q.stride(0), out.stride(0), out.stride(1), h.stride(0), 1.0 / D, float(eps),
-            HC=hc, HAS_WEIGHT=weight is not None, SLICE_D=slice_d, BLOCK_N=block_n, ONE_SLICE=one_slice,
-            num_warps=norm_warps(block_n),
+            HC=hc, HAS_WEIGHT=weight is not None, SLICE_D=slice_d, BLOCK_N=block_n, num_warps=norm_warps(block_n),
             enable_fp_fusion=False, **pdl_launch())
     return out.view(*residual.shape), h.view(*y.shape)
 
