@@ -27,15 +27,17 @@ Also here (session 29, on by default: ``FP8_PRODUCTS``): the same GEMMs on FP8 p
 (``moe_fp8_kernel``): E4M3 activations with one scale a 128-deep step (V4.1's per-32 codes re-expressed under each
 128 values' largest scale by the quantizing pass, ``act_quant`` / ``swiglu_quant``'s ``scale_block``), tokens as
 wgmma's M (a row's scale one register a thread; a 64-row group past an expert's last row takes no products), a
-column half's four 32-deep products summed on the tensor cores, then one promotion times the row's and the
-columns' scales (DeepGEMM's), three warpgroups with an expert's last <= 64 rows. Within bf16 rounding of exact sums
-of its inputs (rel 1.7e-3; the tensor cores' accumulation up to 9e-4 of the products' magnitudes). H200, 8192 tokens
-(session 30, ``bench_gluon_moe.py``): w13 4.09-4.24 ms against the bf16 kernel's 4.48-4.96 with uniform routing,
-4.40-4.45 against 6.08-6.47 with skewed routing (``--skew 1.0``); w2 2.40 against 2.53-2.58, 2.50-2.64 against
-3.21-3.27. Session 29's form kept V4.1's per-32 scales and chained the four products in Horner form with their
-scale ratios: exact products, but 5 fp32 operations a value a step (offline SASS: 320 of ~430 instructions a thread
-a step) and issue-bound, slower than the bf16 kernel alone (w13 5.34-5.96 ms); removed. The 8192-token prefill:
-109.67 ms with this kernel against 123.73 with session 29's and 130.60 with the bf16 kernel (one run, part s30b).
+step's four 32-deep products of all 128 weight rows summed on the tensor cores, then one promotion times the row's
+and the columns' scales (DeepGEMM's), three warpgroups with an expert's last <= 64 rows. Within bf16 rounding of
+exact sums of its inputs (rel 1.7e-3; the tensor cores' accumulation up to 9e-4 of the products' magnitudes).
+H200, 8192 tokens, uniform routing (session 31, ``probe_moe_fp8_bounds.py``, part s31f): w13 3.62 ms, w2 2.20
+(session 30's two 64-wide column halves a step: 3.96-4.10 / 2.30-2.44; the bf16 kernel 4.9-5.1 / 2.9). Where the
+time goes (part s31b-f): the loader's stream alone (no products) takes 2.44 / 1.27 ms -- the weights' bytes at
+~3.7 TB/s --, the products with every tile's weights in L2 3.48 / 2.06: the warpgroups' products and promotions
+bound it, not memory (Nsight Compute, session 30's form: DRAM 56%, L2 70%, issue slots 40%). Session 29's form
+kept V4.1's per-32 scales and chained the four products in Horner form with their scale ratios: exact products,
+but 5 fp32 operations a value a step and issue-bound (w13 5.34-5.96 ms); removed. The 8192-token prefill: 99.60-
+103.83 ms with this kernel against 121.67-122.77 with the bf16 kernel (session 31, parts s31f-g).
 
 Takes: bf16 activations already in sorted row order (w13's gathered by ``index_select`` first), E4M3
 experts in ``quant.to_e4m3_tiles``' layout with E8M0 scales per (1, 128), ``triton_moe.route``'s 128-row
@@ -58,10 +60,10 @@ TAIL = 32  # rows past TILE a tile may carry (``absorb_tails``), in a second, na
 GLUON_MOE = True  # prefill-sized bf16-path MoE GEMMs through moe_bf16_kernel where it fits
 STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
 # prefill-sized MoE GEMMs with per-32 activation scales (V4.1) on FP8 products (``grouped_gemm_fp8``) instead of
-# the bf16 path, outside batch-invariant mode. H200, the 8192-token prefill (medians of 3): 109.67 ms against 130.60
-# on the bf16 kernel (session 30, part s30b); with the dense linears on FP8 too, 107.76 against 129.85 (part s30e)
+# the bf16 path, outside batch-invariant mode. H200, the 8192-token prefill (medians of 3, the dense linears on FP8
+# too): 99.60 ms against 121.67 on the bf16 kernel (session 31, part s31f)
 FP8_PRODUCTS = True
-FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each)
+FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each; 3 within noise, session 31)
 FP8_TAIL = 64  # rows past TILE a tile of moe_fp8_kernel may carry (absorb_tails), on its third warpgroup
 
 
