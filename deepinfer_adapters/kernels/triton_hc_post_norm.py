@@ -18,7 +18,8 @@ slower than the two kernels: B=1 1.754-1.767 ms against 1.710, B=8 4.54-4.57 aga
 Arithmetic: the operations and their order of ``triton_hc.hc_post`` (each product rounded to fp32, the residual's
 streams added in stream order, then the post term; cast to y's dtype) and of ``triton_norm_rope``'s rms_norm with
 HC (the new streams as stored, collapsed with ``pre`` in stream order, cast to the output dtype; the square sum over
-a [1, BLOCK_N] tile in the same number of warps; rsqrt; x r, then weight (x r)), so the two kernels' bits
+that kernel's [BLOCK_R, BLOCK_N] tile with only the token's row live, in the same number of warps; rsqrt; x r, then
+weight (x r)), so the two kernels' bits
 (tests/gpu/test_hc_post_norm_gpu.py checks them).
 """
 
@@ -31,7 +32,7 @@ import torch
 from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.arrival_counters import counters
 from deepinfer_adapters.kernels.triton_hc import block_d, post_operands, rows
-from deepinfer_adapters.kernels.triton_norm_rope import NORM_MAX_WIDTH, norm_warps
+from deepinfer_adapters.kernels.triton_norm_rope import NORM_MAX_WIDTH, NORM_TILE, norm_warps
 from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
 
 
@@ -47,7 +48,7 @@ def _kernel():
     def hc_post_norm_kernel(Y, R, POST, COMB, PRE, W, OUT, H, XPRE, COUNT, D, stride_yt, stride_rt, stride_rh,
                             stride_pt, stride_ct, stride_qt, stride_ot, stride_oh, stride_ht, inv_n, eps,
                             HC: tl.constexpr, HAS_WEIGHT: tl.constexpr, SLICE_D: tl.constexpr,
-                            BLOCK_N: tl.constexpr):
+                            BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
         """Token pid0, D slice pid1: out_b = post_b y + sum_a comb[a, b] r_a and x = sum_b pre_b out_b (stored);
         the token's last program: h = norm(x) for the whole row."""
         pdl_start()
@@ -74,14 +75,18 @@ def _kernel():
         before = tl.atomic_add(COUNT + t, 1, sem="acq_rel", scope="gpu")
         if before == tl.num_programs(1) - 1:  # the token's last program: every slice of x is written
             tl.atomic_xchg(COUNT + t, 0, sem="relaxed", scope="gpu")  # re-armed for the next call
-            cols = tl.arange(0, BLOCK_N)[None, :]  # [1, BLOCK_N]: the rms_norm kernel's tile at one row
-            inside = cols < D
-            xr = tl.load(XPRE + t * D + cols, mask=inside, other=0.0).to(tl.float32)
+            # the rms_norm kernel's [BLOCK_R, BLOCK_N] tile with only its first row live: the same square-sum
+            # tree (at narrow D that kernel norms several rows a program; one row's tile summed in another order,
+            # 1 of 81,600 bf16 values at D 320, session 31)
+            tile_rows = tl.arange(0, BLOCK_R)[:, None]
+            cols = 0 * tile_rows + tl.arange(0, BLOCK_N)[None, :]  # [BLOCK_R, BLOCK_N], each row the token's
+            live = (tile_rows == 0) & (cols < D)
+            xr = tl.load(XPRE + t * D + cols, mask=live, other=0.0).to(tl.float32)
             rs = tl.rsqrt(tl.sum(xr * xr, axis=1) * inv_n + eps)
             h = xr * rs[:, None]
             if HAS_WEIGHT:
-                h = tl.load(W + cols, mask=inside, other=0.0).to(tl.float32) * h
-            tl.store(H + t * stride_ht + cols, h.to(H.dtype.element_ty), mask=inside)
+                h = tl.load(W + cols, mask=live, other=0.0).to(tl.float32) * h
+            tl.store(H + t * stride_ht + cols, h.to(H.dtype.element_ty), mask=live)
 
     return triton, hc_post_norm_kernel
 
@@ -99,13 +104,15 @@ def hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor
     h = torch.empty(T, D, device=y.device, dtype=y.dtype)
     if T and D:
         block_n = triton.next_power_of_2(D)
+        block_r = max(1, NORM_TILE // block_n)  # the rms_norm kernel's rows a program: its tile's shape
         slice_d = block_d(T, D)
         collapsed = torch.empty(T, D, device=y.device, dtype=y.dtype)
         w = h if weight is None else weight.contiguous()  # unused when weightless
         kernel[(T, triton.cdiv(D, slice_d))](
             y2, r, p, c, q, w, out, h, collapsed, counters(y.device, T), D, y2.stride(0), r.stride(0), r.stride(1),
             p.stride(0), c.stride(0), q.stride(0), out.stride(0), out.stride(1), h.stride(0), 1.0 / D, float(eps),
-            HC=hc, HAS_WEIGHT=weight is not None, SLICE_D=slice_d, BLOCK_N=block_n, num_warps=norm_warps(block_n),
+            HC=hc, HAS_WEIGHT=weight is not None, SLICE_D=slice_d, BLOCK_R=block_r, BLOCK_N=block_n,
+            num_warps=norm_warps(block_r * block_n),
             enable_fp_fusion=False, **pdl_launch())
     return out.view(*residual.shape), h.view(*y.shape)
 

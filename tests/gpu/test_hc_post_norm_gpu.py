@@ -48,7 +48,7 @@ def _assert_same(got, want, what: str) -> None:
         assert torch.equal(a, b), f"{what}: {name} not bit-equal to the two kernels ({same:.6f} equal)"
 
 
-@pytest.mark.parametrize("T", (1, 7, 64, 65, 513))
+@pytest.mark.parametrize("T", (1, 7, 64, 65, 255, 513))
 @pytest.mark.parametrize("D", (5120, 4096, 7168, 320))
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32))
 def test_same_bits_as_the_two_kernels(T, D, dtype):
