@@ -43,9 +43,12 @@ def compile_offline() -> None:
            "w_desc": f"tensordesc<fp8e4nv[{TILE},128],{w_layout!r}>",
            "s_desc": f"tensordesc<fp32[1,{TILE}],{s_layout!r}>", "AS": "*fp32", "OUT": "*bf16",
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32", "K": "i32",
-           "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr"}
+           "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr",
+           "PINGPONG": "constexpr"}
     divisible = ("AS", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "N", "K", "stride_asm", "stride_om")
-    compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES}, divisible, "moe_fp8_kernel")
+    for pingpong in (False, True):
+        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "PINGPONG": pingpong}, divisible,
+                     f"moe_fp8_kernel pingpong={pingpong}")
 
 
 def main():

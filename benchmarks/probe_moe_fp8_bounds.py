@@ -2,6 +2,7 @@
 same launch with parts of its work taken away through its tile table alone (no kernel change), timed side by side.
 
 - ``full``: the model's call;
+- ``pingpong``: the warpgroups issue each step's products in turn (``FP8_PINGPONG``), bits checked against ``full``;
 - ``stages 3``: one ring slot fewer (is the weights' stream latency-bound?);
 - ``data only``: every active tile with no rows (row1 = row0): the loader streams the same weight and activation
   tiles, the warpgroups take no products and store nothing -- the kernel's memory side alone;
@@ -44,15 +45,17 @@ def main():
     rows = args.tokens * TOPK
     idle = torch.full_like(joined.expert, -1)
     l2 = tg.Groups(torch.where(active, 0, -1).to(joined.expert.dtype), joined.row0, joined.row1)
-    variants = {  # label: (tile table, FP8_STAGES)
-        "full": (joined, 4),
-        "stages 3": (joined, 3),
-        "data only": (tg.Groups(joined.expert, joined.row0, joined.row0), 4),
-        "weights in L2": (l2, 4),
-        "active tiles only": (tg.Groups(joined.expert[active], joined.row0[active], joined.row1[active]), 4),
-        "no tiles": (tg.Groups(idle, joined.row0, joined.row1), 4),
+    variants = {  # label: (tile table, FP8_STAGES, FP8_PINGPONG)
+        "full": (joined, 4, False),
+        "pingpong": (joined, 4, True),
+        "stages 3": (joined, 3, False),
+        "data only": (tg.Groups(joined.expert, joined.row0, joined.row0), 4, False),
+        "weights in L2": (l2, 4, False),
+        "pingpong weights in L2": (l2, 4, True),
+        "active tiles only": (tg.Groups(joined.expert[active], joined.row0[active], joined.row1[active]), 4, False),
+        "no tiles": (tg.Groups(idle, joined.row0, joined.row1), 4, False),
     }
-    default_stages = gluon_moe.FP8_STAGES
+    defaults = gluon_moe.FP8_STAGES, gluon_moe.FP8_PINGPONG
     print(f"tiles: {joined.expert.numel()} in the grid's route dimension, {int(active.sum())} active", flush=True)
     for name, weight, scale in (("w13", mod.w13, mod.w13_scale), ("w2", mod.w2, mod.w2_scale)):
         N, K = expert_matrix(weight)
@@ -62,13 +65,19 @@ def main():
         times = {label: [] for label in variants}
         call = lambda table: gluon_moe.grouped_gemm_fp8(q, qs, weight, scale, table)  # noqa: E731
         for _ in range(args.rounds):
-            for label, (table, stages) in variants.items():
-                gluon_moe.FP8_STAGES = stages
+            for label, (table, *settings) in variants.items():
+                gluon_moe.FP8_STAGES, gluon_moe.FP8_PINGPONG = settings
                 times[label].append(time_eager(lambda: call(table), reps=5, warm=1))
-        gluon_moe.FP8_STAGES = default_stages
+        outs = {}
+        for label in ("full", "pingpong"):
+            table, *settings = variants[label]
+            gluon_moe.FP8_STAGES, gluon_moe.FP8_PINGPONG = settings
+            outs[label] = call(table)
+        print(f"{name} pingpong: the same bits as full {torch.equal(outs['pingpong'], outs['full'])}", flush=True)
+        gluon_moe.FP8_STAGES, gluon_moe.FP8_PINGPONG = defaults
         for label, us in times.items():
             med = statistics.median(us)
-            print(f"{name} {label:18s}: {med:8.1f} us (rounds {' '.join(f'{u:.0f}' for u in us)}) "
+            print(f"{name} {label:22s}: {med:8.1f} us (rounds {' '.join(f'{u:.0f}' for u in us)}) "
                   f"{flops / med / 1e6:6.0f} TFLOP/s of the full call's work", flush=True)
 
 

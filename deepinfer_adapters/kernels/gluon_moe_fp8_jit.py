@@ -108,8 +108,20 @@ def _promote(acc, p, a, ws_slot, layout: gl.constexpr):
 
 
 @gluon.jit
-def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm, stride_om,
-              k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr):
+def _take_turn(turn, kb, H: gl.constexpr):
+    """Waits until the warpgroup before this one in the rotation has issued step kb's products (the first
+    warpgroup: until the last one has issued step kb - 1's; nothing at step 0)."""
+    if H == 0:
+        if kb > 0:
+            mbarrier.wait(turn.index(0), (kb - 1) & 1)
+    else:
+        mbarrier.wait(turn.index(H), kb & 1)
+
+
+@gluon.jit
+def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row0, row1, col0, N, stride_asm,
+              stride_om, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr,
+              PINGPONG: gl.constexpr):
     """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back).
 
     Activations with one scale a 128-deep step (``act_quant``'s ``scale_block``): a step is four 32-deep FP8
@@ -122,7 +134,12 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row
     twice and were 5-11% slower (``probe_moe_fp8_bounds.py``, part s31e); with the halves pipelined over two
     steps a loop iteration (each half's next step issued before the other half was promoted: the same bits),
     3-5% faster than the halves alone. (Products left in flight across the loop's back edge made ptxas serialize
-    them all, C7514, offline.)"""
+    them all, C7514, offline.)
+
+    PINGPONG (session 31, not yet run on the GPU): the tile's active warpgroups issue each step's products in turn
+    (0, 1[, 2], 0, ...: ``turn``, one barrier a warpgroup), so one's products run on the tensor cores while the one
+    before it promotes. Without it they issue together, the tensor cores interleave their products, and all
+    promote at once with the tensor cores idle -- the probe puts the kernel at ~1.5x its data stream alone."""
     HALF: gl.constexpr = a_smem.type.shape[1]
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -134,11 +151,17 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row
         arow = AS + gl.minimum(rows, row1 - 1).to(gl.int64) * stride_asm
         p = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
         acc = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
+        # the tile's active warpgroups (a prefix: its rows are contiguous) and the next one in the rotation
+        following = (H + 1) % gl.minimum(GROUPS, gl.cdiv(row1 - row0, HALF))
         for kb in range(k_steps):
             a = gl.load(arow + kb)  # loaded before the wait, its latency under it
             s = kb % STAGES
             _wait_step(ready, t_ready, kb, STAGES, GROUPS, H)
+            if PINGPONG:
+                _take_turn(turn, kb, H)
             p = _issue_step(a_smem, w_smem, p, s, GROUPS, H)
+            if PINGPONG:
+                mbarrier.arrive(turn.index(following), count=1)
             p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
             acc = _promote(acc, p, a, ws_smem.index(s), mma_layout)
             mbarrier.arrive(empty.index(s), count=1)
@@ -152,7 +175,7 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row
 
 @gluon.jit
 def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, stride_asm, stride_om,
-                   STAGES: gl.constexpr):
+                   STAGES: gl.constexpr, PINGPONG: gl.constexpr):
     """Program (n tile, route tile): OUT[r, n tile's columns] = sum over K of A[r] W_expert^T with A's per-128
     scales AS (fp32 [rows, K / 128]) and the weight's (1, 128) scales (``s_desc``: fp32 [E K / 128, N], a step's
     columns in a row) for the tile's rows r in [row0, row1): its first 128, and up to 64 more (the
@@ -179,13 +202,14 @@ def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE
         ready = _barriers(STAGES, 1)
         t_ready = _barriers(STAGES, 1)
         empty = _barriers(STAGES, GROUPS)  # one arrival a warpgroup
+        turn = _barriers(GROUPS, 1)  # PINGPONG's: warpgroup h may issue when turn[h] completes
         gl.warp_specialize([
-            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
-                         stride_om, k_steps, STAGES, GROUPS, 0)),
-            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
-                         stride_om, k_steps, STAGES, GROUPS, 1)),
-            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
-                         stride_om, k_steps, STAGES, GROUPS, 2)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row0, row1, col0, N,
+                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 0, PINGPONG)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row0, row1, col0, N,
+                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 1, PINGPONG)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row0, row1, col0, N,
+                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 2, PINGPONG)),
             (_loader, (a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0,
                        expert * k_steps, col0, has_tail, k_steps, STAGES, GROUPS)),
         ], [4, 4, 1], [PRODUCT_REGS, PRODUCT_REGS, 24])
