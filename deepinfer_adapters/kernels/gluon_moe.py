@@ -59,6 +59,8 @@ TILE = 128  # token rows (beyond the tail), weight rows and K of a step: the E4M
 TAIL = 32  # rows past TILE a tile may carry (``absorb_tails``), in a second, narrower product
 GLUON_MOE = True  # prefill-sized bf16-path MoE GEMMs through moe_bf16_kernel where it fits
 STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
+# moe_bf16_kernel's two warpgroups issue each step's products in turn (its _products' doc; session 31, not yet run)
+PINGPONG = False
 # prefill-sized MoE GEMMs with per-32 activation scales (V4.1) on FP8 products (``grouped_gemm_fp8``) instead of
 # the bf16 path, outside batch-invariant mode. H200, the 8192-token prefill (medians of 3, the dense linears on FP8
 # too): 99.60 ms against 121.67 on the bf16 kernel (session 31, part s31f)
@@ -142,7 +144,7 @@ def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tens
     ws = scale.view(torch.uint8)
     grid = (triton.cdiv(N, TILE), groups.expert.numel())
     moe_bf16_kernel[grid](a_desc, t_desc, w_desc, ws, out, groups.expert, groups.row0, groups.row1, N, K, ws.stride(0),
-                          ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
+                          ws.stride(1), out.stride(0), STAGES=STAGES, PINGPONG=PINGPONG, num_warps=4)
     return out
 
 

@@ -19,7 +19,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from deepinfer_adapters.kernels.gluon_moe_jit import _barriers, _tma_load
+from deepinfer_adapters.kernels.gluon_moe_jit import _barriers, _take_turn, _tma_load
 
 # registers a thread of the second and third product warpgroups: three warpgroups at 160, the loader warp (and
 # Triton's padding warps) at 24 fit the SM's 64K
@@ -105,17 +105,6 @@ def _wait_step(ready, t_ready, kb, STAGES: gl.constexpr, GROUPS: gl.constexpr, H
 def _promote(acc, p, a, ws_slot, layout: gl.constexpr):
     """acc + a step's sum p times its rows' scales a and its columns' weight scales."""
     return acc + p * (gl.expand_dims(a, 1) * _column_scales(ws_slot, layout))
-
-
-@gluon.jit
-def _take_turn(turn, kb, H: gl.constexpr):
-    """Waits until the warpgroup before this one in the rotation has issued step kb's products (the first
-    warpgroup: until the last one has issued step kb - 1's; nothing at step 0)."""
-    if H == 0:
-        if kb > 0:
-            mbarrier.wait(turn.index(0), (kb - 1) & 1)
-    else:
-        mbarrier.wait(turn.index(H), kb & 1)
 
 
 @gluon.jit
