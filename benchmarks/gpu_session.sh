@@ -49,6 +49,12 @@ prefill_run() {  # NAME LIMIT BENCH-ARGS...
     sed -n '/# by kernel/,$p' "$OUT/$name/kernels_prefill_8192.txt" | head -40
   fi
 }
+# a part's probe or benchmark script (session 31 on): its output in NAME.log, the last LINES lines but INFO
+probe() {  # NAME LIMIT LINES SCRIPT ARGS...
+  local name=$1 limit=$2 lines=$3; shift 3
+  timeout "$limit" python "$@" > "$OUT/$name.log" 2>&1
+  grep -vE "^INFO" "$OUT/$name.log" | tail -"$lines"
+}
 # GPU parity and invariance tests. All of tests/gpu took ~5 min in session 10 and ran past 420 s from session 17
 # on, so `tests1` and `tests2` run it in two calls (tests/gpu's files before and from test_model_flashmla_gpu.py),
 # each with pytest's 25 slowest tests listed; `tests` runs it whole
@@ -1226,28 +1232,24 @@ if has s31a; then  # session 31 (~7 min): session 30's unrun GPU tests (the tiny
 fi
 if has s31b; then  # session 31 (~1.5 min): the FP8 MoE kernel's time taken apart through its tile table
   # (probe_moe_fp8_bounds.py: data only, weights in L2, a ring slot fewer, idle tiles left out)
-  timeout 200 python benchmarks/probe_moe_fp8_bounds.py > "$OUT/probe_moe_fp8_s31b.log" 2>&1
-  grep -vE "^INFO" "$OUT/probe_moe_fp8_s31b.log" | tail -20
+  probe probe_moe_fp8_s31b 200 20 benchmarks/probe_moe_fp8_bounds.py
   pack
 fi
 if has s31c; then  # session 31 (~2.5 min; as run then at 3bf0beb, its variants since removed): the FP8 MoE kernel's products pipelined over 2 / 4 steps a loop
   # iteration (FP8_UNROLL) against one (the probe: bits and times side by side); the GPU tests at the default
-  timeout 200 python benchmarks/probe_moe_fp8_bounds.py > "$OUT/probe_moe_fp8_s31c.log" 2>&1
-  grep -vE "^INFO" "$OUT/probe_moe_fp8_s31c.log" | tail -22
+  probe probe_moe_fp8_s31c 200 22 benchmarks/probe_moe_fp8_bounds.py
   pack
   gpu_tests s31c 200 "REPORT|FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py -s
   pack
 fi
 if has s31d; then  # session 31 (~1.5 min; as run then at 48ef39c, its variants since removed): the FP8 MoE kernel with one 128-wide product chain a step (FP8_NSPLIT 1)
   # against two 64-wide halves, with and without the products pipelined over 2 steps (probe_moe_fp8_bounds.py)
-  timeout 200 python benchmarks/probe_moe_fp8_bounds.py > "$OUT/probe_moe_fp8_s31d.log" 2>&1
-  grep -vE "^INFO" "$OUT/probe_moe_fp8_s31d.log" | tail -24
+  probe probe_moe_fp8_s31d 200 24 benchmarks/probe_moe_fp8_bounds.py
   pack
 fi
 if has s31e; then  # session 31 (~1.5 min; as run then at 48ef39c + FP8_DIRECT, its variants since removed): the FP8 MoE kernel's stores from the accumulators' layout and a fifth ring
   # slot, with one 128-wide product chain or two pipelined halves (probe_moe_fp8_bounds.py)
-  timeout 200 python benchmarks/probe_moe_fp8_bounds.py > "$OUT/probe_moe_fp8_s31e.log" 2>&1
-  grep -vE "^INFO" "$OUT/probe_moe_fp8_s31e.log" | tail -30
+  probe probe_moe_fp8_s31e 200 30 benchmarks/probe_moe_fp8_bounds.py
   pack
 fi
 if has s31f; then  # session 31 (~5 min): the FP8 MoE kernel on one 128-wide product chain a step: its GPU tests and
@@ -1255,8 +1257,7 @@ if has s31f; then  # session 31 (~5 min): the FP8 MoE kernel on one 128-wide pro
   gpu_tests s31f 240 "REPORT|FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py \
     tests/gpu/test_model_prefill_fp8_gpu.py -s
   pack
-  timeout 120 python benchmarks/probe_moe_fp8_bounds.py --rounds 2 > "$OUT/probe_moe_fp8_s31f.log" 2>&1
-  grep -vE "^INFO" "$OUT/probe_moe_fp8_s31f.log" | tail -14
+  probe probe_moe_fp8_s31f 120 14 benchmarks/probe_moe_fp8_bounds.py --rounds 2
   pack
   prefill_run s31fprefill 240 --prefill-ab dense_fp8 gluon_moe_fp8 --prefill-reps 3 --profile-prefill
   pack
@@ -1286,8 +1287,7 @@ if has s32b; then  # prepared in session 31, not yet run (~5 min): the FP8 MoE k
   pack
   gpu_tests s32b 200 "FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py -k "not in_turn"
   pack
-  timeout 150 python benchmarks/probe_moe_fp8_bounds.py > "$OUT/probe_moe_fp8_s32b.log" 2>&1
-  grep -vE "^INFO" "$OUT/probe_moe_fp8_s32b.log" | tail -20
+  probe probe_moe_fp8_s32b 150 20 benchmarks/probe_moe_fp8_bounds.py
   pack
   prefill_run s32bprefill 240 --prefill-ab moe_pingpong --prefill-reps 3
   pack
