@@ -49,6 +49,10 @@ prefill_run() {  # NAME LIMIT BENCH-ARGS...
     sed -n '/# by kernel/,$p' "$OUT/$name/kernels_prefill_8192.txt" | head -40
   fi
 }
+# whether a part's GPU tests (gpu_tests NAME ...) all passed: a last line of passes only (not cut short, none failed)
+passed_all() {  # NAME
+  tail -1 "$OUT/gpu_tests_$1.log" | grep -qE "^[0-9]+ passed" && ! tail -1 "$OUT/gpu_tests_$1.log" | grep -qE "failed|error"
+}
 # a part's probe or benchmark script (session 31 on): its output in NAME.log, the last LINES lines but INFO
 probe() {  # NAME LIMIT LINES SCRIPT ARGS...
   local name=$1 limit=$2 lines=$3; shift 3
@@ -1281,25 +1285,32 @@ if has s32a; then  # prepared in session 31, not yet run (~1 min): the fused hc_
 fi
 if has s32b; then  # prepared in session 31, not yet run (~5 min): the FP8 MoE kernel's warpgroups issuing each
   # step's products in turn (gluon_moe.FP8_PINGPONG, off): its GPU tests (the same bits), the probe (pingpong against
-  # full, with its weights in L2 too), the 8192-token prefill A/B'd (the "no_moe_pingpong" run is the one with it on)
-  # the bits first, under a short limit (a wrong barrier phase would hang the kernel)
+  # full, with its weights in L2 too), the 8192-token prefill A/B'd (the "no_moe_pingpong" run is the one with it on).
+  # The bits first, under a short limit: a wrong barrier phase would hang the kernel, and the rest is then skipped
   gpu_tests s32b_turn 90 "REPORT|FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py -s -k in_turn
   pack
-  gpu_tests s32b 200 "FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py -k "not in_turn"
-  pack
-  probe probe_moe_fp8_s32b 150 20 benchmarks/probe_moe_fp8_bounds.py
-  pack
-  prefill_run s32bprefill 240 --prefill-ab moe_pingpong --prefill-reps 3
-  pack
+  if passed_all s32b_turn; then
+    gpu_tests s32b 200 "FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py -k "not in_turn"
+    pack
+    probe probe_moe_fp8_s32b 150 20 benchmarks/probe_moe_fp8_bounds.py
+    pack
+    prefill_run s32bprefill 240 --prefill-ab moe_pingpong --prefill-reps 3
+    pack
+  fi
 fi
 if has s32c; then  # prepared in session 31, not yet run (~3 min): the bf16 MoE kernel's two warpgroups issuing each
   # step's products in turn (gluon_moe.PINGPONG, off; the batch-invariant prefill's MoE): its GPU tests (the Triton
-  # path's bits both ways), bench_gluon_moe.py's bf16 lines (in turn against together, alternated)
-  gpu_tests s32c 200 "FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_gpu.py -k "triton_bits"
+  # path's bits both ways; in turn first, under a short limit), bench_gluon_moe.py's bf16 lines (in turn against
+  # together, alternated)
+  gpu_tests s32c_turn 90 "FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_gpu.py -k "triton_bits and in_turn"
   pack
-  timeout 150 python benchmarks/bench_gluon_moe.py > "$OUT/gluon_moe_s32c.log" 2>&1
-  grep -E "gluon|triton" "$OUT/gluon_moe_s32c.log" | grep -vE "fp8"; tail -2 "$OUT/gluon_moe_s32c.log"
-  pack
+  if passed_all s32c_turn; then
+    gpu_tests s32c 120 "FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_gpu.py -k "triton_bits and together"
+    pack
+    timeout 150 python benchmarks/bench_gluon_moe.py > "$OUT/gluon_moe_s32c.log" 2>&1
+    grep -E "gluon|triton" "$OUT/gluon_moe_s32c.log" | grep -vE "fp8"; tail -2 "$OUT/gluon_moe_s32c.log"
+    pack
+  fi
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"
