@@ -10,7 +10,8 @@ One program: a 128-row tile of one expert's sorted rows (up to 64 more: the expe
   tokens are wgmma's M, so a token row's activation scale is one register a thread): a step is four 32-deep FP8
   products of all 128 weight rows summed on the tensor cores' accumulator, straight from shared memory, then times
   the rows' scale and the columns' (1, 128) weight scales into the fp32 accumulator (``_products``). A group past
-  the expert's last row takes no products. One warpgroup scales its sum while the others' products run.
+  the expert's last row takes no products. (With ``PINGPONG`` the warpgroups issue in turn, so one scales its sum
+  while the next one's products run.)
 """
 
 from __future__ import annotations
