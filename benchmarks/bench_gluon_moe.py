@@ -54,6 +54,15 @@ def compile_offline() -> None:
                      f"moe_fp8_kernel pingpong={pingpong}")
 
 
+def routed_ids(tokens: int, skew: float, g: torch.Generator) -> torch.Tensor:
+    """Each token's top-6 of 384 experts: log-normal(0, skew) popularities plus Gumbel noise (``--skew``)."""
+    from benchmarks.bench_moe_blocks import E, TOPK
+
+    popularity = torch.randn(E, device="cuda", generator=g) * skew
+    gumbel = -torch.log(-torch.log(torch.rand(tokens, E, device="cuda", generator=g).clamp(1e-9, 1 - 1e-9)))
+    return (popularity + gumbel).topk(TOPK, dim=-1).indices
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=8192)
@@ -78,9 +87,7 @@ def main():
     T = args.tokens
     g = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(T, D, device="cuda", generator=g).bfloat16()
-    popularity = torch.randn(E, device="cuda", generator=g) * args.skew
-    gumbel = -torch.log(-torch.log(torch.rand(T, E, device="cuda", generator=g).clamp(1e-9, 1 - 1e-9)))
-    ids = (popularity + gumbel).topk(TOPK, dim=-1).indices
+    ids = routed_ids(T, args.skew, g)
     per_expert = torch.bincount(ids.flatten(), minlength=E)
     print(f"routing: skew {args.skew}, rows an expert min {int(per_expert.min())} median "
           f"{int(per_expert.median())} max {int(per_expert.max())}", flush=True)

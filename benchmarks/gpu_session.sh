@@ -1283,7 +1283,7 @@ if has s32a; then  # prepared in session 31, not yet run (~1 min): the fused hc_
   gpu_tests s32a 200 "REPORT|FAIL|Error|passed|failed" tests/gpu/test_hc_post_norm_gpu.py tests/gpu/test_hc_norm_rope_gpu.py
   pack
 fi
-if has s32b; then  # prepared in session 31, not yet run (~5 min): the FP8 MoE kernel's warpgroups issuing each
+if has s32b; then  # prepared in session 31, not yet run (~6 min): the FP8 MoE kernel's warpgroups issuing each
   # step's products in turn (gluon_moe.FP8_PINGPONG, off): its GPU tests (the same bits), the probe (pingpong against
   # full, with its weights in L2 too), the 8192-token prefill A/B'd (the "no_moe_pingpong" run is the one with it on).
   # The bits first, under a short limit: a wrong barrier phase would hang the kernel, and the rest is then skipped
@@ -1292,7 +1292,9 @@ if has s32b; then  # prepared in session 31, not yet run (~5 min): the FP8 MoE k
   if passed_all s32b_turn; then
     gpu_tests s32b 200 "FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py -k "not in_turn"
     pack
-    probe probe_moe_fp8_s32b 150 20 benchmarks/probe_moe_fp8_bounds.py
+    probe probe_moe_fp8_s32b 150 22 benchmarks/probe_moe_fp8_bounds.py
+    pack
+    probe probe_moe_fp8_s32b_skew 150 22 benchmarks/probe_moe_fp8_bounds.py --skew 1.0 --rounds 2
     pack
     prefill_run s32bprefill 240 --prefill-ab moe_pingpong --prefill-reps 3
     pack

@@ -1,5 +1,5 @@
 """Where the FP8 MoE kernel's time goes (``gluon_moe.grouped_gemm_fp8``, V4.1's w13 and w2 at 8192 tokens): the
-same launch with parts of its work taken away through its tile table alone (no kernel change), timed side by side.
+same launch (uniform routing, or ``--skew``) with parts of its work taken away through its tile table alone (no kernel change), timed side by side.
 
 - ``full``: the model's call;
 - ``pingpong``: the warpgroups issue each step's products in turn (``FP8_PINGPONG``), bits checked against ``full``;
@@ -11,7 +11,7 @@ same launch with parts of its work taken away through its tile table alone (no k
 - ``active tiles only``: the idle tiles (expert -1, ``absorb_tails``' and the route's padding) left out of the grid;
 - ``no tiles``: every tile idle -- the launch, the scale layout pass and the idle programs.
 
-Run on the GPU machine:  PYTHONPATH=. python benchmarks/probe_moe_fp8_bounds.py [--tokens 8192] [--rounds 3]
+Run on the GPU machine:  PYTHONPATH=. python benchmarks/probe_moe_fp8_bounds.py [--tokens 8192] [--rounds 3] [--skew 0]
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--skew", type=float, default=0.0, help="experts' popularity spread (bench_gluon_moe.py's)")
     args = ap.parse_args()
+    from benchmarks.bench_gluon_moe import routed_ids
     from benchmarks.bench_moe_blocks import ACT_BLOCK, E, TOPK, experts
     from benchmarks.timing import run_info, time_eager
     from deepinfer_adapters.kernels import gluon_moe
@@ -38,7 +40,10 @@ def main():
     print(f"INFO {json.dumps(run_info())}", flush=True)
     mod = experts(128)
     g = torch.Generator(device="cuda").manual_seed(1)
-    ids = torch.rand(args.tokens, E, device="cuda", generator=g).topk(TOPK, dim=-1).indices
+    ids = routed_ids(args.tokens, args.skew, g)
+    per_expert = torch.bincount(ids.flatten(), minlength=E)
+    print(f"routing: skew {args.skew}, rows an expert min {int(per_expert.min())} median "
+          f"{int(per_expert.median())} max {int(per_expert.max())}", flush=True)
     _, tiles, _ = tm.route(ids, E, 128)
     joined = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL)
     active = joined.expert >= 0
