@@ -20,7 +20,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from deepinfer_adapters.kernels.gluon_moe_jit import _barriers, _take_turn, _tma_load
+from deepinfer_adapters.kernels.gluon_moe_jit import _barriers, _store, _take_turn, _tma_load
 
 # registers a thread of the second and third product warpgroups: three warpgroups at 160, the loader warp (and
 # Triton's padding warps) at 24 fit the SM's 64K
@@ -63,22 +63,6 @@ def _column_scales(ws_slot, layout: gl.constexpr):
     bytes, converted here, they cost ~3 instructions a value: ~190 of a step's ~545, offline SASS, session 29.)"""
     row = ws_slot._reinterpret(gl.float32, [ws_slot.type.shape[1]], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     return gl.expand_dims(row.load(gl.SliceLayout(0, layout)), 0)
-
-
-@gluon.jit
-def _store(acc, OUT, trow0, row1, ncol0, N, stride_om):
-    """acc[token rows, weight rows] into OUT[token row, column] in OUT's dtype, 16-byte stores along the
-    columns; rows from row1 on and columns from N on left out. (Stored straight from the accumulator's layout,
-    4-byte stores, with the shared memory so saved a fifth ring slot: 4-11% slower, session 31.)"""
-    M: gl.constexpr = acc.shape[0]
-    W: gl.constexpr = acc.shape[1]
-    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    res = gl.convert_layout(acc.to(OUT.dtype.element_ty), out_layout)
-    trows = trow0 + gl.arange(0, M, layout=gl.SliceLayout(1, out_layout))
-    ncols = ncol0 + gl.arange(0, W, layout=gl.SliceLayout(0, out_layout))
-    mask = gl.expand_dims(trows < row1, 1) & gl.expand_dims(ncols < N, 0)
-    ptrs = OUT + gl.expand_dims(trows.to(gl.int64) * stride_om, 1) + gl.expand_dims(ncols, 0)
-    gl.store(ptrs, res, mask=mask)
 
 
 @gluon.jit
@@ -155,7 +139,10 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row
             p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
             acc = _promote(acc, p, a, ws_smem.index(s), mma_layout)
             mbarrier.arrive(empty.index(s), count=1)
-        _store(acc, OUT, trow0, row1, col0, N, stride_om)
+        # acc[token rows, weight rows] as [weight rows, token rows] (a relabelled layout) through the bf16
+        # kernel's 16-byte stores (stores straight from the accumulator's layout, 4-byte ones, with the shared
+        # memory so saved as a fifth ring slot: 4-11% slower, session 31)
+        _store(gl.permute(acc, (1, 0)), OUT, trow0, row1, col0, N, stride_om)
     else:
         for kb in range(k_steps):
             s = kb % STAGES

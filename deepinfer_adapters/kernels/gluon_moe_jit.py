@@ -48,7 +48,8 @@ def _loader(a_desc, t_desc, w_desc, a_smem, t_smem, w8_smem, a_ready, t_ready, w
 @gluon.jit
 def _store(acc, OUT, trow0, row1, ncol0, N, stride_om):
     """acc[weight rows, token rows] into OUT[token row, column], 16-byte stores along the columns (the mma
-    layout's would be 2-byte ones)."""
+    layout's would be 2-byte ones); token rows from row1 on and columns from N on left out. Also
+    ``moe_fp8_kernel``'s, its acc[token rows, weight rows] permuted."""
     W: gl.constexpr = acc.shape[0]
     M: gl.constexpr = acc.shape[1]
     out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, 4], [0, 1])
