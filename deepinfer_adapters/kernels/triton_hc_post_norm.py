@@ -32,7 +32,7 @@ import torch
 from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.arrival_counters import counters
 from deepinfer_adapters.kernels.triton_hc import block_d, post_operands, rows
-from deepinfer_adapters.kernels.triton_norm_rope import NORM_MAX_WIDTH, NORM_TILE, norm_warps
+from deepinfer_adapters.kernels.triton_norm_rope import NORM_MAX_WIDTH, norm_rows, norm_warps
 from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, pdl_launch, triton_available
 
 
@@ -104,7 +104,7 @@ def hc_post_pre_norm(y: torch.Tensor, residual: torch.Tensor, post: torch.Tensor
     h = torch.empty(T, D, device=y.device, dtype=y.dtype)
     if T and D:
         block_n = triton.next_power_of_2(D)
-        block_r = max(1, NORM_TILE // block_n)  # the rms_norm kernel's rows a program: its tile's shape
+        block_r = norm_rows(block_n)  # the rms_norm kernel's tile shape
         slice_d = block_d(T, D)
         collapsed = torch.empty(T, D, device=y.device, dtype=y.dtype)
         w = h if weight is None else weight.contiguous()  # unused when weightless

@@ -56,6 +56,12 @@ NORM_TILE = 4096  # values per program for narrow rows
 ROPE_TILE = 4096  # values per program (heads x dim)
 
 
+def norm_rows(block_n: int) -> int:
+    """The rms_norm kernel's rows a program for rows of ``block_n`` values: NORM_TILE values a program where rows
+    are narrow, one row otherwise (``triton_hc_post_norm`` norms a row in the same tile to give the same bits)."""
+    return max(1, NORM_TILE // block_n)
+
+
 def norm_warps(values: int) -> int:
     """The warps of the rms_norm kernel for a tile of ``values``: they set its square sum's tree
     (``triton_hc_post_norm`` norms a row in the same number to give the same bits)."""
@@ -178,7 +184,7 @@ def _norm(x: torch.Tensor, pre: torch.Tensor | None, weight: torch.Tensor | None
     if R and N:
         triton, k_norm, _ = _kernels()
         block_n = _pow2(N)
-        block_r = max(1, NORM_TILE // block_n)
+        block_r = norm_rows(block_n)
         w = x if weight is None else weight.contiguous()  # unused when weightless
         hc = 0 if pre is None else x.shape[1]
         k_norm[(triton.cdiv(R, block_r),)](
