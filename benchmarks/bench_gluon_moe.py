@@ -31,12 +31,9 @@ def compile_offline() -> None:
     sig = {"a_desc": f"tensordesc<bf16[{TILE},128],{a_layout!r}>", "t_desc": f"tensordesc<bf16[{TAIL},128],{t_layout!r}>",
            "w_desc": f"tensordesc<fp8e4nv[{TILE},128],{w_layout!r}>", "WS": "*u8", "OUT": "*bf16",
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32",
-           "K": "i32", "stride_wse": "i32", "stride_wsn": "i32", "stride_om": "i32", "STAGES": "constexpr",
-           "PINGPONG": "constexpr"}
+           "K": "i32", "stride_wse": "i32", "stride_wsn": "i32", "stride_om": "i32", "STAGES": "constexpr"}
     divisible = ("WS", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "K", "stride_wse", "stride_wsn", "stride_om")
-    for pingpong in (False, True):
-        compile_sm90(moe_bf16_kernel, sig, {"STAGES": gluon_moe.STAGES, "PINGPONG": pingpong}, divisible,
-                     f"moe_bf16_kernel pingpong={pingpong}")
+    compile_sm90(moe_bf16_kernel, sig, {"STAGES": gluon_moe.STAGES}, divisible, "moe_bf16_kernel")
 
     from deepinfer_adapters.kernels.gluon_moe_fp8_jit import moe_fp8_kernel
 
@@ -46,12 +43,11 @@ def compile_offline() -> None:
            "w_desc": f"tensordesc<fp8e4nv[{TILE},128],{w_layout!r}>",
            "s_desc": f"tensordesc<fp32[1,{TILE}],{s_layout!r}>", "AS": "*fp32", "OUT": "*bf16",
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32", "K": "i32",
-           "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr",
-           "PINGPONG": "constexpr"}
+           "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr", "DROP": "constexpr"}
     divisible = ("AS", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "N", "K", "stride_asm", "stride_om")
-    for pingpong in (False, True):
-        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "PINGPONG": pingpong}, divisible,
-                     f"moe_fp8_kernel pingpong={pingpong}")
+    for drop in (0, 1, 2):  # the model's, and probe_moe_fp8_bounds.py's
+        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "DROP": drop}, divisible,
+                     f"moe_fp8_kernel drop={drop}")
 
 
 def routed_ids(tokens: int, skew: float, g: torch.Generator) -> torch.Tensor:
@@ -117,19 +113,9 @@ def main():
             print(f"gluon {name} {label}: same bits as the Triton bf16 path {torch.equal(got, ref)}, max abs diff "
                   f"{(got.float() - ref.float()).abs().max().item():.3e}", flush=True)
         flops = 2 * rows * N * K
-        def issued(pingpong):  # the two warpgroups' products issued in turn (PINGPONG) or together
-            default, gluon_moe.PINGPONG = gluon_moe.PINGPONG, pingpong
-            try:
-                return gluon_joined()
-            finally:
-                gluon_moe.PINGPONG = default
-
-        together, in_turn = lambda: issued(False), lambda: issued(True)  # noqa: E731
-        print(f"gluon {name} in turn: same bits as together {torch.equal(in_turn(), together())}", flush=True)
         for label, fn in (("triton bf16", triton_path), ("gluon 128-row tiles", gluon_only),
-                          ("gluon tails joined", together), ("gluon tails joined in turn", in_turn),
-                          ("gluon tails joined + gather", with_gather), ("gluon tails joined", together),
-                          ("gluon tails joined in turn", in_turn), ("triton bf16", triton_path)):
+                          ("gluon tails joined", gluon_joined), ("gluon tails joined + gather", with_gather),
+                          ("triton bf16", triton_path)):
             us = time_eager(fn, reps=10, warm=1)
             print(f"{name} {label}: {us:9.1f} us {flops / us / 1e6:6.0f} TFLOP/s", flush=True)
         # FP8 products (grouped_gemm_fp8): the same activations quantized per 32 and re-expressed per 128 (the

@@ -2,14 +2,18 @@
 same launch (uniform routing, or ``--skew``) with parts of its work taken away through its tile table alone (no kernel change), timed side by side.
 
 - ``full``: the model's call;
-- ``pingpong``: the warpgroups issue each step's products in turn (``FP8_PINGPONG``), bits checked against ``full``;
 - ``stages 3``: one ring slot fewer (is the weights' stream latency-bound?);
 - ``data only``: every active tile with no rows (row1 = row0): the loader streams the same weight and activation
   tiles, the warpgroups take no products and store nothing -- the kernel's memory side alone;
 - ``weights in L2``: every active tile on expert 0 (w13's 23.6 MB fit the H200's L2): the products with their
   weights from L2 -- the compute side with the activations' traffic;
-- ``active tiles only``: the idle tiles (expert -1, ``absorb_tails``' and the route's padding) left out of the grid;
+- ``resident data`` (``FP8_PROBE_DROP`` bit 0): the loader fills the ring once and then only hands the slots back,
+  so the warpgroups take the same products and promotions on data already in shared memory -- the compute side
+  alone; ``unscaled`` (bit 1): a step's sum added without its scales -- the promotion's cost; both bits;
+- ``N warpgroups a tile``: every active tile with 64 N rows (its row1 moved), with and without resident data --
+  the products' rate by the number of warpgroups sharing the tensor cores (TFLOP/s of the work each computes);
 - ``no tiles``: every tile idle -- the launch, the scale layout pass and the idle programs.
+Values past ``full`` are not checked: the probe's variants compute other rows or wrong sums on purpose.
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/probe_moe_fp8_bounds.py [--tokens 8192] [--rounds 3] [--skew 0]
 """
@@ -50,17 +54,23 @@ def main():
     rows = args.tokens * TOPK
     idle = torch.full_like(joined.expert, -1)
     l2 = tg.Groups(torch.where(active, 0, -1).to(joined.expert.dtype), joined.row0, joined.row1)
-    variants = {  # label: (tile table, FP8_STAGES, FP8_PINGPONG)
-        "full": (joined, 4, False),
-        "pingpong": (joined, 4, True),
-        "stages 3": (joined, 3, False),
-        "data only": (tg.Groups(joined.expert, joined.row0, joined.row0), 4, False),
-        "weights in L2": (l2, 4, False),
-        "pingpong weights in L2": (l2, 4, True),
-        "active tiles only": (tg.Groups(joined.expert[active], joined.row0[active], joined.row1[active]), 4, False),
-        "no tiles": (tg.Groups(idle, joined.row0, joined.row1), 4, False),
+
+    def with_rows(n):  # every active tile with 64 n rows (three: a tail on the third warpgroup)
+        return tg.Groups(joined.expert, joined.row0, torch.clamp(joined.row0 + 64 * n, max=rows))
+
+    variants = {  # label: (tile table, FP8_STAGES, FP8_PROBE_DROP, rows a tile computes or None: the table's)
+        "full": (joined, 4, 0, None),
+        "stages 3": (joined, 3, 0, None),
+        "data only": (tg.Groups(joined.expert, joined.row0, joined.row0), 4, 0, None),
+        "weights in L2": (l2, 4, 0, None),
+        "resident data": (joined, 4, 1, None),
+        "unscaled": (joined, 4, 2, None),
+        "resident data, unscaled": (joined, 4, 3, None),
+        **{f"{n} warpgroups a tile{label}": (with_rows(n), 4, drop, 64 * n)
+           for n in (1, 2, 3) for label, drop in (("", 0), (", resident data", 1))},
+        "no tiles": (tg.Groups(idle, joined.row0, joined.row1), 4, 0, None),
     }
-    defaults = gluon_moe.FP8_STAGES, gluon_moe.FP8_PINGPONG
+    defaults = gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP
     print(f"tiles: {joined.expert.numel()} in the grid's route dimension, {int(active.sum())} active", flush=True)
     for name, weight, scale in (("w13", mod.w13, mod.w13_scale), ("w2", mod.w2, mod.w2_scale)):
         N, K = expert_matrix(weight)
@@ -69,21 +79,20 @@ def main():
         flops = 2 * rows * N * K
         times = {label: [] for label in variants}
         call = lambda table: gluon_moe.grouped_gemm_fp8(q, qs, weight, scale, table)  # noqa: E731
-        for _ in range(args.rounds):
-            for label, (table, *settings) in variants.items():
-                gluon_moe.FP8_STAGES, gluon_moe.FP8_PINGPONG = settings
-                times[label].append(time_eager(lambda: call(table), reps=5, warm=1))
-        outs = {}
-        for label in ("full", "pingpong"):
-            table, *settings = variants[label]
-            gluon_moe.FP8_STAGES, gluon_moe.FP8_PINGPONG = settings
-            outs[label] = call(table)
-        print(f"{name} pingpong: the same bits as full {torch.equal(outs['pingpong'], outs['full'])}", flush=True)
-        gluon_moe.FP8_STAGES, gluon_moe.FP8_PINGPONG = defaults
+        try:
+            for _ in range(args.rounds):
+                for label, (table, *settings, _) in variants.items():
+                    gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP = settings
+                    times[label].append(time_eager(lambda: call(table), reps=5, warm=1))
+        finally:
+            gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP = defaults
         for label, us in times.items():
             med = statistics.median(us)
-            print(f"{name} {label:22s}: {med:8.1f} us (rounds {' '.join(f'{u:.0f}' for u in us)}) "
-                  f"{flops / med / 1e6:6.0f} TFLOP/s of the full call's work", flush=True)
+            tile_rows = variants[label][-1]
+            work = flops if tile_rows is None else 2 * int(active.sum()) * tile_rows * N * K
+            print(f"{name} {label:38s}: {med:8.1f} us (rounds {' '.join(f'{u:.0f}' for u in us)}) "
+                  f"{work / med / 1e6:6.0f} TFLOP/s of {'the full call' if tile_rows is None else 'its'} work",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -59,15 +59,13 @@ TILE = 128  # token rows (beyond the tail), weight rows and K of a step: the E4M
 TAIL = 32  # rows past TILE a tile may carry (``absorb_tails``), in a second, narrower product
 GLUON_MOE = True  # prefill-sized bf16-path MoE GEMMs through moe_bf16_kernel where it fits
 STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
-# moe_bf16_kernel's two warpgroups issue each step's products in turn (its _products' doc; session 31, not yet run)
-PINGPONG = False
 # prefill-sized MoE GEMMs with per-32 activation scales (V4.1) on FP8 products (``grouped_gemm_fp8``) instead of
 # the bf16 path, outside batch-invariant mode. H200, the 8192-token prefill (medians of 3, the dense linears on FP8
 # too): 99.60 ms against 121.67 on the bf16 kernel (session 31, part s31f)
 FP8_PRODUCTS = True
 FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each; 3 within noise, session 31)
-# moe_fp8_kernel's warpgroups issue each step's products in turn (its _products' doc; session 31, not yet run)
-FP8_PINGPONG = False
+# moe_fp8_kernel's DROP: work taken away for benchmarks/probe_moe_fp8_bounds.py only (wrong values unless 0)
+FP8_PROBE_DROP = 0
 FP8_TAIL = 64  # rows past TILE a tile of moe_fp8_kernel may carry (absorb_tails), on its third warpgroup
 
 
@@ -144,7 +142,7 @@ def grouped_gemm(a_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tens
     ws = scale.view(torch.uint8)
     grid = (triton.cdiv(N, TILE), groups.expert.numel())
     moe_bf16_kernel[grid](a_desc, t_desc, w_desc, ws, out, groups.expert, groups.row0, groups.row1, N, K, ws.stride(0),
-                          ws.stride(1), out.stride(0), STAGES=STAGES, PINGPONG=PINGPONG, num_warps=4)
+                          ws.stride(1), out.stride(0), STAGES=STAGES, num_warps=4)
     return out
 
 
@@ -216,5 +214,5 @@ def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: tor
     s_desc = TensorDescriptor(ws_steps, list(ws_steps.shape), list(ws_steps.stride()), [1, TILE], s_layout)
     grid = (triton.cdiv(N, TILE), groups.expert.numel())
     moe_fp8_kernel[grid](a_desc, w_desc, s_desc, s_sorted, out, groups.expert, groups.row0, groups.row1, N, K,
-                         s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES, PINGPONG=FP8_PINGPONG, num_warps=4)
+                         s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES, DROP=FP8_PROBE_DROP, num_warps=4)
     return out

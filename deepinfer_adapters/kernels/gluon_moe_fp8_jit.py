@@ -10,8 +10,10 @@ One program: a 128-row tile of one expert's sorted rows (up to 64 more: the expe
   tokens are wgmma's M, so a token row's activation scale is one register a thread): a step is four 32-deep FP8
   products of all 128 weight rows summed on the tensor cores' accumulator, straight from shared memory, then times
   the rows' scale and the columns' (1, 128) weight scales into the fp32 accumulator (``_products``). A group past
-  the expert's last row takes no products. (With ``PINGPONG`` the warpgroups issue in turn, so one scales its sum
-  while the next one's products run.)
+  the expert's last row takes no products.
+``DROP`` takes work away for ``benchmarks/probe_moe_fp8_bounds.py`` only (0 in the model): bit 0, the loader refills
+no slot after the first STAGES steps (the products on resident data: the warpgroups' side alone); bit 1, a step's sum
+is added unscaled (the promotion's scales left out). Either gives wrong values.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
-from deepinfer_adapters.kernels.gluon_moe_jit import _barriers, _store, _take_turn, _tma_load
+from deepinfer_adapters.kernels.gluon_moe_jit import _barriers, _store, _tma_load
 
 # registers a thread of the second and third product warpgroups: three warpgroups at 160, the loader warp (and
 # Triton's padding warps) at 24 fit the SM's 64K
@@ -29,25 +31,30 @@ PRODUCT_REGS = gl.constexpr(160)
 
 @gluon.jit
 def _loader(a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0, s_row0, col0,
-            has_tail, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr):
+            has_tail, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, DROP: gl.constexpr):
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     for kb in range(k_steps):
         s = kb % STAGES
         free = ((kb // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
         mbarrier.wait(empty.index(s), free)
+        # DROP bit 0 (the probe's resident data): past the first fill the slot is only handed back
+        resident = ((DROP & 1) != 0) & (kb >= STAGES)
+        load = ((DROP & 1) == 0) | (kb < STAGES)
         mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + (GROUPS - 1) * a_desc.block_type.nbytes
-                        + s_desc.block_type.nbytes)
-        _tma_load(w_desc, [w_row0 + kb * 128, 0], ready.index(s), w_smem.index(s))
+                        + s_desc.block_type.nbytes, pred=load)
+        mbarrier.arrive(ready.index(s), pred=resident)
+        _tma_load(w_desc, [w_row0 + kb * 128, 0], ready.index(s), w_smem.index(s), pred=load)
         # the step's weight scales, one a column: in the ring, as the products' registers could not hold 128
         # columns' pointers (ptxas spilled)
-        _tma_load(s_desc, [s_row0 + kb, col0], ready.index(s), ws_smem.index(s))
+        _tma_load(s_desc, [s_row0 + kb, col0], ready.index(s), ws_smem.index(s), pred=load)
         # rows past the activations' end come as zeros; the next expert's rows are computed and not stored
         for h in gl.static_range(GROUPS - 1):
-            _tma_load(a_desc, [row0 + h * HALF, kb * 128], ready.index(s), a_smem.index(GROUPS * s + h))
+            _tma_load(a_desc, [row0 + h * HALF, kb * 128], ready.index(s), a_smem.index(GROUPS * s + h), pred=load)
         # the last group's rows (an expert's tail) only where the tile carries one, on a barrier of its own
-        mbarrier.expect(t_ready.index(s), a_desc.block_type.nbytes, pred=has_tail)
+        mbarrier.expect(t_ready.index(s), a_desc.block_type.nbytes, pred=has_tail & load)
+        mbarrier.arrive(t_ready.index(s), pred=has_tail & resident)
         _tma_load(a_desc, [row0 + (GROUPS - 1) * HALF, kb * 128], t_ready.index(s),
-                  a_smem.index(GROUPS * s + GROUPS - 1), pred=has_tail)
+                  a_smem.index(GROUPS * s + GROUPS - 1), pred=has_tail & load)
 
 
 @gluon.jit
@@ -93,9 +100,8 @@ def _promote(acc, p, a, ws_slot, layout: gl.constexpr):
 
 
 @gluon.jit
-def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row0, row1, col0, N, stride_asm,
-              stride_om, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr,
-              PINGPONG: gl.constexpr):
+def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N, stride_asm,
+              stride_om, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr, DROP: gl.constexpr):
     """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back).
 
     Activations with one scale a 128-deep step (``act_quant``'s ``scale_block``): a step is four 32-deep FP8
@@ -108,12 +114,8 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row
     twice and were 5-11% slower (``probe_moe_fp8_bounds.py``, part s31e); with the halves pipelined over two
     steps a loop iteration (each half's next step issued before the other half was promoted: the same bits),
     3-5% faster than the halves alone. (Products left in flight across the loop's back edge made ptxas serialize
-    them all, C7514, offline.)
-
-    PINGPONG (session 31, not yet run on the GPU): the tile's active warpgroups issue each step's products in turn
-    (0, 1[, 2], 0, ...: ``turn``, one barrier a warpgroup), so one's products run on the tensor cores while the one
-    before it promotes. Without it they issue together, the tensor cores interleave their products, and all
-    promote at once with the tensor cores idle -- the probe puts the kernel at ~1.5x its data stream alone."""
+    them all, C7514, offline.) The warpgroups issuing each step's products in turn (CUTLASS's ping-pong: one
+    promoting while the next one's products run) gave the same bits and was 1-3% slower (session 32, part s32b)."""
     HALF: gl.constexpr = a_smem.type.shape[1]
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -125,19 +127,16 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row
         arow = AS + gl.minimum(rows, row1 - 1).to(gl.int64) * stride_asm
         p = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
         acc = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
-        # the tile's active warpgroups (a prefix: its rows are contiguous) and the next one in the rotation
-        following = (H + 1) % gl.minimum(GROUPS, gl.cdiv(row1 - row0, HALF))
         for kb in range(k_steps):
             a = gl.load(arow + kb)  # loaded before the wait, its latency under it
             s = kb % STAGES
             _wait_step(ready, t_ready, kb, STAGES, GROUPS, H)
-            if PINGPONG:
-                _take_turn(turn, kb, H)
             p = _issue_step(a_smem, w_smem, p, s, GROUPS, H)
-            if PINGPONG:
-                mbarrier.arrive(turn.index(following), count=1)
             p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
-            acc = _promote(acc, p, a, ws_smem.index(s), mma_layout)
+            if (DROP & 2) != 0:  # the probe's unscaled sums
+                acc = acc + p
+            else:
+                acc = _promote(acc, p, a, ws_smem.index(s), mma_layout)
             mbarrier.arrive(empty.index(s), count=1)
         # acc[token rows, weight rows] as [weight rows, token rows] (a relabelled layout) through the bf16
         # kernel's 16-byte stores (stores straight from the accumulator's layout, 4-byte ones, with the shared
@@ -152,7 +151,7 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row
 
 @gluon.jit
 def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, stride_asm, stride_om,
-                   STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+                   STAGES: gl.constexpr, DROP: gl.constexpr):
     """Program (n tile, route tile): OUT[r, n tile's columns] = sum over K of A[r] W_expert^T with A's per-128
     scales AS (fp32 [rows, K / 128]) and the weight's (1, 128) scales (``s_desc``: fp32 [E K / 128, N], a step's
     columns in a row) for the tile's rows r in [row0, row1): its first 128, and up to 64 more (the
@@ -179,14 +178,13 @@ def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE
         ready = _barriers(STAGES, 1)
         t_ready = _barriers(STAGES, 1)
         empty = _barriers(STAGES, GROUPS)  # one arrival a warpgroup
-        turn = _barriers(GROUPS, 1)  # PINGPONG's: warpgroup h may issue when turn[h] completes
         gl.warp_specialize([
-            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row0, row1, col0, N,
-                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 0, PINGPONG)),
-            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row0, row1, col0, N,
-                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 1, PINGPONG)),
-            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row0, row1, col0, N,
-                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 2, PINGPONG)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N,
+                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 0, DROP)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N,
+                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 1, DROP)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, OUT, row0, row1, col0, N,
+                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 2, DROP)),
             (_loader, (a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0,
-                       expert * k_steps, col0, has_tail, k_steps, STAGES, GROUPS)),
+                       expert * k_steps, col0, has_tail, k_steps, STAGES, GROUPS, DROP)),
         ], [4, 4, 1], [PRODUCT_REGS, PRODUCT_REGS, 24])

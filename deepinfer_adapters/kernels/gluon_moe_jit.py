@@ -62,25 +62,12 @@ def _store(acc, OUT, trow0, row1, ncol0, N, stride_om):
 
 
 @gluon.jit
-def _take_turn(turn, kb, H: gl.constexpr):
-    """Waits until the warpgroup before this one in a rotation of warpgroups (``turn``: one barrier each) has
-    issued step kb's products (the first warpgroup: until the last one has issued step kb - 1's; nothing at step
-    0)."""
-    if H == 0:
-        if kb > 0:
-            mbarrier.wait(turn.index(0), (kb - 1) & 1)
-    else:
-        mbarrier.wait(turn.index(H), kb & 1)
-
-
-@gluon.jit
-def _products(a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty, w8_empty, turn, WS, scale_row0,
-              stride_wsn, n_valid, OUT, row0, row1, has_tail, col0, N, stride_om, k_steps, STAGES: gl.constexpr,
-              ROW_OFF: gl.constexpr, PINGPONG: gl.constexpr):
-    """The warpgroup of weight rows ROW_OFF .. ROW_OFF + 64. PINGPONG (session 31, not yet run on the GPU): the two
-    warpgroups issue each step's products in turn (``turn``: warpgroup 0, then 1, then 0 ...), so the tensor cores
-    run one's products whole while the other converts its next weights; otherwise they issue together, their
-    products interleave, and both convert at once with the tensor cores idle. The same products: the same bits."""
+def _products(a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty, w8_empty, WS, scale_row0, stride_wsn,
+              n_valid, OUT, row0, row1, has_tail, col0, N, stride_om, k_steps, STAGES: gl.constexpr,
+              ROW_OFF: gl.constexpr):
+    """The warpgroup of weight rows ROW_OFF .. ROW_OFF + 64. (The two warpgroups issuing each step's products in
+    turn, one converting while the other's products run: the same bits, within the run's noise -- w13 4.95-5.12
+    against 4.77-5.35 ms, w2 2.79-2.83 against 2.77-3.10, session 32, part s32c; removed.)"""
     BLOCK_M: gl.constexpr = a_smem.type.shape[1]
     TAIL: gl.constexpr = t_smem.type.shape[1]
     HALF: gl.constexpr = w8_smem.type.shape[1] // 2
@@ -106,14 +93,10 @@ def _products(a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty, w8_e
         mbarrier.arrive(w8_empty.index(s), count=1)
         wb = (w.to(gl.float32) * gl.expand_dims(sw, 1)).to(gl.bfloat16)
         mbarrier.wait(a_ready.index(s), phase)
-        if PINGPONG:
-            _take_turn(turn, kb, ROW_OFF // HALF)
         acc = warpgroup_mma(wb, a_smem.index(s).permute((1, 0)), acc, is_async=True)
         if has_tail:  # the expert's last few rows, with the same converted weights
             mbarrier.wait(t_ready.index(s), phase)
             acc_t = warpgroup_mma(gl.convert_layout(wb, wt_layout), t_smem.index(s).permute((1, 0)), acc_t)
-        if PINGPONG:
-            mbarrier.arrive(turn.index(1 - ROW_OFF // HALF), count=1)
         # Waited for before the next conversion: with a product in flight ptxas serializes every wgmma
         # (C7514 / C7515: the register operand), unrolled or not. The other warpgroup fills the gap.
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
@@ -125,7 +108,7 @@ def _products(a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty, w8_e
 
 @gluon.jit
 def moe_bf16_kernel(a_desc, t_desc, w_desc, WS, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, stride_wse,
-                    stride_wsn, stride_om, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+                    stride_wsn, stride_om, STAGES: gl.constexpr):
     """A tile covers up to BLOCK_M + TAIL rows (``t_desc``' box: TAIL rows): the rows past the first BLOCK_M
     take a second, narrower product with the same converted weights, so an expert's few extra rows do not
     cost a tile of their own (``gluon_moe.absorb_tails``)."""
@@ -153,16 +136,15 @@ def moe_bf16_kernel(a_desc, t_desc, w_desc, WS, OUT, TILE_EXPERT, TILE_ROW0, TIL
         w8_ready = _barriers(STAGES, 1)
         a_empty = _barriers(STAGES, 2)  # one arrival a warpgroup
         w8_empty = _barriers(STAGES, 2)
-        turn = _barriers(2, 1)  # PINGPONG's: warpgroup h may issue when turn[h] completes
         n_valid = N - pid_n * W_ROWS
         col0 = pid_n * W_ROWS
         gl.warp_specialize([
-            (_products, (a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty, w8_empty, turn, WS,
+            (_products, (a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty, w8_empty, WS,
                          scale_row0, stride_wsn, n_valid, OUT, row0, row1, has_tail, col0, N, stride_om, k_steps,
-                         STAGES, 0, PINGPONG)),
-            (_products, (a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty, w8_empty, turn, WS,
+                         STAGES, 0)),
+            (_products, (a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty, w8_empty, WS,
                          scale_row0, stride_wsn, n_valid, OUT, row0, row1, has_tail, col0, N, stride_om, k_steps,
-                         STAGES, W_ROWS // 2, PINGPONG)),
+                         STAGES, W_ROWS // 2)),
             (_loader, (a_desc, t_desc, w_desc, a_smem, t_smem, w8_smem, a_ready, t_ready, w8_ready, a_empty,
                        w8_empty, row0, w_row0, has_tail, k_steps, STAGES)),
         ], [4, 1], [232, 24])

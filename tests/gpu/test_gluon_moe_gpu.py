@@ -50,11 +50,8 @@ PREFILL_CASES = [(1400, False), (1400, True), (3000, False)]
 
 
 @pytest.mark.parametrize("T,E,N,K,skew", GROUPED_CASES)
-@pytest.mark.parametrize("pingpong", [False, True], ids=["together", "in_turn"])
-def test_grouped_gemm_gives_the_triton_bits(T, E, N, K, skew, pingpong, monkeypatch):
-    """Both of the MoE's GEMMs: gathered token rows (w13) and rows already in sorted order (w2); with the two
-    warpgroups' products issued together or in turn (``PINGPONG``)."""
-    monkeypatch.setattr(gluon_moe, "PINGPONG", pingpong)
+def test_grouped_gemm_gives_the_triton_bits(T, E, N, K, skew):
+    """Both of the MoE's GEMMs: gathered token rows (w13) and rows already in sorted order (w2)."""
     w, s = _experts(E, N, K, seed=T)
     _, ids = routing(T, E, 6, seed=T, skew=skew)
     _, tiles, _ = triton_moe.route(ids, E, 128)
