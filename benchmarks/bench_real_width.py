@@ -325,6 +325,9 @@ AB_SWITCHES = {
     "gluon_moe": flag(gluon_moe, "GLUON_MOE", False),
     # prefill: the MoE's GEMMs on the Gluon kernel's bf16 products instead of its FP8 products (gluon_moe.FP8_PRODUCTS)
     "gluon_moe_fp8": flag(gluon_moe, "FP8_PRODUCTS", False),
+    # prefill: the FP8 MoE kernel's warpgroups taking the tensor cores in turn (gluon_moe.FP8_ALTERNATE; off by
+    # default: the "no_" run is the one with it on)
+    "moe_alternate": flag(gluon_moe, "FP8_ALTERNATE", not gluon_moe.FP8_ALTERNATE),
     # prefill: the dense linears' bf16 GEMMs (LARGE_M_PATH) instead of cuBLAS's block-scaled FP8 one
     # (fp8_blockwise.DENSE_FP8)
     "dense_fp8": flag(fp8_blockwise, "DENSE_FP8", False),

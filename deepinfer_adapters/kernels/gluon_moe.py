@@ -64,6 +64,8 @@ STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
 # too): 99.60 ms against 121.67 on the bf16 kernel (session 31, part s31f)
 FP8_PRODUCTS = True
 FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each; 3 within noise, session 31)
+# moe_fp8_kernel's warpgroups take the tensor cores in turn (its _products' doc; session 32, not yet run)
+FP8_ALTERNATE = False
 # moe_fp8_kernel's DROP: work taken away for benchmarks/probe_moe_fp8_bounds.py only (wrong values unless 0)
 FP8_PROBE_DROP = 0
 FP8_TAIL = 64  # rows past TILE a tile of moe_fp8_kernel may carry (absorb_tails), on its third warpgroup
@@ -214,5 +216,6 @@ def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: tor
     s_desc = TensorDescriptor(ws_steps, list(ws_steps.shape), list(ws_steps.stride()), [1, TILE], s_layout)
     grid = (triton.cdiv(N, TILE), groups.expert.numel())
     moe_fp8_kernel[grid](a_desc, w_desc, s_desc, s_sorted, out, groups.expert, groups.row0, groups.row1, N, K,
-                         s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES, DROP=FP8_PROBE_DROP, num_warps=4)
+                         s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES, DROP=FP8_PROBE_DROP,
+                         ALTERNATE=FP8_ALTERNATE, num_warps=4)
     return out

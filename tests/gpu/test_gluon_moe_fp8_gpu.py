@@ -76,6 +76,26 @@ def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew):
         assert rel < 3e-3
 
 
+@pytest.mark.parametrize("T,E,N,K,skew", GROUPED_CASES)
+def test_alternating_warpgroups_give_the_same_bits(T, E, N, K, skew, monkeypatch):
+    """``FP8_ALTERNATE`` only orders the warpgroups' products: the same products and promotions, so the same bits,
+    with tiles of one, two and three active warpgroups (skewed routing, tails joined)."""
+    w, s = _experts(E, N, K, seed=T)
+    _, ids = routing(T, E, 6, seed=T, skew=skew)
+    _, tiles, _ = triton_moe.route(ids, E, 128)
+    joined = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL)
+    h, hs = _quantized(T * 6, K, seed=9 + T)
+    outs = []
+    for alternate in (False, True):
+        monkeypatch.setattr(gluon_moe, "FP8_ALTERNATE", alternate)
+        outs.append(gluon_moe.grouped_gemm_fp8(h, hs, w, s, joined))
+    torch.cuda.synchronize()
+    rows = (joined.row1 - joined.row0)[joined.expert >= 0]
+    print(f"REPORT gluon moe fp8 alternating T={T} E={E}: tiles of 1-64 / 65-128 / 129+ rows "
+          f"{int((rows <= 64).sum())} / {int(((rows > 64) & (rows <= 128)).sum())} / {int((rows > 128).sum())}")
+    assert torch.equal(outs[0], outs[1])
+
+
 @pytest.mark.parametrize("T,skew", PREFILL_CASES)
 def test_moe_experts_takes_fp8_products_at_prefill(T, skew, monkeypatch):
     """By default (``FP8_PRODUCTS``) both GEMMs take the kernel (not in batch-invariant mode), within the MoE's
