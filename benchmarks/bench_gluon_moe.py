@@ -41,14 +41,14 @@ def compile_offline() -> None:
     s_layout = gl.NVMMASharedLayout.get_default_for([1, TILE], gl.float32)
     sig = {"a_desc": f"tensordesc<fp8e4nv[{TILE // 2},128],{h_layout!r}>",
            "w_desc": f"tensordesc<fp8e4nv[{TILE},128],{w_layout!r}>",
-           "s_desc": f"tensordesc<fp32[1,{TILE}],{s_layout!r}>", "AS": "*fp32", "OUT": "*bf16",
+           "s_desc": f"tensordesc<fp32[1,{TILE}],{s_layout!r}>", "AS": "*fp32", "WT": "*fp32", "OUT": "*bf16",
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32", "K": "i32",
            "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr", "DROP": "constexpr",
-           "ALTERNATE": "constexpr"}
-    divisible = ("AS", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "N", "K", "stride_asm", "stride_om")
-    for drop, alternate in ((0, False), (0, True), (1, False), (2, False)):  # the model's; the probe's
-        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "DROP": drop, "ALTERNATE": alternate},
-                     divisible, f"moe_fp8_kernel drop={drop} alternate={alternate}")
+           "UNIFORM": "constexpr"}
+    divisible = ("AS", "WT", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "N", "K", "stride_asm", "stride_om")
+    for drop, uniform in ((0, False), (0, True), (1, False), (2, False)):  # the model's two; the probe's
+        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "DROP": drop, "UNIFORM": uniform},
+                     divisible, f"moe_fp8_kernel drop={drop} uniform={uniform}")
 
 
 def routed_ids(tokens: int, skew: float, g: torch.Generator) -> torch.Tensor:

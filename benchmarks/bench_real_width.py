@@ -74,8 +74,8 @@ from deepinfer_adapters.model_impl.layers import attention_v41
 from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import (expert_matrix, fp4_to_fp8_blocks, quant_fp4_blocks, to_e4m3_tiles,
-                                                 to_fp4_tiles, unpack_fp4)
+from deepinfer_adapters.model_impl.quant import (E4M3_TILE, expert_matrix, fp4_to_fp8_blocks, quant_fp4_blocks,
+                                                 to_e4m3_tiles, to_fp4_tiles, unpack_fp4)
 from deepinfer_adapters.presets import engram_table_rows, release_config, tiny_config
 from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
 
@@ -164,7 +164,9 @@ def fill_experts(experts, g, chunk=8):
             elif experts.block[1] == 32:
                 codes, s = unpack_fp4(packed).to(torch.float8_e4m3fn), fp4_scale
             else:
-                converted = fp4_to_fp8_blocks(packed, fp4_scale, experts.block[1])
+                # one scale per 128 x 128 tile where exact, as native_format converts (gluon_moe.tile_scales)
+                converted = fp4_to_fp8_blocks(packed, fp4_scale, experts.block[1], rows=E4M3_TILE) \
+                    or fp4_to_fp8_blocks(packed, fp4_scale, experts.block[1])
                 if converted is None:
                     raise RuntimeError(f"random FP4 experts not convertible to {experts.block} blocks")
                 codes, s = converted
@@ -325,9 +327,9 @@ AB_SWITCHES = {
     "gluon_moe": flag(gluon_moe, "GLUON_MOE", False),
     # prefill: the MoE's GEMMs on the Gluon kernel's bf16 products instead of its FP8 products (gluon_moe.FP8_PRODUCTS)
     "gluon_moe_fp8": flag(gluon_moe, "FP8_PRODUCTS", False),
-    # prefill: the FP8 MoE kernel's warpgroups taking the tensor cores in turn (gluon_moe.FP8_ALTERNATE; off by
-    # default: the "no_" run is the one with it on)
-    "moe_alternate": flag(gluon_moe, "FP8_ALTERNATE", not gluon_moe.FP8_ALTERNATE),
+    # prefill: the FP8 MoE kernel's per-column promotion (two multiplies a value) for experts with one scale per
+    # 128 x 128 tile too, instead of the tile's scale (gluon_moe.FP8_UNIFORM_TILES)
+    "moe_tile_scales": flag(gluon_moe, "FP8_UNIFORM_TILES", False),
     # prefill: the dense linears' bf16 GEMMs (LARGE_M_PATH) instead of cuBLAS's block-scaled FP8 one
     # (fp8_blockwise.DENSE_FP8)
     "dense_fp8": flag(fp8_blockwise, "DENSE_FP8", False),

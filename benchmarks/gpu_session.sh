@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [s27a] [s27b] [s27c] [s28a] [s29a] [s29b] [s29c] [s30b] [s30c] [s30d] [s30e] [s30f] [s31a] [s31b] [s31c] [s31d] [s31e] [s31f] [s31g] [s31h] [s32a] [s32b] [s32c] [s32d] [s32e] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [s27a] [s27b] [s27c] [s28a] [s29a] [s29b] [s29c] [s30b] [s30c] [s30d] [s30e] [s30f] [s31a] [s31b] [s31c] [s31d] [s31e] [s31f] [s31g] [s31h] [s32a] [s32d] [s32f] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -1283,37 +1283,6 @@ if has s32a; then  # prepared in session 31, not yet run (~1 min): the fused hc_
   gpu_tests s32a 200 "REPORT|FAIL|Error|passed|failed" tests/gpu/test_hc_post_norm_gpu.py tests/gpu/test_hc_norm_rope_gpu.py
   pack
 fi
-if has s32b; then  # prepared in session 31, not yet run (~6 min): the FP8 MoE kernel's warpgroups issuing each
-  # step's products in turn (gluon_moe.FP8_PINGPONG, off): its GPU tests (the same bits), the probe (pingpong against
-  # full, with its weights in L2 too), the 8192-token prefill A/B'd (the "no_moe_pingpong" run is the one with it on).
-  # The bits first, under a short limit: a wrong barrier phase would hang the kernel, and the rest is then skipped
-  gpu_tests s32b_turn 90 "REPORT|FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py -s -k in_turn
-  pack
-  if passed_all s32b_turn; then
-    gpu_tests s32b 200 "FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py -k "not in_turn"
-    pack
-    probe probe_moe_fp8_s32b 150 22 benchmarks/probe_moe_fp8_bounds.py
-    pack
-    probe probe_moe_fp8_s32b_skew 150 22 benchmarks/probe_moe_fp8_bounds.py --skew 1.0 --rounds 2
-    pack
-    prefill_run s32bprefill 240 --prefill-ab moe_pingpong --prefill-reps 3
-    pack
-  fi
-fi
-if has s32c; then  # prepared in session 31, not yet run (~3 min): the bf16 MoE kernel's two warpgroups issuing each
-  # step's products in turn (gluon_moe.PINGPONG, off; the batch-invariant prefill's MoE): its GPU tests (the Triton
-  # path's bits both ways; in turn first, under a short limit), bench_gluon_moe.py's bf16 lines (in turn against
-  # together, alternated)
-  gpu_tests s32c_turn 90 "FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_gpu.py -k "triton_bits and in_turn"
-  pack
-  if passed_all s32c_turn; then
-    gpu_tests s32c 120 "FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_gpu.py -k "triton_bits and together"
-    pack
-    timeout 150 python benchmarks/bench_gluon_moe.py > "$OUT/gluon_moe_s32c.log" 2>&1
-    grep -E "gluon|triton" "$OUT/gluon_moe_s32c.log" | grep -vE "fp8"; tail -2 "$OUT/gluon_moe_s32c.log"
-    pack
-  fi
-fi
 if has s32d; then  # session 32 (~3 min): both MoE kernels' GPU tests after the ping-pong's removal; the FP8 kernel's
   # probe with its new variants (resident data: the warpgroups' side alone; unscaled sums; 1-3 warpgroups a tile)
   gpu_tests s32d 200 "FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py tests/gpu/test_gluon_moe_gpu.py
@@ -1321,18 +1290,19 @@ if has s32d; then  # session 32 (~3 min): both MoE kernels' GPU tests after the 
   probe probe_moe_fp8_s32d 200 40 benchmarks/probe_moe_fp8_bounds.py
   pack
 fi
-if has s32e; then  # session 32 (~6 min): the FP8 MoE kernel's warpgroups taking the tensor cores in turn
-  # (gluon_moe.FP8_ALTERNATE, off): the bits first under a short limit (a wrong barrier phase would hang the kernel),
-  # the other FP8 MoE tests, the probe (alternate against full, by warpgroups a tile), the prefill A/B (its "no_"
-  # run is the one with it on)
-  gpu_tests s32e_alt 90 "REPORT|FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py -s -k alternating
+if has s32f; then  # session 32 (~5 min): experts with one scale per 128 x 128 tile (native_format's conversion where
+  # exact) promoted with the tile's scale (moe_fp8_kernel's UNIFORM: one multiply-add a value, no per-call scale
+  # layout pass): the FP8 MoE tests (the tile path's bits against the column path's first, under a short limit), the
+  # model's FP8 prefill test, the probe (full = tile scales against column scales), the prefill A/B
+  gpu_tests s32f_tiles 120 "REPORT|FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py -s -k tile_scales
   pack
-  if passed_all s32e_alt; then
-    gpu_tests s32e 200 "FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py -k "not alternating"
+  if passed_all s32f_tiles; then
+    gpu_tests s32f 240 "FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py \
+      tests/gpu/test_model_prefill_fp8_gpu.py -k "not tile_scales"
     pack
-    probe probe_moe_fp8_s32e 200 40 benchmarks/probe_moe_fp8_bounds.py
+    probe probe_moe_fp8_s32f 200 40 benchmarks/probe_moe_fp8_bounds.py
     pack
-    prefill_run s32eprefill 240 --prefill-ab moe_alternate --prefill-reps 3
+    prefill_run s32fprefill 240 --prefill-ab moe_tile_scales --prefill-reps 3
     pack
   fi
 fi

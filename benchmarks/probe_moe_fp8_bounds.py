@@ -1,8 +1,9 @@
 """Where the FP8 MoE kernel's time goes (``gluon_moe.grouped_gemm_fp8``, V4.1's w13 and w2 at 8192 tokens): the
 same launch (uniform routing, or ``--skew``) with parts of its work taken away through its tile table alone (no kernel change), timed side by side.
 
-- ``full``: the model's call; ``alternate``: its warpgroups taking the tensor cores in turn (``FP8_ALTERNATE``),
-  bits checked against ``full`` (the same products and promotions);
+- ``full``: the model's call (the experts as native_format converts them: one scale per 128 x 128 tile, the
+  kernel's UNIFORM promotion); ``column scales``: the same experts promoted per column (``FP8_UNIFORM_TILES`` off:
+  two multiplies a value, and the scales' layout pass), bits checked against ``full``;
 - ``stages 3``: one ring slot fewer (is the weights' stream latency-bound?);
 - ``data only``: every active tile with no rows (row1 = row0): the loader streams the same weight and activation
   tiles, the warpgroups take no products and store nothing -- the kernel's memory side alone;
@@ -11,7 +12,7 @@ same launch (uniform routing, or ``--skew``) with parts of its work taken away t
 - ``resident data`` (``FP8_PROBE_DROP`` bit 0): the loader fills the ring once and then only hands the slots back,
   so the warpgroups take the same products and promotions on data already in shared memory -- the compute side
   alone; ``unscaled`` (bit 1): a step's sum added without its scales -- the promotion's cost; both bits;
-- ``N warpgroups a tile``: every active tile with 64 N rows (its row1 moved), together or alternating -- the
+- ``N warpgroups a tile``: every active tile with 64 N rows (its row1 moved), with resident data too -- the
   products' rate by the number of warpgroups sharing the tensor cores (TFLOP/s of the work each computes);
 - ``no tiles``: every tile idle -- the launch, the scale layout pass and the idle programs.
 Values past ``full`` are not checked: the probe's variants compute other rows or wrong sums on purpose.
@@ -59,22 +60,23 @@ def main():
     def with_rows(n):  # every active tile with 64 n rows (three: a tail on the third warpgroup)
         return tg.Groups(joined.expert, joined.row0, torch.clamp(joined.row0 + 64 * n, max=rows))
 
-    # label: (tile table, FP8_STAGES, FP8_PROBE_DROP, FP8_ALTERNATE, rows a tile computes or None: the table's)
+    # label: (tile table, FP8_STAGES, FP8_PROBE_DROP, FP8_UNIFORM_TILES, rows a tile computes or None: the table's)
     variants = {
-        "full": (joined, 4, 0, False, None),
-        "alternate": (joined, 4, 0, True, None),
-        "stages 3": (joined, 3, 0, False, None),
-        "data only": (tg.Groups(joined.expert, joined.row0, joined.row0), 4, 0, False, None),
-        "weights in L2": (l2, 4, 0, False, None),
-        "resident data": (joined, 4, 1, False, None),
-        "unscaled": (joined, 4, 2, False, None),
-        "resident data, unscaled": (joined, 4, 3, False, None),
-        **{f"{n} warpgroups a tile{label}": (with_rows(n), 4, 0, alternate, 64 * n)
-           for n in (1, 2, 3) for label, alternate in (("", False), (", alternate", True))},
-        "no tiles": (tg.Groups(idle, joined.row0, joined.row1), 4, 0, False, None),
+        "full": (joined, 4, 0, True, None),
+        "column scales": (joined, 4, 0, False, None),
+        "stages 3": (joined, 3, 0, True, None),
+        "data only": (tg.Groups(joined.expert, joined.row0, joined.row0), 4, 0, True, None),
+        "weights in L2": (l2, 4, 0, True, None),
+        "resident data": (joined, 4, 1, True, None),
+        "column scales, resident data": (joined, 4, 1, False, None),
+        "unscaled": (joined, 4, 2, True, None),
+        "resident data, unscaled": (joined, 4, 3, True, None),
+        **{f"{n} warpgroups a tile{label}": (with_rows(n), 4, drop, True, 64 * n)
+           for n in (1, 2, 3) for label, drop in (("", 0), (", resident data", 1))},
+        "no tiles": (tg.Groups(idle, joined.row0, joined.row1), 4, 0, True, None),
     }
     settings_of = lambda label: variants[label][1:4]  # noqa: E731
-    defaults = gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_ALTERNATE
+    defaults = gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_UNIFORM_TILES
     print(f"tiles: {joined.expert.numel()} in the grid's route dimension, {int(active.sum())} active", flush=True)
     for name, weight, scale in (("w13", mod.w13, mod.w13_scale), ("w2", mod.w2, mod.w2_scale)):
         N, K = expert_matrix(weight)
@@ -85,17 +87,17 @@ def main():
         call = lambda table: gluon_moe.grouped_gemm_fp8(q, qs, weight, scale, table)  # noqa: E731
         try:
             outs = {}
-            for label in ("full", "alternate"):
-                gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_ALTERNATE = settings_of(label)
+            for label in ("full", "column scales"):
+                gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_UNIFORM_TILES = settings_of(label)
                 outs[label] = call(variants[label][0])
-            print(f"{name} alternate: the same bits as full {torch.equal(outs['alternate'], outs['full'])}",
-                  flush=True)
+            print(f"{name}: tile scales {gluon_moe.tile_scales(scale) is not None}, the same bits with column "
+                  f"scales {torch.equal(outs['column scales'], outs['full'])}", flush=True)
             for _ in range(args.rounds):
                 for label in variants:
-                    gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_ALTERNATE = settings_of(label)
+                    gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_UNIFORM_TILES = settings_of(label)
                     times[label].append(time_eager(lambda: call(variants[label][0]), reps=5, warm=1))
         finally:
-            gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_ALTERNATE = defaults
+            gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_UNIFORM_TILES = defaults
         for label, us in times.items():
             med = statistics.median(us)
             tile_rows = variants[label][-1]

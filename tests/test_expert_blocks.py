@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from deepinfer_adapters.config import parse_config
+from deepinfer_adapters.kernels import gluon_moe
 from deepinfer_adapters.model_impl import native_format
 from deepinfer_adapters.model_impl.batch import ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
@@ -92,6 +93,25 @@ def test_tiny_scales_and_unconvertible_shapes():
     assert fp4_to_fp8_blocks(packed, scale) is None  # K not a multiple of 128
 
 
+def test_one_scale_per_128_rows_where_exact():
+    """rows=128: the same values with one scale per 128 rows and 128 inputs (each row a copy); a tile whose rows'
+    scales spread past what E4M3 holds is refused, while one scale per row still converts it."""
+    g = torch.Generator().manual_seed(1)
+    sizes = 2.0 ** torch.randint(-5, 6, (256, 8), generator=g).repeat_interleave(32, 1)  # spread 10 across rows
+    packed, scale = quant_fp4_blocks(torch.randn(256, 256, generator=g) * sizes)
+    codes, tile_scale = fp4_to_fp8_blocks(packed, scale, rows=128)
+    per_tile = tile_scale.view(torch.uint8).view(2, 128, 2)
+    assert torch.equal(per_tile, per_tile[:, :1].expand_as(per_tile))
+    assert not torch.equal(per_tile, fp4_to_fp8_blocks(packed, scale)[1].view(torch.uint8).view(2, 128, 2))
+    want = dequant_fp4_experts(packed, scale, torch.float64)
+    assert torch.equal(dequant_fp8_blocks(codes, tile_scale, (1, 128), torch.float64), want)
+    s = scale.view(torch.uint8).clone()
+    s[200] -= 20  # row 200 2^-20 of its tile's other rows: no E4M3 code for its small values under their scale
+    assert fp4_to_fp8_blocks(packed, s.view(torch.float8_e8m0fnu), rows=128) is None
+    assert fp4_to_fp8_blocks(packed, s.view(torch.float8_e8m0fnu)) is not None
+    assert fp4_to_fp8_blocks(packed[:192], scale[:192], rows=128) is None  # rows no multiple of 128
+
+
 def _logits(model) -> torch.Tensor:
     state = model.new_state(1, 64)
     ids = torch.randint(3, 1000, (13,), generator=torch.Generator().manual_seed(0)).tolist()
@@ -128,6 +148,8 @@ def test_converted_model_is_bitwise_the_per_32_model(tiny_checkpoint):
     assert converted and set(converted.values()) == {(1, 128)}
     ffn = models[128].layers[2].ffn.routed
     assert ffn.w13_scale.shape[-1] == cfg.hidden_size // 128 and ffn.w2_scale.shape[-1] == 1
+    # and one per 128 rows too, which the prefill's FP8 MoE kernel promotes with one multiply (gluon_moe.tile_scales)
+    assert gluon_moe.tile_scales(ffn.w13_scale) is not None and gluon_moe.tile_scales(ffn.w2_scale) is not None
     assert all(m.routed.block == (1, 32) for m in models[32].modules() if getattr(m, "routed", None))
     # expert widths 128 divides: the E4M3 storages hold 128 x 128 tiles (quant.to_e4m3_tiles)
     assert ffn.e4m3_tiles and models[32].layers[2].ffn.routed.e4m3_tiles

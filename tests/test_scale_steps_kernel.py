@@ -42,3 +42,25 @@ def test_scale_steps_in_torch_matches_its_definition():
     got = gluon_moe.scale_steps(s)
     assert got.shape == (2, 4, 3)
     assert got[1, 2, 0].item() == 2.0 ** (int(s[1, 0, 2]) - 127)
+
+
+def test_tile_scales_reads_one_scale_per_128_rows_or_refuses():
+    """``gluon_moe.tile_scales``: scales one per 128 rows (each row a copy) as fp32 [E, N / 128, K / 128]; None where
+    one row of a tile differs, or N is no multiple of 128; asked again after an in-place change, answered anew."""
+    import torch
+
+    from deepinfer_adapters.kernels import gluon_moe
+    from deepinfer_adapters.model_impl.quant import e8m0_to_float
+
+    g = torch.Generator().manual_seed(5)
+    per_tile = torch.randint(100, 150, (3, 2, 5), generator=g, dtype=torch.uint8)
+    s = per_tile.repeat_interleave(128, dim=1).view(torch.float8_e8m0fnu)  # [3, 256, 5]
+    table = gluon_moe.tile_scales(s)
+    assert table is not None and table.dtype == torch.float32 and table.shape == (3, 2, 5)
+    assert torch.equal(table, e8m0_to_float(per_tile))
+    assert gluon_moe.tile_scales(s) is table  # known: no second check
+    s.view(torch.uint8)[2, 255, 4] += 1  # the last row of the last tile
+    assert gluon_moe.tile_scales(s) is None
+    s.view(torch.uint8)[2, 255, 4] -= 1
+    assert torch.equal(gluon_moe.tile_scales(s), table)
+    assert gluon_moe.tile_scales(torch.full((1, 192, 2), 127, dtype=torch.uint8)) is None  # N not a multiple of 128

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import weakref
 
 import torch
 
@@ -64,8 +65,10 @@ STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
 # too): 99.60 ms against 121.67 on the bf16 kernel (session 31, part s31f)
 FP8_PRODUCTS = True
 FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each; 3 within noise, session 31)
-# moe_fp8_kernel's warpgroups take the tensor cores in turn (its _products' doc; session 32, not yet run)
-FP8_ALTERNATE = False
+# experts whose (1, 128) scales are one per 128 x 128 tile (native_format's conversion, where exact) promote with the
+# tile's scale (tile_scales; moe_fp8_kernel's UNIFORM): one multiply-add a value, no per-call scale layout pass
+# (session 32, not yet run on the GPU)
+FP8_UNIFORM_TILES = True
 # moe_fp8_kernel's DROP: work taken away for benchmarks/probe_moe_fp8_bounds.py only (wrong values unless 0)
 FP8_PROBE_DROP = 0
 FP8_TAIL = 64  # rows past TILE a tile of moe_fp8_kernel may carry (absorb_tails), on its third warpgroup
@@ -177,6 +180,32 @@ def scale_steps(scale: torch.Tensor) -> torch.Tensor:
     return out
 
 
+# tile_scales' answers by the scale tensor's id: (a weak reference to it, its version, the table or None)
+_TILE_SCALES: dict[int, tuple[weakref.ref, int, torch.Tensor | None]] = {}
+
+
+def tile_scales(scale: torch.Tensor) -> torch.Tensor | None:
+    """fp32 [E, N / 128, K / 128]: E8M0 expert scales [E, N, K / 128] (uint8 or float8_e8m0fnu) that are one per 128
+    rows and 128 inputs (each row a copy: ``quant.fp4_to_fp8_blocks(..., rows=128)``, native_format's conversion
+    where exact), as ``moe_fp8_kernel`` reads them with UNIFORM; None where some tile's rows differ. Checked once a
+    tensor and version (one host sync; none while a CUDA graph is captured: None then, unless already known)."""
+    key = id(scale)
+    known = _TILE_SCALES.get(key)
+    if known is not None and known[0]() is scale and known[1] == scale._version:
+        return known[2]
+    E, N, KB = scale.shape
+    if N % TILE or (scale.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return None
+    s = scale.view(torch.uint8)
+    first = s[:, ::TILE]  # [E, N / 128, K / 128]
+    uniform = torch.equal(s.view(E, N // TILE, TILE, KB), first.unsqueeze(2).expand(E, N // TILE, TILE, KB))
+    table = e8m0_to_float(first).contiguous() if uniform else None
+    if known is None or known[0]() is not scale:
+        weakref.finalize(scale, _TILE_SCALES.pop, key, None)
+    _TILE_SCALES[key] = (weakref.ref(scale), scale._version, table)
+    return table
+
+
 def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
                      groups: Groups) -> torch.Tensor:
     """bf16 [rows, N]: row r = (q_sorted[r] x its per-128 scales s_sorted[r]) @ dequant(weight[expert]).T for the
@@ -211,11 +240,13 @@ def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: tor
     a_desc = TensorDescriptor(q_sorted, [rows, K], list(q_sorted.stride()), [half, 128], a_layout)
     w2d = weight.view(-1, 128)  # tile after tile, 128 bytes a row
     w_desc = TensorDescriptor(w2d, list(w2d.shape), list(w2d.stride()), [TILE, 128], w_layout)
-    ws_steps = scale_steps(scale).view(-1, N)
+    tiles = tile_scales(scale) if FP8_UNIFORM_TILES else None
+    # the column scales' layout pass only where the kernel reads them (else a placeholder for the descriptor)
+    ws_steps = scale_steps(scale).view(-1, N) if tiles is None else out.new_zeros(1, TILE, dtype=torch.float32)
     s_layout = gl.NVMMASharedLayout.get_default_for([1, TILE], gl.float32)
     s_desc = TensorDescriptor(ws_steps, list(ws_steps.shape), list(ws_steps.stride()), [1, TILE], s_layout)
     grid = (triton.cdiv(N, TILE), groups.expert.numel())
-    moe_fp8_kernel[grid](a_desc, w_desc, s_desc, s_sorted, out, groups.expert, groups.row0, groups.row1, N, K,
-                         s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES, DROP=FP8_PROBE_DROP,
-                         ALTERNATE=FP8_ALTERNATE, num_warps=4)
+    moe_fp8_kernel[grid](a_desc, w_desc, s_desc, s_sorted, s_sorted if tiles is None else tiles, out, groups.expert,
+                         groups.row0, groups.row1, N, K, s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES,
+                         DROP=FP8_PROBE_DROP, UNIFORM=tiles is not None, num_warps=4)
     return out

@@ -10,8 +10,7 @@ One program: a 128-row tile of one expert's sorted rows (up to 64 more: the expe
   tokens are wgmma's M, so a token row's activation scale is one register a thread): a step is four 32-deep FP8
   products of all 128 weight rows summed on the tensor cores' accumulator, straight from shared memory, then times
   the rows' scale and the columns' (1, 128) weight scales into the fp32 accumulator (``_products``). A group past
-  the expert's last row takes no products. With ``ALTERNATE`` the warpgroups' products run one warpgroup at a time,
-  each scaling its sum while the next one's products run.
+  the expert's last row takes no products.
 ``DROP`` takes work away for ``benchmarks/probe_moe_fp8_bounds.py`` only (0 in the model): bit 0, the loader refills
 no slot after the first STAGES steps (the products on resident data: the warpgroups' side alone); bit 1, a step's sum
 is added unscaled (the promotion's scales left out). Either gives wrong values.
@@ -32,7 +31,8 @@ PRODUCT_REGS = gl.constexpr(160)
 
 @gluon.jit
 def _loader(a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0, s_row0, col0,
-            has_tail, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, DROP: gl.constexpr):
+            has_tail, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, DROP: gl.constexpr,
+            UNIFORM: gl.constexpr):
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     for kb in range(k_steps):
         s = kb % STAGES
@@ -42,12 +42,13 @@ def _loader(a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, emp
         resident = ((DROP & 1) != 0) & (kb >= STAGES)
         load = ((DROP & 1) == 0) | (kb < STAGES)
         mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + (GROUPS - 1) * a_desc.block_type.nbytes
-                        + s_desc.block_type.nbytes, pred=load)
+                        + (0 if UNIFORM else s_desc.block_type.nbytes), pred=load)
         mbarrier.arrive(ready.index(s), pred=resident)
         _tma_load(w_desc, [w_row0 + kb * 128, 0], ready.index(s), w_smem.index(s), pred=load)
         # the step's weight scales, one a column: in the ring, as the products' registers could not hold 128
-        # columns' pointers (ptxas spilled)
-        _tma_load(s_desc, [s_row0 + kb, col0], ready.index(s), ws_smem.index(s), pred=load)
+        # columns' pointers (ptxas spilled); with UNIFORM the products load their one scale a step themselves
+        if not UNIFORM:
+            _tma_load(s_desc, [s_row0 + kb, col0], ready.index(s), ws_smem.index(s), pred=load)
         # rows past the activations' end come as zeros; the next expert's rows are computed and not stored
         for h in gl.static_range(GROUPS - 1):
             _tma_load(a_desc, [row0 + h * HALF, kb * 128], ready.index(s), a_smem.index(GROUPS * s + h), pred=load)
@@ -95,26 +96,22 @@ def _wait_step(ready, t_ready, kb, STAGES: gl.constexpr, GROUPS: gl.constexpr, H
 
 
 @gluon.jit
-def _take_turn(turn, kb, H: gl.constexpr):
-    """Waits until the warpgroup before this one in the rotation (``turn``: one barrier a warpgroup) has step kb's
-    products (the first warpgroup: step kb - 1's of the last one; nothing at step 0) all but done."""
-    if H == 0:
-        if kb > 0:
-            mbarrier.wait(turn.index(0), (kb - 1) & 1)
-    else:
-        mbarrier.wait(turn.index(H), kb & 1)
-
-
-@gluon.jit
 def _promote(acc, p, a, ws_slot, layout: gl.constexpr):
     """acc + a step's sum p times its rows' scales a and its columns' weight scales."""
     return acc + p * (gl.expand_dims(a, 1) * _column_scales(ws_slot, layout))
 
 
 @gluon.jit
-def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row0, row1, col0, N, stride_asm,
-              stride_om, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr, DROP: gl.constexpr,
-              ALTERNATE: gl.constexpr):
+def _promote_tile(acc, p, a, sw):
+    """acc + a step's sum p times its rows' scales a and the tile's one weight scale sw (``UNIFORM``): one fp32
+    multiply-add a value (``_promote`` takes two)."""
+    return acc + p * gl.expand_dims(a * sw, 1)
+
+
+@gluon.jit
+def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, row0, row1, col0, N,
+              stride_asm, stride_om, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr,
+              DROP: gl.constexpr, UNIFORM: gl.constexpr):
     """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back).
 
     Activations with one scale a 128-deep step (``act_quant``'s ``scale_block``): a step is four 32-deep FP8
@@ -129,13 +126,13 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row
     3-5% faster than the halves alone. (Products left in flight across the loop's back edge made ptxas serialize
     them all, C7514, offline.)
 
-    ALTERNATE (session 32): the tile's active warpgroups take the tensor cores in turn (0, 1[, 2], 0, ...: ``turn``,
-    one barrier a warpgroup): each issues its step's products once the previous one's are all but done (three of
-    four), so they run alone at the tensor cores' rate while the previous warpgroup scales its sum. Without it the
-    warpgroups issue together: the tensor cores interleave their products, all finish at about the same time, and
-    all promote at once with the tensor cores idle -- the probe: without the scales (``DROP`` 2) w13 takes 2.86 ms
-    against 3.73 (part s32d). Ordering only the issues (each warpgroup after the previous one's issue) gave the same
-    interleaving: 1-3% slower (session 31's ping-pong, part s32b)."""
+    The warpgroups issue together: the tensor cores interleave their products, all finish at about the same time,
+    and all promote at once. The promotion is the kernel's largest cost after the products (probe, session 32, part
+    s32d: w13 3.73 ms, 2.86 with a step's sums added unscaled, 2.38 with that on resident data); UNIFORM's takes one
+    multiply-add a value instead of two and no shared-memory loads (``gluon_moe.FP8_UNIFORM_TILES``). Taking turns did not: each warpgroup issuing after the previous one's issue (session
+    31's ping-pong, same bits) was 1-3% slower, and after the previous one's products were all but done (wgmma
+    wait 1) 6% slower on w13 (part s32e): one warpgroup's chain of products alone runs the tensor cores at ~60% of
+    three's (504 against ~800 TFLOP/s)."""
     HALF: gl.constexpr = a_smem.type.shape[1]
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -147,21 +144,18 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row
         arow = AS + gl.minimum(rows, row1 - 1).to(gl.int64) * stride_asm
         p = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
         acc = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
-        # the tile's active warpgroups (a prefix: its rows are contiguous) and the next one in the rotation
-        following = (H + 1) % gl.minimum(GROUPS, gl.cdiv(row1 - row0, HALF))
         for kb in range(k_steps):
             a = gl.load(arow + kb)  # loaded before the wait, its latency under it
+            if UNIFORM:
+                sw = gl.load(WT + wt_row0 + kb)
             s = kb % STAGES
             _wait_step(ready, t_ready, kb, STAGES, GROUPS, H)
-            if ALTERNATE:
-                _take_turn(turn, kb, H)
             p = _issue_step(a_smem, w_smem, p, s, GROUPS, H)
-            if ALTERNATE:  # the next warpgroup's products queue behind this one's last
-                p = warpgroup_mma_wait(num_outstanding=1, deps=(p, ))
-                mbarrier.arrive(turn.index(following), count=1)
             p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
             if (DROP & 2) != 0:  # the probe's unscaled sums
                 acc = acc + p
+            elif UNIFORM:
+                acc = _promote_tile(acc, p, a, sw)
             else:
                 acc = _promote(acc, p, a, ws_smem.index(s), mma_layout)
             mbarrier.arrive(empty.index(s), count=1)
@@ -177,12 +171,13 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row
 
 
 @gluon.jit
-def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, stride_asm, stride_om,
-                   STAGES: gl.constexpr, DROP: gl.constexpr, ALTERNATE: gl.constexpr):
+def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, WT, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, stride_asm,
+                   stride_om, STAGES: gl.constexpr, DROP: gl.constexpr, UNIFORM: gl.constexpr):
     """Program (n tile, route tile): OUT[r, n tile's columns] = sum over K of A[r] W_expert^T with A's per-128
     scales AS (fp32 [rows, K / 128]) and the weight's (1, 128) scales (``s_desc``: fp32 [E K / 128, N], a step's
     columns in a row) for the tile's rows r in [row0, row1): its first 128, and up to 64 more (the
-    expert's last rows, ``gluon_moe.absorb_tails``) on a third warpgroup."""
+    expert's last rows, ``gluon_moe.absorb_tails``) on a third warpgroup. UNIFORM: the weight's scales are one per
+    128 x 128 tile, WT (fp32 [E, N / 128, K / 128], ``gluon_moe.tile_scales``); s_desc is then not read."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     GROUPS: gl.constexpr = 3
@@ -199,20 +194,20 @@ def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, OUT, TILE_EXPERT, TILE_ROW0, TILE
         n_tiles = gl.cdiv(N, W_ROWS)
         w_row0 = ((expert * n_tiles + pid_n) * k_steps) * 128  # the tile's first row in the [-1, 128] view
         col0 = pid_n * W_ROWS
+        wt_row0 = (expert * n_tiles + pid_n) * k_steps  # the tile's first step in WT
         a_smem = gl.allocate_shared_memory(a_desc.dtype, [GROUPS * STAGES, HALF, 128], a_desc.layout)
         w_smem = gl.allocate_shared_memory(w_desc.dtype, [STAGES, W_ROWS, 128], w_desc.layout)
         ws_smem = gl.allocate_shared_memory(s_desc.dtype, [STAGES, 1, W_ROWS], s_desc.layout)
         ready = _barriers(STAGES, 1)
         t_ready = _barriers(STAGES, 1)
         empty = _barriers(STAGES, GROUPS)  # one arrival a warpgroup
-        turn = _barriers(GROUPS, 1)  # ALTERNATE's: warpgroup h may issue when turn[h] completes
         gl.warp_specialize([
-            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row0, row1, col0, N,
-                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 0, DROP, ALTERNATE)),
-            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row0, row1, col0, N,
-                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 1, DROP, ALTERNATE)),
-            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, turn, AS, OUT, row0, row1, col0, N,
-                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 2, DROP, ALTERNATE)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, row0, row1,
+                         col0, N, stride_asm, stride_om, k_steps, STAGES, GROUPS, 0, DROP, UNIFORM)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, row0, row1,
+                         col0, N, stride_asm, stride_om, k_steps, STAGES, GROUPS, 1, DROP, UNIFORM)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, row0, row1,
+                         col0, N, stride_asm, stride_om, k_steps, STAGES, GROUPS, 2, DROP, UNIFORM)),
             (_loader, (a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0,
-                       expert * k_steps, col0, has_tail, k_steps, STAGES, GROUPS, DROP)),
+                       expert * k_steps, col0, has_tail, k_steps, STAGES, GROUPS, DROP, UNIFORM)),
         ], [4, 4, 1], [PRODUCT_REGS, PRODUCT_REGS, 24])

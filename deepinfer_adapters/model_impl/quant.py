@@ -375,11 +375,14 @@ def dequant_fp4_experts(
 
 
 def fp4_to_fp8_blocks(
-    packed: torch.Tensor, scale: torch.Tensor, block: int = 128, group: int = 32
+    packed: torch.Tensor, scale: torch.Tensor, block: int = 128, group: int = 32, rows: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Routed-expert weight: packed E2M1 [..., N, K/2] with E8M0 scales per ``group`` inputs ->
     (E4M3 [..., N, K], E8M0 scales [..., N, K/block]) holding the same values exactly, or None
-    when some value has no exact E4M3 code under one scale per ``block``.
+    when some value has no exact E4M3 code under one scale per ``block``. ``rows`` > 1: one scale per
+    ``rows`` consecutive rows and ``block`` inputs (each row still carries its own copy, so every consumer
+    reads the same layout), the block's groups those of all its rows -- what ``gluon_moe.grouped_gemm_fp8``
+    promotes with one multiply a value instead of two (``tile_scales``).
 
     A value is c * 2^s_i (c on the E2M1 grid, s_i its group's exponent). The block scale is
     2^S with S = s_max - 6, s_max the largest s_i of the block's groups holding a nonzero value
@@ -395,14 +398,18 @@ def fp4_to_fp8_blocks(
     """
     packed = _as_bytes(packed)
     K = packed.shape[-1] * 2
-    if K % block or block % group or tuple(scale.shape) != (*packed.shape[:-1], K // group):
+    if K % block or block % group or tuple(scale.shape) != (*packed.shape[:-1], K // group) \
+            or packed.shape[-2] % rows:
         return None
     exps = scale.view(torch.uint8).to(torch.int32)  # E8M0 byte: 2^(byte - 127)
     if bool((exps == 255).any()):  # NaN scale
         return None
     nonzero = ((packed & 0x77) != 0).unflatten(-1, (K // group, group // 2)).any(-1)  # per group, from the codes
     per_block = (*exps.shape[:-1], K // block, block // group)
-    s_max = torch.where(nonzero, exps, -1).view(per_block).amax(-1)
+    s_max = torch.where(nonzero, exps, -1).view(per_block).amax(-1)  # [..., N, K / block]
+    if rows > 1:
+        tiles = s_max.unflatten(-2, (-1, rows))
+        s_max = tiles.amax(-2, keepdim=True).expand(tiles.shape).flatten(-3, -2)
     s_block = torch.where(s_max >= 0, (s_max - 6).clamp_min(1), 127)  # all-zero block: scale 1
     shift = (exps.view(per_block) - s_block[..., None]).clamp(max=6).flatten(-2)
     if bool((nonzero & (shift < -126)).any()):  # 2^shift not a normal float32: far from exact anyway

@@ -76,24 +76,35 @@ def test_grouped_gemm_fp8_gives_the_exact_sums(T, E, N, K, skew):
         assert rel < 3e-3
 
 
+def _tile_experts(E, N, K, seed):
+    """``_experts`` with each 128 x 128 tile's rows on one scale (as native_format converts where exact)."""
+    w, s = _experts(E, N, K, seed)
+    return w, s[:, ::128].repeat_interleave(128, dim=1).contiguous()
+
+
 @pytest.mark.parametrize("T,E,N,K,skew", GROUPED_CASES)
-def test_alternating_warpgroups_give_the_same_bits(T, E, N, K, skew, monkeypatch):
-    """``FP8_ALTERNATE`` only orders the warpgroups' products: the same products and promotions, so the same bits,
-    with tiles of one, two and three active warpgroups (skewed routing, tails joined)."""
-    w, s = _experts(E, N, K, seed=T)
+def test_tile_scales_give_the_column_scales_bits(T, E, N, K, skew, monkeypatch):
+    """Experts with one scale per 128 x 128 tile: the kernel's one multiply-add a value (UNIFORM, ``tile_scales``)
+    gives the bits of its per-column promotion (the same fp32 product of the row's and the tile's scale), and the
+    exact sums' bounds; tiles of one, two and three active warpgroups (skewed routing, tails joined)."""
+    w, s = _tile_experts(E, N, K, seed=T)
+    assert gluon_moe.tile_scales(s) is not None and gluon_moe.tile_scales(_experts(E, N, K, seed=T)[1]) is None
     _, ids = routing(T, E, 6, seed=T, skew=skew)
     _, tiles, _ = triton_moe.route(ids, E, 128)
     joined = gluon_moe.absorb_tails(tiles, gluon_moe.FP8_TAIL)
     h, hs = _quantized(T * 6, K, seed=9 + T)
     outs = []
-    for alternate in (False, True):
-        monkeypatch.setattr(gluon_moe, "FP8_ALTERNATE", alternate)
+    for uniform in (False, True):
+        monkeypatch.setattr(gluon_moe, "FP8_UNIFORM_TILES", uniform)
         outs.append(gluon_moe.grouped_gemm_fp8(h, hs, w, s, joined))
-    torch.cuda.synchronize()
     rows = (joined.row1 - joined.row0)[joined.expert >= 0]
-    print(f"REPORT gluon moe fp8 alternating T={T} E={E}: tiles of 1-64 / 65-128 / 129+ rows "
-          f"{int((rows <= 64).sum())} / {int(((rows > 64) & (rows <= 128)).sum())} / {int((rows > 128).sum())}")
+    print(f"REPORT gluon moe fp8 tile scales T={T} E={E}: tiles of 1-64 / 65-128 / 129+ rows "
+          f"{int((rows <= 64).sum())} / {int(((rows > 64) & (rows <= 128)).sum())} / {int((rows > 128).sum())}, "
+          f"equal {torch.equal(outs[0], outs[1])}")
     assert torch.equal(outs[0], outs[1])
+    want, mag = _exact(h, hs, w, s, joined)
+    got = outs[1].double()
+    assert (((got - want).abs() - 2.0 ** -8 * want.abs()).clamp(min=0) / mag.clamp(min=1e-30)).max() <= 2.0 ** -9
 
 
 @pytest.mark.parametrize("T,skew", PREFILL_CASES)
