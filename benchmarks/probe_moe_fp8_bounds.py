@@ -1,5 +1,6 @@
 """Where the FP8 MoE kernel's time goes (``gluon_moe.grouped_gemm_fp8``, V4.1's w13 and w2 at 8192 tokens): the
-same launch (uniform routing, or ``--skew``) with parts of its work taken away through its tile table alone (no kernel change), timed side by side.
+same launch (uniform routing, or ``--skew``) with parts of its work taken away through its tile table or the
+kernel's probe-only ``DROP``, timed side by side.
 
 - ``full``: the model's call (the experts as native_format converts them: one scale per 128 x 128 tile, the
   kernel's UNIFORM promotion); ``column scales``: the same experts promoted per column (``FP8_UNIFORM_TILES`` off:

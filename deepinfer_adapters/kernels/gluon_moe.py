@@ -36,8 +36,12 @@ time goes (part s31b-f): the loader's stream alone (no products) takes 2.44 / 1.
 ~3.7 TB/s --, the products with every tile's weights in L2 3.48 / 2.06: the warpgroups' products and promotions
 bound it, not memory (Nsight Compute, session 30's form: DRAM 56%, L2 70%, issue slots 40%). Session 29's form
 kept V4.1's per-32 scales and chained the four products in Horner form with their scale ratios: exact products,
-but 5 fp32 operations a value a step and issue-bound (w13 5.34-5.96 ms); removed. The 8192-token prefill: 99.60-
-103.83 ms with this kernel against 121.67-122.77 with the bf16 kernel (session 31, parts s31f-g).
+but 5 fp32 operations a value a step and issue-bound (w13 5.34-5.96 ms); removed. Session 32 (part s32d): with
+data already in shared memory 3.54 ms, with a step's sums added unscaled 2.86 -- the promotion, not the stream,
+was the cost. Experts whose scales are one per 128 x 128 tile (native_format converts so where exact: every
+realistic weight) promote with the tile's scale, one multiply-add a value, and skip ``scale_steps``' per-call pass
+(``tile_scales``): w13 3.10 against 3.84 ms, w2 1.84 against 2.16, the same bits (part s32f). The 8192-token
+prefill: 97.81 against 103.98 ms per column (s32f), 93.58 against 124.24 on the bf16 kernel (s32g).
 
 Takes: bf16 activations already in sorted row order (w13's gathered by ``index_select`` first), E4M3
 experts in ``quant.to_e4m3_tiles``' layout with E8M0 scales per (1, 128), ``triton_moe.route``'s 128-row
@@ -66,8 +70,8 @@ STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
 FP8_PRODUCTS = True
 FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each; 3 within noise, session 31)
 # experts whose (1, 128) scales are one per 128 x 128 tile (native_format's conversion, where exact) promote with the
-# tile's scale (tile_scales; moe_fp8_kernel's UNIFORM): one multiply-add a value, no per-call scale layout pass
-# (session 32, not yet run on the GPU)
+# tile's scale (tile_scales; moe_fp8_kernel's UNIFORM): one multiply-add a value, no per-call scale layout pass. H200
+# (session 32, part s32f): the 8192-token prefill 97.81 ms against 103.98 per column, bit-identical logits
 FP8_UNIFORM_TILES = True
 # moe_fp8_kernel's DROP: work taken away for benchmarks/probe_moe_fp8_bounds.py only (wrong values unless 0)
 FP8_PROBE_DROP = 0
@@ -162,9 +166,10 @@ def fp8_fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: 
 
 def scale_steps(scale: torch.Tensor) -> torch.Tensor:
     """fp32 [E, K / 128, N] of E8M0 scales [E, N, K / 128] (uint8 or float8_e8m0fnu): a step's columns contiguous,
-    as ``moe_fp8_kernel`` copies them into its ring and multiplies them. One Triton pass (CUDA, or Triton's CPU
-    interpreter), else torch: in torch (a conversion, then a transposing copy) it took ~0.9 ms a layer at V4.1's
-    widths in the 8192-token prefill (session 29's profile), ~5% of the FP8 kernels' time."""
+    as ``moe_fp8_kernel`` copies them into its ring and multiplies them (experts without ``tile_scales``). One
+    Triton pass (CUDA, or Triton's CPU interpreter), else torch: in torch (a conversion, then a transposing copy) it
+    took ~0.9 ms a layer at V4.1's widths in the 8192-token prefill (session 29's profile), ~5% of the FP8 kernels'
+    time; the Triton pass ~90 us a call (session 31)."""
     E, N, KB = scale.shape
     s = scale.view(torch.uint8)
     if not (triton_available() and (s.is_cuda or interpreting())):

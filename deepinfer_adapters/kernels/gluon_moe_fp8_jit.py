@@ -4,13 +4,14 @@
 One program: a 128-row tile of one expert's sorted rows (up to 64 more: the expert's last ones,
 ``gluon_moe.absorb_tails``) x 128 weight rows, K in 128-deep steps.
 - loader (1 warp): TMA copies of the step's E4M3 weight tile (one 16 KB tile of ``quant.to_e4m3_tiles``), its
-  columns' fp32 weight scales (``gluon_moe.scale_steps``' layout) and the 64-row groups of the E4M3 activation
-  tile into a ring of STAGES slots;
+  columns' fp32 weight scales (``gluon_moe.scale_steps``' layout; not with UNIFORM) and the 64-row groups of the
+  E4M3 activation tile into a ring of STAGES slots;
 - three warpgroups, each its own partition and its own 64 of the tile's rows (acc[token rows, weight rows]:
   tokens are wgmma's M, so a token row's activation scale is one register a thread): a step is four 32-deep FP8
   products of all 128 weight rows summed on the tensor cores' accumulator, straight from shared memory, then times
-  the rows' scale and the columns' (1, 128) weight scales into the fp32 accumulator (``_products``). A group past
-  the expert's last row takes no products.
+  the rows' scale and the columns' (1, 128) weight scales into the fp32 accumulator (``_products``), or with
+  UNIFORM (experts with one scale per 128 x 128 tile) the tile's one scale. A group past the expert's last row takes
+  no products.
 ``DROP`` takes work away for ``benchmarks/probe_moe_fp8_bounds.py`` only (0 in the model): bit 0, the loader refills
 no slot after the first STAGES steps (the products on resident data: the warpgroups' side alone); bit 1, a step's sum
 is added unscaled (the promotion's scales left out). Either gives wrong values.
@@ -127,12 +128,13 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, O
     them all, C7514, offline.)
 
     The warpgroups issue together: the tensor cores interleave their products, all finish at about the same time,
-    and all promote at once. The promotion is the kernel's largest cost after the products (probe, session 32, part
-    s32d: w13 3.73 ms, 2.86 with a step's sums added unscaled, 2.38 with that on resident data); UNIFORM's takes one
-    multiply-add a value instead of two and no shared-memory loads (``gluon_moe.FP8_UNIFORM_TILES``). Taking turns did not: each warpgroup issuing after the previous one's issue (session
-    31's ping-pong, same bits) was 1-3% slower, and after the previous one's products were all but done (wgmma
-    wait 1) 6% slower on w13 (part s32e): one warpgroup's chain of products alone runs the tensor cores at ~60% of
-    three's (504 against ~800 TFLOP/s)."""
+    and all promote at once. The promotion was the kernel's largest cost after the products (probe, session 32,
+    part s32d: w13 3.73 ms, 2.86 with a step's sums added unscaled, 2.38 with that on resident data); UNIFORM's
+    takes one multiply-add a value instead of two and no shared-memory loads: w13 3.10 against 3.84 ms, w2 1.84
+    against 2.16, the same bits (part s32f). Taking turns did not pay: each warpgroup issuing after the previous
+    one's issue (session 31's ping-pong, same bits) was 1-3% slower, and after the previous one's products were all
+    but done (wgmma wait 1) 6% slower on w13 (part s32e): one warpgroup's chain of products alone runs the tensor
+    cores at ~60% of three's (504 against ~800 TFLOP/s)."""
     HALF: gl.constexpr = a_smem.type.shape[1]
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],

@@ -12,8 +12,9 @@ dequantized. ``weights="fp8"`` keeps what the kernels can read directly:
   as a (1, 32) block scale (always exact: every E2M1 value is an E4M3 value). Where also
   exact, the per-128 scales are one per 128 rows too (each row still holds its copy): the
   prefill's FP8 MoE kernel then scales a step's sums with one multiply a value
-  (kernels/gluon_moe.py ``tile_scales``). The choice is per layer, made from the data in ``native_tensors``; the layer's storage follows the
-  tensors' shapes (``build(..., expert_blocks=...)``). V4-Flash-Base FP8 experts stay as stored.
+  (kernels/gluon_moe.py ``tile_scales``). The choice is per layer, made from the data in
+  ``native_tensors``; the layer's storage follows the tensors' shapes
+  (``build(..., expert_blocks=...)``). V4-Flash-Base FP8 experts stay as stored.
   ``weights="fp4"``: the same, but FP4 experts kept packed (E2M1, the checkpoint's scale per
   32, nibbles reordered per span of 64 inputs and 128-row tiles: quant.to_fp4_tiles; expert block
   ``PACKED_FP4``):
