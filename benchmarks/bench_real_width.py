@@ -13,8 +13,8 @@ No draft stages, no vision. Engram tables hold 24 x ~16k rows instead of 24 x ~1
 (random ids hit the same 24 rows per token either way; 2 x 98 GB would not fit).
 Weights random in the native formats: E4M3 + E8M0 32x32 scales, bf16 elsewhere; experts
 drawn as FP4 checkpoint tensors (N(0, 1/fan_in) quantized like the tiny checkpoints) and
-converted as a load converts them (native_format: E4M3 with one E8M0 scale per 128 inputs,
-``--expert-block 32``: the checkpoint's scales per 32) -- ~98 GB, most of it experts
+converted as a load converts them (native_format: E4M3 with one E8M0 scale per 128 inputs and, where
+exact -- always for these draws -- per 128 rows too; ``--expert-block 32``: the checkpoint's scales per 32) -- ~98 GB, most of it experts
 (13.6 GB/layer).
 
 Workloads: decode steps at batch 1, 8, 32, 128, every sequence at context 4096 (state
