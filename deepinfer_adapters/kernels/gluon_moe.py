@@ -66,7 +66,7 @@ GLUON_MOE = True  # prefill-sized bf16-path MoE GEMMs through moe_bf16_kernel wh
 STAGES = 3  # ring slots (48 KB each); 4 measured 2-8% slower (session 15)
 # prefill-sized MoE GEMMs with per-32 activation scales (V4.1) on FP8 products (``grouped_gemm_fp8``) instead of
 # the bf16 path, outside batch-invariant mode. H200, the 8192-token prefill (medians of 3, the dense linears on FP8
-# too): 99.60 ms against 121.67 on the bf16 kernel (session 31, part s31f)
+# too): 93.58 ms against 124.24 on the bf16 kernel (session 32, part s32g)
 FP8_PRODUCTS = True
 FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each; 3 within noise, session 31)
 # experts whose (1, 128) scales are one per 128 x 128 tile (native_format's conversion, where exact) promote with the
