@@ -44,13 +44,11 @@ def compile_offline() -> None:
            "s_desc": f"tensordesc<fp32[1,{TILE}],{s_layout!r}>", "AS": "*fp32", "WT": "*fp32", "OUT": "*bf16",
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32", "K": "i32",
            "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr", "DROP": "constexpr",
-           "UNIFORM": "constexpr", "TAIL_N": "constexpr"}
+           "UNIFORM": "constexpr"}
     divisible = ("AS", "WT", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "N", "K", "stride_asm", "stride_om")
-    # the model's (column scales, tile scales, tile scales with the tail as N); the probe's
-    for drop, uniform, tail_n in ((0, False, 0), (0, True, 0), (0, True, 32), (1, True, 0), (2, True, 0)):
-        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "DROP": drop, "UNIFORM": uniform,
-                                           "TAIL_N": tail_n}, divisible,
-                     f"moe_fp8_kernel drop={drop} uniform={uniform} tail_n={tail_n}")
+    for drop, uniform in ((0, False), (0, True), (1, False), (2, False)):  # the model's two; the probe's
+        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "DROP": drop, "UNIFORM": uniform},
+                     divisible, f"moe_fp8_kernel drop={drop} uniform={uniform}")
 
 
 def routed_ids(tokens: int, skew: float, g: torch.Generator) -> torch.Tensor:

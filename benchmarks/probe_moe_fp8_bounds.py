@@ -3,9 +3,8 @@ same launch (uniform routing, or ``--skew``) with parts of its work taken away t
 kernel's probe-only ``DROP``, timed side by side.
 
 - ``full``: the model's call (the experts as native_format converts them: one scale per 128 x 128 tile, the
-  kernel's UNIFORM promotion); ``tails as N``: an expert's tail of <= 32 rows as wgmma's N (``FP8_TAIL_N``);
-  ``column scales``: the same experts promoted per column (``FP8_UNIFORM_TILES`` off:
-  two multiplies a value, and the scales' layout pass); both checked for ``full``'s bits;
+  kernel's UNIFORM promotion); ``column scales``: the same experts promoted per column (``FP8_UNIFORM_TILES`` off:
+  two multiplies a value, and the scales' layout pass), bits checked against ``full``;
 - ``stages 3``: one ring slot fewer (is the weights' stream latency-bound?);
 - ``data only``: every active tile with no rows (row1 = row0): the loader streams the same weight and activation
   tiles, the warpgroups take no products and store nothing -- the kernel's memory side alone;
@@ -62,29 +61,23 @@ def main():
     def with_rows(n):  # every active tile with 64 n rows (three: a tail on the third warpgroup)
         return tg.Groups(joined.expert, joined.row0, torch.clamp(joined.row0 + 64 * n, max=rows))
 
-    # label: (tile table, FP8_STAGES, FP8_PROBE_DROP, FP8_UNIFORM_TILES, FP8_TAIL_N, rows a tile computes or None:
-    # the table's)
+    # label: (tile table, FP8_STAGES, FP8_PROBE_DROP, FP8_UNIFORM_TILES, rows a tile computes or None: the table's)
     variants = {
-        "full": (joined, 4, 0, True, 0, None),
-        "tails as N": (joined, 4, 0, True, 32, None),
-        "column scales": (joined, 4, 0, False, 0, None),
-        "stages 3": (joined, 3, 0, True, 0, None),
-        "data only": (tg.Groups(joined.expert, joined.row0, joined.row0), 4, 0, True, 0, None),
-        "weights in L2": (l2, 4, 0, True, 0, None),
-        "resident data": (joined, 4, 1, True, 0, None),
-        "unscaled": (joined, 4, 2, True, 0, None),
-        "resident data, unscaled": (joined, 4, 3, True, 0, None),
-        **{f"{n} warpgroups a tile{label}": (with_rows(n), 4, drop, True, 0, 64 * n)
+        "full": (joined, 4, 0, True, None),
+        "column scales": (joined, 4, 0, False, None),
+        "stages 3": (joined, 3, 0, True, None),
+        "data only": (tg.Groups(joined.expert, joined.row0, joined.row0), 4, 0, True, None),
+        "weights in L2": (l2, 4, 0, True, None),
+        "resident data": (joined, 4, 1, True, None),
+        "column scales, resident data": (joined, 4, 1, False, None),
+        "unscaled": (joined, 4, 2, True, None),
+        "resident data, unscaled": (joined, 4, 3, True, None),
+        **{f"{n} warpgroups a tile{label}": (with_rows(n), 4, drop, True, 64 * n)
            for n in (1, 2, 3) for label, drop in (("", 0), (", resident data", 1))},
-        "no tiles": (tg.Groups(idle, joined.row0, joined.row1), 4, 0, True, 0, None),
+        "no tiles": (tg.Groups(idle, joined.row0, joined.row1), 4, 0, True, None),
     }
-    names = "FP8_STAGES", "FP8_PROBE_DROP", "FP8_UNIFORM_TILES", "FP8_TAIL_N"
-    defaults = [getattr(gluon_moe, n) for n in names]
-
-    def use(settings):
-        for n, v in zip(names, settings):
-            setattr(gluon_moe, n, v)
-
+    settings_of = lambda label: variants[label][1:4]  # noqa: E731
+    defaults = gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_UNIFORM_TILES
     print(f"tiles: {joined.expert.numel()} in the grid's route dimension, {int(active.sum())} active", flush=True)
     for name, weight, scale in (("w13", mod.w13, mod.w13_scale), ("w2", mod.w2, mod.w2_scale)):
         N, K = expert_matrix(weight)
@@ -95,18 +88,17 @@ def main():
         call = lambda table: gluon_moe.grouped_gemm_fp8(q, qs, weight, scale, table)  # noqa: E731
         try:
             outs = {}
-            for label in ("full", "tails as N", "column scales"):
-                use(variants[label][1:5])
+            for label in ("full", "column scales"):
+                gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_UNIFORM_TILES = settings_of(label)
                 outs[label] = call(variants[label][0])
-            print(f"{name}: tile scales {gluon_moe.tile_scales(scale) is not None}; the same bits with column "
-                  f"scales {torch.equal(outs['column scales'], outs['full'])}, with the tails as N "
-                  f"{torch.equal(outs['tails as N'], outs['full'])}", flush=True)
+            print(f"{name}: tile scales {gluon_moe.tile_scales(scale) is not None}, the same bits with column "
+                  f"scales {torch.equal(outs['column scales'], outs['full'])}", flush=True)
             for _ in range(args.rounds):
                 for label in variants:
-                    use(variants[label][1:5])
+                    gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_UNIFORM_TILES = settings_of(label)
                     times[label].append(time_eager(lambda: call(variants[label][0]), reps=5, warm=1))
         finally:
-            use(defaults)
+            gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_UNIFORM_TILES = defaults
         for label, us in times.items():
             med = statistics.median(us)
             tile_rows = variants[label][-1]

@@ -110,81 +110,9 @@ def _promote_tile(acc, p, a, sw):
 
 
 @gluon.jit
-def _row_products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, trow0, row1, col0, N,
-                  stride_asm, stride_om, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr,
-                  DROP: gl.constexpr, UNIFORM: gl.constexpr):
-    """Warpgroup H's 64 rows from trow0 as wgmma's M (``_products``)."""
-    HALF: gl.constexpr = a_smem.type.shape[1]
-    W_ROWS: gl.constexpr = w_smem.type.shape[1]
-    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, W_ROWS, 32])
-    rows = trow0 + gl.arange(0, HALF, layout=gl.SliceLayout(1, mma_layout))
-    # rows past row1 read the last row's scales (their results are not stored)
-    arow = AS + gl.minimum(rows, row1 - 1).to(gl.int64) * stride_asm
-    p = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
-    acc = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
-    for kb in range(k_steps):
-        a = gl.load(arow + kb)  # loaded before the wait, its latency under it
-        if UNIFORM:
-            sw = gl.load(WT + wt_row0 + kb)
-        s = kb % STAGES
-        _wait_step(ready, t_ready, kb, STAGES, GROUPS, H)
-        p = _issue_step(a_smem, w_smem, p, s, GROUPS, H)
-        p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
-        if (DROP & 2) != 0:  # the probe's unscaled sums
-            acc = acc + p
-        elif UNIFORM:
-            acc = _promote_tile(acc, p, a, sw)
-        else:
-            acc = _promote(acc, p, a, ws_smem.index(s), mma_layout)
-        mbarrier.arrive(empty.index(s), count=1)
-    # acc[token rows, weight rows] as [weight rows, token rows] (a relabelled layout) through the bf16
-    # kernel's 16-byte stores (stores straight from the accumulator's layout, 4-byte ones, with the shared
-    # memory so saved as a fifth ring slot: 4-11% slower, session 31)
-    _store(gl.permute(acc, (1, 0)), OUT, trow0, row1, col0, N, stride_om)
-
-
-@gluon.jit
-def _tail_products(a_smem, w_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, trow0, row1, col0, N, stride_asm,
-                   stride_om, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, NT: gl.constexpr):
-    """The tile's last group with at most NT rows (an expert's tail), its rows as wgmma's N: acc[weight rows, tail
-    rows] in two 64-weight-row halves, each step's four 32-deep products of the weight tile (wgmma's M, from shared
-    memory) and the group's first NT rows, promoted with the rows' scales and the tile's one weight scale (UNIFORM
-    only). The tail's tensor work is NT / 64 of a 64-row group's."""
-    HALF: gl.constexpr = a_smem.type.shape[1]
-    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, NT, 32])
-    toks = trow0 + gl.arange(0, NT, layout=gl.SliceLayout(0, layout))
-    arow = AS + gl.minimum(toks, row1 - 1).to(gl.int64) * stride_asm  # rows past row1: the last row's scales
-    p0 = gl.zeros((HALF, NT), dtype=gl.float32, layout=layout)
-    p1 = gl.zeros((HALF, NT), dtype=gl.float32, layout=layout)
-    acc0 = gl.zeros((HALF, NT), dtype=gl.float32, layout=layout)
-    acc1 = gl.zeros((HALF, NT), dtype=gl.float32, layout=layout)
-    for kb in range(k_steps):
-        a = gl.load(arow + kb)
-        sw = gl.load(WT + wt_row0 + kb)
-        s = kb % STAGES
-        _wait_step(ready, t_ready, kb, STAGES, GROUPS, GROUPS - 1)
-        x = a_smem.index(GROUPS * s + GROUPS - 1).slice(0, NT, dim=0)
-        w = w_smem.index(s)
-        for j in gl.static_range(4):
-            xj = x.slice(32 * j, 32, dim=1).permute((1, 0))
-            p0 = warpgroup_mma(w.slice(0, HALF, dim=0).slice(32 * j, 32, dim=1), xj, p0, use_acc=j > 0,
-                               is_async=True)
-            p1 = warpgroup_mma(w.slice(HALF, HALF, dim=0).slice(32 * j, 32, dim=1), xj, p1, use_acc=j > 0,
-                               is_async=True)
-        p0, p1 = warpgroup_mma_wait(num_outstanding=0, deps=(p0, p1))
-        f = gl.expand_dims(a * sw, 0)
-        acc0 = acc0 + p0 * f
-        acc1 = acc1 + p1 * f
-        mbarrier.arrive(empty.index(s), count=1)
-    _store(acc0, OUT, trow0, row1, col0, N, stride_om)
-    _store(acc1, OUT, trow0, row1, col0 + HALF, N, stride_om)
-
-
-@gluon.jit
 def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, row0, row1, col0, N,
               stride_asm, stride_om, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr,
-              DROP: gl.constexpr, UNIFORM: gl.constexpr, TAIL_N: gl.constexpr):
+              DROP: gl.constexpr, UNIFORM: gl.constexpr):
     """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back).
 
     Activations with one scale a 128-deep step (``act_quant``'s ``scale_block``): a step is four 32-deep FP8
@@ -208,21 +136,35 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, O
     but done (wgmma wait 1) 6% slower on w13 (part s32e): one warpgroup's chain of products alone runs the tensor
     cores at ~60% of three's (504 against ~800 TFLOP/s)."""
     HALF: gl.constexpr = a_smem.type.shape[1]
+    W_ROWS: gl.constexpr = w_smem.type.shape[1]
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, W_ROWS, 32])
     trow0 = row0 + H * HALF
     if trow0 < row1:
-        if (H == GROUPS - 1) and (TAIL_N > 0):  # the tail's rows as wgmma's N where they fit (TAIL_N: UNIFORM's)
-            if row1 - trow0 <= TAIL_N // 2:
-                _tail_products(a_smem, w_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, trow0, row1, col0, N,
-                               stride_asm, stride_om, k_steps, STAGES, GROUPS, TAIL_N // 2)
-            elif row1 - trow0 <= TAIL_N:
-                _tail_products(a_smem, w_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, trow0, row1, col0, N,
-                               stride_asm, stride_om, k_steps, STAGES, GROUPS, TAIL_N)
+        rows = trow0 + gl.arange(0, HALF, layout=gl.SliceLayout(1, mma_layout))
+        # rows past row1 read the last row's scales (their results are not stored)
+        arow = AS + gl.minimum(rows, row1 - 1).to(gl.int64) * stride_asm
+        p = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
+        acc = gl.zeros((HALF, W_ROWS), dtype=gl.float32, layout=mma_layout)
+        for kb in range(k_steps):
+            a = gl.load(arow + kb)  # loaded before the wait, its latency under it
+            if UNIFORM:
+                sw = gl.load(WT + wt_row0 + kb)
+            s = kb % STAGES
+            _wait_step(ready, t_ready, kb, STAGES, GROUPS, H)
+            p = _issue_step(a_smem, w_smem, p, s, GROUPS, H)
+            p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
+            if (DROP & 2) != 0:  # the probe's unscaled sums
+                acc = acc + p
+            elif UNIFORM:
+                acc = _promote_tile(acc, p, a, sw)
             else:
-                _row_products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, trow0, row1,
-                              col0, N, stride_asm, stride_om, k_steps, STAGES, GROUPS, H, DROP, UNIFORM)
-        else:
-            _row_products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, trow0, row1, col0,
-                          N, stride_asm, stride_om, k_steps, STAGES, GROUPS, H, DROP, UNIFORM)
+                acc = _promote(acc, p, a, ws_smem.index(s), mma_layout)
+            mbarrier.arrive(empty.index(s), count=1)
+        # acc[token rows, weight rows] as [weight rows, token rows] (a relabelled layout) through the bf16
+        # kernel's 16-byte stores (stores straight from the accumulator's layout, 4-byte ones, with the shared
+        # memory so saved as a fifth ring slot: 4-11% slower, session 31)
+        _store(gl.permute(acc, (1, 0)), OUT, trow0, row1, col0, N, stride_om)
     else:
         for kb in range(k_steps):
             s = kb % STAGES
@@ -232,14 +174,12 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, O
 
 @gluon.jit
 def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, WT, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, stride_asm,
-                   stride_om, STAGES: gl.constexpr, DROP: gl.constexpr, UNIFORM: gl.constexpr,
-                   TAIL_N: gl.constexpr):
+                   stride_om, STAGES: gl.constexpr, DROP: gl.constexpr, UNIFORM: gl.constexpr):
     """Program (n tile, route tile): OUT[r, n tile's columns] = sum over K of A[r] W_expert^T with A's per-128
     scales AS (fp32 [rows, K / 128]) and the weight's (1, 128) scales (``s_desc``: fp32 [E K / 128, N], a step's
     columns in a row) for the tile's rows r in [row0, row1): its first 128, and up to 64 more (the
     expert's last rows, ``gluon_moe.absorb_tails``) on a third warpgroup. UNIFORM: the weight's scales are one per
-    128 x 128 tile, WT (fp32 [E, N / 128, K / 128], ``gluon_moe.tile_scales``); s_desc is then not read.
-    TAIL_N (UNIFORM only; 0: off): a tail of at most TAIL_N / 2 or TAIL_N rows takes ``_tail_products``."""
+    128 x 128 tile, WT (fp32 [E, N / 128, K / 128], ``gluon_moe.tile_scales``); s_desc is then not read."""
     HALF: gl.constexpr = a_desc.block_type.shape[0]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     GROUPS: gl.constexpr = 3
@@ -265,14 +205,11 @@ def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, WT, OUT, TILE_EXPERT, TILE_ROW0, 
         empty = _barriers(STAGES, GROUPS)  # one arrival a warpgroup
         gl.warp_specialize([
             (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, row0, row1,
-                         col0, N, stride_asm, stride_om, k_steps, STAGES, GROUPS, 0, DROP, UNIFORM,
-                         TAIL_N)),
+                         col0, N, stride_asm, stride_om, k_steps, STAGES, GROUPS, 0, DROP, UNIFORM)),
             (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, row0, row1,
-                         col0, N, stride_asm, stride_om, k_steps, STAGES, GROUPS, 1, DROP, UNIFORM,
-                         TAIL_N)),
+                         col0, N, stride_asm, stride_om, k_steps, STAGES, GROUPS, 1, DROP, UNIFORM)),
             (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, row0, row1,
-                         col0, N, stride_asm, stride_om, k_steps, STAGES, GROUPS, 2, DROP, UNIFORM,
-                         TAIL_N)),
+                         col0, N, stride_asm, stride_om, k_steps, STAGES, GROUPS, 2, DROP, UNIFORM)),
             (_loader, (a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0,
                        expert * k_steps, col0, has_tail, k_steps, STAGES, GROUPS, DROP, UNIFORM)),
         ], [4, 4, 1], [PRODUCT_REGS, PRODUCT_REGS, 24])
