@@ -134,7 +134,10 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, O
     against 2.16, the same bits (part s32f). Taking turns did not pay: each warpgroup issuing after the previous
     one's issue (session 31's ping-pong, same bits) was 1-3% slower, and after the previous one's products were all
     but done (wgmma wait 1) 6% slower on w13 (part s32e): one warpgroup's chain of products alone runs the tensor
-    cores at ~60% of three's (504 against ~800 TFLOP/s)."""
+    cores at ~60% of three's (504 against ~800 TFLOP/s). Nor did less tensor work on the tail: a tail of <= 16 / 32
+    rows as wgmma's N (two 64-weight-row halves x the tail's rows; the same bits) left w13 at 3.22 ms and the
+    prefill at 99.64 against 97.76 (part s32h, code at a1adff8): the third warpgroup's products are not on the
+    tile's critical path."""
     HALF: gl.constexpr = a_smem.type.shape[1]
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
