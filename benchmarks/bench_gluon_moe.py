@@ -44,11 +44,14 @@ def compile_offline() -> None:
            "s_desc": f"tensordesc<fp32[1,{TILE}],{s_layout!r}>", "AS": "*fp32", "WT": "*fp32", "OUT": "*bf16",
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32", "K": "i32",
            "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr", "DROP": "constexpr",
-           "UNIFORM": "constexpr"}
+           "UNIFORM": "constexpr", "STAGGER": "constexpr"}
     divisible = ("AS", "WT", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "N", "K", "stride_asm", "stride_om")
-    for drop, uniform in ((0, False), (0, True), (1, False), (2, False)):  # the model's two; the probe's
-        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "DROP": drop, "UNIFORM": uniform},
-                     divisible, f"moe_fp8_kernel drop={drop} uniform={uniform}")
+    # the model's (column scales, tile scales, staggered); the probe's
+    for drop, uniform, stagger in ((0, False, False), (0, True, False), (0, True, True), (1, True, False),
+                                   (2, True, False)):
+        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "DROP": drop, "UNIFORM": uniform,
+                                           "STAGGER": stagger}, divisible,
+                     f"moe_fp8_kernel drop={drop} uniform={uniform} stagger={stagger}")
 
 
 def routed_ids(tokens: int, skew: float, g: torch.Generator) -> torch.Tensor:

@@ -330,6 +330,9 @@ AB_SWITCHES = {
     # prefill: the FP8 MoE kernel's per-column promotion (two multiplies a value) for experts with one scale per
     # 128 x 128 tile too, instead of the tile's scale (gluon_moe.FP8_UNIFORM_TILES)
     "moe_tile_scales": flag(gluon_moe, "FP8_UNIFORM_TILES", False),
+    # prefill: the FP8 MoE kernel's warpgroups started one product chain apart (gluon_moe.FP8_STAGGER; off by
+    # default: the "no_" run is the one with it on)
+    "moe_stagger": flag(gluon_moe, "FP8_STAGGER", not gluon_moe.FP8_STAGGER),
     # prefill: the dense linears' bf16 GEMMs (LARGE_M_PATH) instead of cuBLAS's block-scaled FP8 one
     # (fp8_blockwise.DENSE_FP8)
     "dense_fp8": flag(fp8_blockwise, "DENSE_FP8", False),

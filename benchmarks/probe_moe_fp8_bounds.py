@@ -4,7 +4,8 @@ kernel's probe-only ``DROP``, timed side by side.
 
 - ``full``: the model's call (the experts as native_format converts them: one scale per 128 x 128 tile, the
   kernel's UNIFORM promotion); ``column scales``: the same experts promoted per column (``FP8_UNIFORM_TILES`` off:
-  two multiplies a value, and the scales' layout pass), bits checked against ``full``;
+  two multiplies a value, and the scales' layout pass), and ``staggered`` (``FP8_STAGGER``: the warpgroups started
+  one product chain apart), both checked for ``full``'s bits;
 - ``stages 3``: one ring slot fewer (is the weights' stream latency-bound?);
 - ``data only``: every active tile with no rows (row1 = row0): the loader streams the same weight and activation
   tiles, the warpgroups take no products and store nothing -- the kernel's memory side alone;
@@ -13,8 +14,9 @@ kernel's probe-only ``DROP``, timed side by side.
 - ``resident data`` (``FP8_PROBE_DROP`` bit 0): the loader fills the ring once and then only hands the slots back,
   so the warpgroups take the same products and promotions on data already in shared memory -- the compute side
   alone; ``unscaled`` (bit 1): a step's sum added without its scales -- the promotion's cost; both bits;
-- ``N warpgroups a tile``: every active tile with 64 N rows (its row1 moved), with resident data too -- the
-  products' rate by the number of warpgroups sharing the tensor cores (TFLOP/s of the work each computes);
+- ``N warpgroups a tile``: every active tile with 64 N rows (its row1 moved), on resident data, started together or
+  apart -- the products' rate by the number of warpgroups sharing the tensor cores (TFLOP/s of the work each
+  computes);
 - ``no tiles``: every tile idle -- the launch, the scale layout pass and the idle programs.
 Values past ``full`` are not checked: the probe's variants compute other rows or wrong sums on purpose.
 
@@ -61,23 +63,29 @@ def main():
     def with_rows(n):  # every active tile with 64 n rows (three: a tail on the third warpgroup)
         return tg.Groups(joined.expert, joined.row0, torch.clamp(joined.row0 + 64 * n, max=rows))
 
-    # label: (tile table, FP8_STAGES, FP8_PROBE_DROP, FP8_UNIFORM_TILES, rows a tile computes or None: the table's)
+    # label: (tile table, FP8_STAGES, FP8_PROBE_DROP, FP8_UNIFORM_TILES, FP8_STAGGER, rows a tile computes or None:
+    # the table's)
     variants = {
-        "full": (joined, 4, 0, True, None),
-        "column scales": (joined, 4, 0, False, None),
-        "stages 3": (joined, 3, 0, True, None),
-        "data only": (tg.Groups(joined.expert, joined.row0, joined.row0), 4, 0, True, None),
-        "weights in L2": (l2, 4, 0, True, None),
-        "resident data": (joined, 4, 1, True, None),
-        "column scales, resident data": (joined, 4, 1, False, None),
-        "unscaled": (joined, 4, 2, True, None),
-        "resident data, unscaled": (joined, 4, 3, True, None),
-        **{f"{n} warpgroups a tile{label}": (with_rows(n), 4, drop, True, 64 * n)
-           for n in (1, 2, 3) for label, drop in (("", 0), (", resident data", 1))},
-        "no tiles": (tg.Groups(idle, joined.row0, joined.row1), 4, 0, True, None),
+        "full": (joined, 4, 0, True, False, None),
+        "staggered": (joined, 4, 0, True, True, None),
+        "column scales": (joined, 4, 0, False, False, None),
+        "stages 3": (joined, 3, 0, True, False, None),
+        "data only": (tg.Groups(joined.expert, joined.row0, joined.row0), 4, 0, True, False, None),
+        "weights in L2": (l2, 4, 0, True, False, None),
+        "resident data": (joined, 4, 1, True, False, None),
+        "resident data, staggered": (joined, 4, 1, True, True, None),
+        "resident data, unscaled": (joined, 4, 3, True, False, None),
+        **{f"{n} warpgroups a tile{label}": (with_rows(n), 4, 1, True, stagger, 64 * n)
+           for n in (2, 3) for label, stagger in ((", resident data", False), (", resident data, staggered", True))},
+        "no tiles": (tg.Groups(idle, joined.row0, joined.row1), 4, 0, True, False, None),
     }
-    settings_of = lambda label: variants[label][1:4]  # noqa: E731
-    defaults = gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_UNIFORM_TILES
+    names = "FP8_STAGES", "FP8_PROBE_DROP", "FP8_UNIFORM_TILES", "FP8_STAGGER"
+    defaults = [getattr(gluon_moe, n) for n in names]
+
+    def use(label):
+        for n, v in zip(names, variants[label][1:5]):
+            setattr(gluon_moe, n, v)
+
     print(f"tiles: {joined.expert.numel()} in the grid's route dimension, {int(active.sum())} active", flush=True)
     for name, weight, scale in (("w13", mod.w13, mod.w13_scale), ("w2", mod.w2, mod.w2_scale)):
         N, K = expert_matrix(weight)
@@ -88,17 +96,19 @@ def main():
         call = lambda table: gluon_moe.grouped_gemm_fp8(q, qs, weight, scale, table)  # noqa: E731
         try:
             outs = {}
-            for label in ("full", "column scales"):
-                gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_UNIFORM_TILES = settings_of(label)
+            for label in ("full", "staggered", "column scales"):
+                use(label)
                 outs[label] = call(variants[label][0])
-            print(f"{name}: tile scales {gluon_moe.tile_scales(scale) is not None}, the same bits with column "
-                  f"scales {torch.equal(outs['column scales'], outs['full'])}", flush=True)
+            print(f"{name}: tile scales {gluon_moe.tile_scales(scale) is not None}; the same bits with column "
+                  f"scales {torch.equal(outs['column scales'], outs['full'])}, staggered "
+                  f"{torch.equal(outs['staggered'], outs['full'])}", flush=True)
             for _ in range(args.rounds):
                 for label in variants:
-                    gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_UNIFORM_TILES = settings_of(label)
+                    use(label)
                     times[label].append(time_eager(lambda: call(variants[label][0]), reps=5, warm=1))
         finally:
-            gluon_moe.FP8_STAGES, gluon_moe.FP8_PROBE_DROP, gluon_moe.FP8_UNIFORM_TILES = defaults
+            for n, v in zip(names, defaults):
+                setattr(gluon_moe, n, v)
         for label, us in times.items():
             med = statistics.median(us)
             tile_rows = variants[label][-1]
