@@ -4,7 +4,9 @@ expert loop of layers/moe.py; the CUDA backend a grouped GEMM, kernels/triton_mo
 
 FP4 checkpoint experts convert exactly (model_impl/native_format.py): to E4M3 with
 one E8M0 scale per 128 inputs, a (1, 128) block, where every value of the layer has an
-exact code under it (quant.fp4_to_fp8_blocks); otherwise each E2M1 value (0, .5, .., 6)
+exact code under it (quant.fp4_to_fp8_blocks) -- and where that holds with one scale per 128
+rows too, that one (each row a copy: the same layout; the prefill's FP8 MoE kernel then
+promotes with one multiply, kernels/gluon_moe.py ``tile_scales``); otherwise each E2M1 value (0, .5, .., 6)
 as its E4M3 value with the checkpoint's scale per 32 inputs, a (1, 32) block. Or
 (``packed_fp4``, weights="fp4") kept packed: E2M1, two values a byte (uint8 [E, out, in / 2]),
 the nibbles of each 64 inputs reordered so that a GEMM step's two halves unpack without an
