@@ -13,9 +13,9 @@ No draft stages, no vision. Engram tables hold 24 x ~16k rows instead of 24 x ~1
 (random ids hit the same 24 rows per token either way; 2 x 98 GB would not fit).
 Weights random in the native formats: E4M3 + E8M0 32x32 scales, bf16 elsewhere; experts
 drawn as FP4 checkpoint tensors (N(0, 1/fan_in) quantized like the tiny checkpoints) and
-converted as a load converts them (native_format: E4M3 with one E8M0 scale per 128 inputs and, where
-exact -- always for these draws -- per 128 rows too; ``--expert-block 32``: the checkpoint's scales per 32) -- ~98 GB, most of it experts
-(13.6 GB/layer).
+converted as a load converts them (native_format: E4M3 with one E8M0 scale per 128 inputs and,
+where exact -- always for these draws -- per 128 rows too; ``--expert-block 32``: the checkpoint's
+scales per 32) -- ~98 GB, most of it experts (13.6 GB/layer).
 
 Workloads: decode steps at batch 1, 8, 32, 128, every sequence at context 4096 (state
 filled with random rows: the cost of a step does not depend on the values);
@@ -74,8 +74,8 @@ from deepinfer_adapters.model_impl.layers import attention_v41
 from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 from deepinfer_adapters.model_impl.layers.linear import Linear
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import (E4M3_TILE, expert_matrix, fp4_to_fp8_blocks, quant_fp4_blocks,
-                                                 to_e4m3_tiles, to_fp4_tiles, unpack_fp4)
+from deepinfer_adapters.model_impl.quant import (expert_matrix, fp4_to_fp8_tiles, quant_fp4_blocks, to_e4m3_tiles,
+                                                 to_fp4_tiles, unpack_fp4)
 from deepinfer_adapters.presets import engram_table_rows, release_config, tiny_config
 from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
 
@@ -164,9 +164,7 @@ def fill_experts(experts, g, chunk=8):
             elif experts.block[1] == 32:
                 codes, s = unpack_fp4(packed).to(torch.float8_e4m3fn), fp4_scale
             else:
-                # one scale per 128 x 128 tile where exact, as native_format converts (gluon_moe.tile_scales)
-                converted = fp4_to_fp8_blocks(packed, fp4_scale, experts.block[1], rows=E4M3_TILE) \
-                    or fp4_to_fp8_blocks(packed, fp4_scale, experts.block[1])
+                converted = fp4_to_fp8_tiles(packed, fp4_scale, experts.block[1])
                 if converted is None:
                     raise RuntimeError(f"random FP4 experts not convertible to {experts.block} blocks")
                 codes, s = converted

@@ -15,7 +15,8 @@ from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.engram_hash import make_engram_hasher
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.quant import (dequant_fp4_experts, dequant_fp8_blocks, fp4_to_fp8_blocks,
-                                                 from_e4m3_tiles, is_e4m3_tiles, pack_fp4, quant_fp4_blocks)
+                                                 fp4_to_fp8_tiles, from_e4m3_tiles, is_e4m3_tiles, pack_fp4,
+                                                 quant_fp4_blocks)
 from deepinfer_adapters.model_impl.tiny_checkpoint import random_tensors
 from deepinfer_adapters.presets import tiny_config
 
@@ -108,7 +109,12 @@ def test_one_scale_per_128_rows_where_exact():
     s = scale.view(torch.uint8).clone()
     s[200] -= 20  # row 200 2^-20 of its tile's other rows: no E4M3 code for its small values under their scale
     assert fp4_to_fp8_blocks(packed, s.view(torch.float8_e8m0fnu), rows=128) is None
-    assert fp4_to_fp8_blocks(packed, s.view(torch.float8_e8m0fnu)) is not None
+    per_row = fp4_to_fp8_blocks(packed, s.view(torch.float8_e8m0fnu))
+    assert per_row is not None
+    # fp4_to_fp8_tiles (native_format's choice): the tile form where exact, else the per-row one
+    assert torch.equal(fp4_to_fp8_tiles(packed, scale)[1].view(torch.uint8), tile_scale.view(torch.uint8))
+    assert torch.equal(fp4_to_fp8_tiles(packed, s.view(torch.float8_e8m0fnu))[1].view(torch.uint8),
+                       per_row[1].view(torch.uint8))
     assert fp4_to_fp8_blocks(packed[:192], scale[:192], rows=128) is None  # rows no multiple of 128
 
 

@@ -10,9 +10,9 @@ dequantized. ``weights="fp8"`` keeps what the kernels can read directly:
   that is exact for every value of the layer (quant.fp4_to_fp8_blocks; the GEMMs then
   rescale once per 128-deep step instead of per 32), else the checkpoint's scale per 32
   as a (1, 32) block scale (always exact: every E2M1 value is an E4M3 value). Where also
-  exact, the per-128 scales are one per 128 rows too (each row still holds its copy): the
-  prefill's FP8 MoE kernel then scales a step's sums with one multiply a value
-  (kernels/gluon_moe.py ``tile_scales``). The choice is per layer, made from the data in
+  exact, a matrix's per-128 scales are one per 128 rows too (quant.fp4_to_fp8_tiles; each
+  row still holds its copy): the prefill's FP8 MoE kernel then scales a step's sums with one
+  multiply a value (kernels/gluon_moe.py ``tile_scales``). The choice of block is per layer, made from the data in
   ``native_tensors``; the layer's storage follows the tensors' shapes
   (``build(..., expert_blocks=...)``). V4-Flash-Base FP8 experts stay as stored.
   ``weights="fp4"``: the same, but FP4 experts kept packed (E2M1, the checkpoint's scale per
@@ -50,8 +50,8 @@ from deepinfer_adapters.model_impl.layers.experts_fp8 import holds_e4m3_tiles
 from deepinfer_adapters.model_impl.layers.linear import Linear, merge_same_input
 from deepinfer_adapters.model_impl.layers.moe import Gate, MoE
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.quant import (E4M3_TILE, dequant_fp8_blocks, expert_matrix, fp4_to_fp8_blocks,
-                                                 is_span_packed, to_e4m3_tiles, to_fp4_tiles, unpack_fp4)
+from deepinfer_adapters.model_impl.quant import (dequant_fp8_blocks, expert_matrix, fp4_to_fp8_tiles, is_span_packed,
+                                                 to_e4m3_tiles, to_fp4_tiles, unpack_fp4)
 from deepinfer_adapters.model_impl.weights import load_checkpoint
 
 EXPERT_BLOCK = 128  # FP4 experts: inputs per E8M0 scale after conversion, where exact (FP4_GROUP: as stored)
@@ -159,17 +159,13 @@ def _stacked_experts(ffn: str, parts: dict[tuple[int, str, str], torch.Tensor],
     names = [(e, w) for e in range(n) for w in ("w1", "w2", "w3")]
     fp4 = parts[(0, "w1", "weight")].dtype in (torch.int8, torch.uint8)
     pairs: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
-    # one scale per 128 rows too where exact for the layer, else per row, else (not exact) the checkpoint's scales
-    for rows in ((E4M3_TILE, 1) if fp4 and expert_block not in (FP4_GROUP, PACKED_FP4) else ()):
+    if fp4 and expert_block not in (FP4_GROUP, PACKED_FP4):
         for e, w in names:
-            converted = fp4_to_fp8_blocks(parts[(e, w, "weight")], parts[(e, w, "scale")], expert_block, FP4_GROUP,
-                                          rows)
-            if converted is None:
+            converted = fp4_to_fp8_tiles(parts[(e, w, "weight")], parts[(e, w, "scale")], expert_block, FP4_GROUP)
+            if converted is None:  # not exact for this layer: keep the checkpoint's scales
                 pairs = {}
                 break
             pairs[(e, w)] = converted
-        if pairs:
-            break
     if fp4 and expert_block == PACKED_FP4:
         pairs = {(e, w): (parts[(e, w, "weight")].view(torch.uint8), parts[(e, w, "scale")]) for e, w in names}
     if not pairs:

@@ -422,6 +422,16 @@ def fp4_to_fp8_blocks(
     return codes, s_block.to(torch.uint8).view(torch.float8_e8m0fnu)
 
 
+def fp4_to_fp8_tiles(
+    packed: torch.Tensor, scale: torch.Tensor, block: int = 128, group: int = 32
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``fp4_to_fp8_blocks`` with one scale per ``E4M3_TILE`` rows too where that is exact for every value, else one
+    per row; None where neither is. The values are the same either way; the tile form lets the prefill's FP8 MoE
+    kernel promote with one multiply a value (``gluon_moe.tile_scales``)."""
+    return fp4_to_fp8_blocks(packed, scale, block, group, rows=E4M3_TILE) \
+        or fp4_to_fp8_blocks(packed, scale, block, group)
+
+
 def _groups(x: torch.Tensor, group: int) -> torch.Tensor:
     n = x.shape[-1]
     if group <= 0 or n % group:
