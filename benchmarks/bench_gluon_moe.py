@@ -28,7 +28,8 @@ def compile_offline() -> None:
     a_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.bfloat16)
     t_layout = gl.NVMMASharedLayout.get_default_for([TAIL, 128], gl.bfloat16)
     w_layout = gl.NVMMASharedLayout.get_default_for([TILE, 128], gl.float8e4nv)
-    sig = {"a_desc": f"tensordesc<bf16[{TILE},128],{a_layout!r}>", "t_desc": f"tensordesc<bf16[{TAIL},128],{t_layout!r}>",
+    sig = {"a_desc": f"tensordesc<bf16[{TILE},128],{a_layout!r}>",
+           "t_desc": f"tensordesc<bf16[{TAIL},128],{t_layout!r}>",
            "w_desc": f"tensordesc<fp8e4nv[{TILE},128],{w_layout!r}>", "WS": "*u8", "OUT": "*bf16",
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32",
            "K": "i32", "stride_wse": "i32", "stride_wsn": "i32", "stride_om": "i32", "STAGES": "constexpr"}
@@ -44,14 +45,12 @@ def compile_offline() -> None:
            "s_desc": f"tensordesc<fp32[1,{TILE}],{s_layout!r}>", "AS": "*fp32", "WT": "*fp32", "OUT": "*bf16",
            "TILE_EXPERT": "*i32", "TILE_ROW0": "*i32", "TILE_ROW1": "*i32", "N": "i32", "K": "i32",
            "stride_asm": "i32", "stride_om": "i32", "STAGES": "constexpr", "DROP": "constexpr",
-           "UNIFORM": "constexpr", "STAGGER": "constexpr"}
+           "UNIFORM": "constexpr"}
     divisible = ("AS", "WT", "OUT", "TILE_EXPERT", "TILE_ROW0", "TILE_ROW1", "N", "K", "stride_asm", "stride_om")
-    # the model's (column scales, tile scales, staggered); the probe's
-    for drop, uniform, stagger in ((0, False, False), (0, True, False), (0, True, True), (1, True, False),
-                                   (2, True, False)):
-        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "DROP": drop, "UNIFORM": uniform,
-                                           "STAGGER": stagger}, divisible,
-                     f"moe_fp8_kernel drop={drop} uniform={uniform} stagger={stagger}")
+    # the model's (column scales, tile scales); the probe's
+    for drop, uniform in ((0, False), (0, True), (1, True), (2, True)):
+        compile_sm90(moe_fp8_kernel, sig, {"STAGES": gluon_moe.FP8_STAGES, "DROP": drop, "UNIFORM": uniform}, divisible,
+                     f"moe_fp8_kernel drop={drop} uniform={uniform}")
 
 
 def routed_ids(tokens: int, skew: float, g: torch.Generator) -> torch.Tensor:

@@ -221,7 +221,8 @@ def decode_floor_bytes(model, cfg, B) -> float:
             if layer.has_indexer_query:
                 per_seq += CONTEXT // layer.compress_ratio * dk * 2
     engram_rows = 24 * cfg.engram.head_dim * 2 * len(cfg.engram.layer_ids)
-    return pb["rest"] + touched * per_layer_experts / E * len(layers) + B * (per_seq + engram_rows + cfg.hidden_size * 2)
+    return (pb["rest"] + touched * per_layer_experts / E * len(layers)
+            + B * (per_seq + engram_rows + cfg.hidden_size * 2))
 
 
 def prefill_floor_flops(model, cfg, S) -> tuple[float, float]:
@@ -328,9 +329,6 @@ AB_SWITCHES = {
     # prefill: the FP8 MoE kernel's per-column promotion (two multiplies a value) for experts with one scale per
     # 128 x 128 tile too, instead of the tile's scale (gluon_moe.FP8_UNIFORM_TILES)
     "moe_tile_scales": flag(gluon_moe, "FP8_UNIFORM_TILES", False),
-    # prefill: the FP8 MoE kernel's warpgroups started one product chain apart (gluon_moe.FP8_STAGGER; off by
-    # default: the "no_" run is the one with it on)
-    "moe_stagger": flag(gluon_moe, "FP8_STAGGER", not gluon_moe.FP8_STAGGER),
     # prefill: the dense linears' bf16 GEMMs (LARGE_M_PATH) instead of cuBLAS's block-scaled FP8 one
     # (fp8_blockwise.DENSE_FP8)
     "dense_fp8": flag(fp8_blockwise, "DENSE_FP8", False),
@@ -719,7 +717,8 @@ def main():
     for r in rows:
         toks = r.get("B", r.get("S"))
         ref = r.get("ref_ms", nan)
-        log(f"{r['case']:16s} {r['floor_ms']:9.3f} {r.get('forward_ms', nan):9.2f} {r.get('eager_decode_ms', nan):9.2f} "
+        log(f"{r['case']:16s} {r['floor_ms']:9.3f} {r.get('forward_ms', nan):9.2f} "
+            f"{r.get('eager_decode_ms', nan):9.2f} "
             f"{r.get('graph_ms', nan):9.2f} {r['fast_ms']:9.2f} {r['fast_ms'] / r['floor_ms']:8.1f} "
             f"{toks / r['fast_ms'] * 1e3:10.0f} {ref:10.1f} {ref / r['fast_ms']:8.1f} "
             f"{r.get('logits_rel_fast_vs_ref', nan):13.2e} {r.get('logits_rel_graph_vs_forward', nan):14.2e} "

@@ -4,8 +4,7 @@ kernel's probe-only ``DROP``, timed side by side.
 
 - ``full``: the model's call (the experts as native_format converts them: one scale per 128 x 128 tile, the
   kernel's UNIFORM promotion); ``column scales``: the same experts promoted per column (``FP8_UNIFORM_TILES`` off:
-  two multiplies a value, and the scales' layout pass), and ``staggered`` (``FP8_STAGGER``: the warpgroups started
-  one product chain apart), both checked for ``full``'s bits;
+  two multiplies a value, and the scales' layout pass), checked for ``full``'s bits;
 - ``stages 3``: one ring slot fewer (is the weights' stream latency-bound?);
 - ``data only``: every active tile with no rows (row1 = row0): the loader streams the same weight and activation
   tiles, the warpgroups take no products and store nothing -- the kernel's memory side alone;
@@ -63,27 +62,23 @@ def main():
     def with_rows(n):  # every active tile with 64 n rows (three: a tail on the third warpgroup)
         return tg.Groups(joined.expert, joined.row0, torch.clamp(joined.row0 + 64 * n, max=rows))
 
-    # label: (tile table, FP8_STAGES, FP8_PROBE_DROP, FP8_UNIFORM_TILES, FP8_STAGGER, rows a tile computes or None:
-    # the table's)
+    # label: (tile table, FP8_STAGES, FP8_PROBE_DROP, FP8_UNIFORM_TILES, rows a tile computes or None: the table's)
     variants = {
-        "full": (joined, 4, 0, True, False, None),
-        "staggered": (joined, 4, 0, True, True, None),
-        "column scales": (joined, 4, 0, False, False, None),
-        "stages 3": (joined, 3, 0, True, False, None),
-        "data only": (tg.Groups(joined.expert, joined.row0, joined.row0), 4, 0, True, False, None),
-        "weights in L2": (l2, 4, 0, True, False, None),
-        "resident data": (joined, 4, 1, True, False, None),
-        "resident data, staggered": (joined, 4, 1, True, True, None),
-        "resident data, unscaled": (joined, 4, 3, True, False, None),
-        **{f"{n} warpgroups a tile{label}": (with_rows(n), 4, 1, True, stagger, 64 * n)
-           for n in (2, 3) for label, stagger in ((", resident data", False), (", resident data, staggered", True))},
-        "no tiles": (tg.Groups(idle, joined.row0, joined.row1), 4, 0, True, False, None),
+        "full": (joined, 4, 0, True, None),
+        "column scales": (joined, 4, 0, False, None),
+        "stages 3": (joined, 3, 0, True, None),
+        "data only": (tg.Groups(joined.expert, joined.row0, joined.row0), 4, 0, True, None),
+        "weights in L2": (l2, 4, 0, True, None),
+        "resident data": (joined, 4, 1, True, None),
+        "resident data, unscaled": (joined, 4, 3, True, None),
+        **{f"{n} warpgroups a tile, resident data": (with_rows(n), 4, 1, True, 64 * n) for n in (2, 3)},
+        "no tiles": (tg.Groups(idle, joined.row0, joined.row1), 4, 0, True, None),
     }
-    names = "FP8_STAGES", "FP8_PROBE_DROP", "FP8_UNIFORM_TILES", "FP8_STAGGER"
+    names = "FP8_STAGES", "FP8_PROBE_DROP", "FP8_UNIFORM_TILES"
     defaults = [getattr(gluon_moe, n) for n in names]
 
     def use(label):
-        for n, v in zip(names, variants[label][1:5]):
+        for n, v in zip(names, variants[label][1:4]):
             setattr(gluon_moe, n, v)
 
     print(f"tiles: {joined.expert.numel()} in the grid's route dimension, {int(active.sum())} active", flush=True)
@@ -96,12 +91,11 @@ def main():
         call = lambda table: gluon_moe.grouped_gemm_fp8(q, qs, weight, scale, table)  # noqa: E731
         try:
             outs = {}
-            for label in ("full", "staggered", "column scales"):
+            for label in ("full", "column scales"):
                 use(label)
                 outs[label] = call(variants[label][0])
             print(f"{name}: tile scales {gluon_moe.tile_scales(scale) is not None}; the same bits with column "
-                  f"scales {torch.equal(outs['column scales'], outs['full'])}, staggered "
-                  f"{torch.equal(outs['staggered'], outs['full'])}", flush=True)
+                  f"scales {torch.equal(outs['column scales'], outs['full'])}", flush=True)
             for _ in range(args.rounds):
                 for label in variants:
                     use(label)

@@ -73,8 +73,6 @@ FP8_STAGES = 4  # ring slots of moe_fp8_kernel (40 KB each; 3 within noise, sess
 # tile's scale (tile_scales; moe_fp8_kernel's UNIFORM): one multiply-add a value, no per-call scale layout pass. H200
 # (session 32, part s32f): the 8192-token prefill 97.81 ms against 103.98 per column, bit-identical logits
 FP8_UNIFORM_TILES = True
-# moe_fp8_kernel's warpgroups start one product chain apart (its _products' doc; session 32, not yet run)
-FP8_STAGGER = False
 # moe_fp8_kernel's DROP: work taken away for benchmarks/probe_moe_fp8_bounds.py only (wrong values unless 0)
 FP8_PROBE_DROP = 0
 FP8_TAIL = 64  # rows past TILE a tile of moe_fp8_kernel may carry (absorb_tails), on its third warpgroup
@@ -255,6 +253,5 @@ def grouped_gemm_fp8(q_sorted: torch.Tensor, s_sorted: torch.Tensor, weight: tor
     grid = (triton.cdiv(N, TILE), groups.expert.numel())
     moe_fp8_kernel[grid](a_desc, w_desc, s_desc, s_sorted, s_sorted if tiles is None else tiles, out, groups.expert,
                          groups.row0, groups.row1, N, K, s_sorted.stride(0), out.stride(0), STAGES=FP8_STAGES,
-                         DROP=FP8_PROBE_DROP, UNIFORM=tiles is not None,
-                         STAGGER=FP8_STAGGER, num_warps=4)
+                         DROP=FP8_PROBE_DROP, UNIFORM=tiles is not None, num_warps=4)
     return out

@@ -110,9 +110,9 @@ def _promote_tile(acc, p, a, sw):
 
 
 @gluon.jit
-def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, start, AS, WT, wt_row0, OUT, row0, row1, col0, N,
+def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, row0, row1, col0, N,
               stride_asm, stride_om, k_steps, STAGES: gl.constexpr, GROUPS: gl.constexpr, H: gl.constexpr,
-              DROP: gl.constexpr, UNIFORM: gl.constexpr, STAGGER: gl.constexpr):
+              DROP: gl.constexpr, UNIFORM: gl.constexpr):
     """Warpgroup H: rows row0 + 64 H .. of the tile (none past row1: it then only hands the slots back).
 
     Activations with one scale a 128-deep step (``act_quant``'s ``scale_block``): a step is four 32-deep FP8
@@ -139,12 +139,9 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, start, AS, WT, wt_
     prefill at 99.64 against 97.76 (part s32h, code at a1adff8): the third warpgroup's products are not on the
     tile's critical path.
 
-    STAGGER (session 32, not yet run on the GPU): the warpgroups start one product chain apart -- warpgroup h issues
-    its first step once warpgroup h - 1's first products are done (``start``), then all run free. Why it may pay:
-    started together they finish each step's products together and promote together with the tensor cores idle
-    (the promotion still costs ~20% on resident data, part s32f); started apart, one promotes while the others'
-    products run, if the offset lasts (the ring lets a warpgroup run up to STAGES steps ahead). Same products, same
-    bits."""
+    Nor did starting them one product chain apart (warpgroup h's first step after h - 1's first products, then
+    free, so that one promotes while the others' products run): w13 3.14 against 3.08 ms, the prefill 95.44 against
+    95.14 (session 33, part s33a; code at 520a35d)."""
     HALF: gl.constexpr = a_smem.type.shape[1]
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -162,14 +159,8 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, start, AS, WT, wt_
                 sw = gl.load(WT + wt_row0 + kb)
             s = kb % STAGES
             _wait_step(ready, t_ready, kb, STAGES, GROUPS, H)
-            if STAGGER and H > 0:
-                if kb == 0:
-                    mbarrier.wait(start.index(H), 0)
             p = _issue_step(a_smem, w_smem, p, s, GROUPS, H)
             p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
-            if STAGGER:
-                if kb == 0:  # the next warpgroup may start (the last one's arrival has no waiter)
-                    mbarrier.arrive(start.index((H + 1) % GROUPS), count=1)
             if (DROP & 2) != 0:  # the probe's unscaled sums
                 acc = acc + p
             elif UNIFORM:
@@ -190,8 +181,7 @@ def _products(a_smem, w_smem, ws_smem, ready, t_ready, empty, start, AS, WT, wt_
 
 @gluon.jit
 def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, WT, OUT, TILE_EXPERT, TILE_ROW0, TILE_ROW1, N, K, stride_asm,
-                   stride_om, STAGES: gl.constexpr, DROP: gl.constexpr, UNIFORM: gl.constexpr,
-                   STAGGER: gl.constexpr):
+                   stride_om, STAGES: gl.constexpr, DROP: gl.constexpr, UNIFORM: gl.constexpr):
     """Program (n tile, route tile): OUT[r, n tile's columns] = sum over K of A[r] W_expert^T with A's per-128
     scales AS (fp32 [rows, K / 128]) and the weight's (1, 128) scales (``s_desc``: fp32 [E K / 128, N], a step's
     columns in a row) for the tile's rows r in [row0, row1): its first 128, and up to 64 more (the
@@ -220,17 +210,13 @@ def moe_fp8_kernel(a_desc, w_desc, s_desc, AS, WT, OUT, TILE_EXPERT, TILE_ROW0, 
         ready = _barriers(STAGES, 1)
         t_ready = _barriers(STAGES, 1)
         empty = _barriers(STAGES, GROUPS)  # one arrival a warpgroup
-        start = _barriers(GROUPS, 1)  # STAGGER's: warpgroup h may start when start[h] completes
         gl.warp_specialize([
-            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, start, AS, WT, wt_row0, OUT, row0, row1,
-                         col0, N, stride_asm, stride_om, k_steps, STAGES, GROUPS, 0, DROP, UNIFORM,
-                         STAGGER)),
-            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, start, AS, WT, wt_row0, OUT, row0, row1,
-                         col0, N, stride_asm, stride_om, k_steps, STAGES, GROUPS, 1, DROP, UNIFORM,
-                         STAGGER)),
-            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, start, AS, WT, wt_row0, OUT, row0, row1,
-                         col0, N, stride_asm, stride_om, k_steps, STAGES, GROUPS, 2, DROP, UNIFORM,
-                         STAGGER)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, row0, row1, col0, N,
+                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 0, DROP, UNIFORM)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, row0, row1, col0, N,
+                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 1, DROP, UNIFORM)),
+            (_products, (a_smem, w_smem, ws_smem, ready, t_ready, empty, AS, WT, wt_row0, OUT, row0, row1, col0, N,
+                         stride_asm, stride_om, k_steps, STAGES, GROUPS, 2, DROP, UNIFORM)),
             (_loader, (a_desc, w_desc, s_desc, a_smem, w_smem, ws_smem, ready, t_ready, empty, row0, w_row0,
                        expert * k_steps, col0, has_tail, k_steps, STAGES, GROUPS, DROP, UNIFORM)),
         ], [4, 4, 1], [PRODUCT_REGS, PRODUCT_REGS, 24])
