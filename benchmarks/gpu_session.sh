@@ -1315,9 +1315,9 @@ if has s32g; then  # session 32 (~8 min): the model-level GPU tests whose tiny c
   pack
 fi
 if has s33a; then  # run in session 33 (no gain; removed after, code at 520a35d) (~5 min): the FP8 MoE kernel's
-  # warpgroups started one product chain apart (gluon_moe.FP8_STAGGER, off): the tile-scales test (bits with it on) under a short limit (a wrong
-  # barrier would hang the kernel), the probe (staggered against full, on resident data too), the prefill A/B (its
-  # "no_" run is the one with it on)
+  # warpgroups started one product chain apart (gluon_moe.FP8_STAGGER, off): the tile-scales test (bits with it on)
+  # under a short limit (a wrong barrier would hang the kernel), the probe (staggered against full, on resident data
+  # too), the prefill A/B (its "no_" run is the one with it on)
   gpu_tests s33a 100 "REPORT|FAIL|Error|passed|failed" tests/gpu/test_gluon_moe_fp8_gpu.py -s -k tile_scales
   pack
   if passed_all s33a; then
