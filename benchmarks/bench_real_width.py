@@ -329,6 +329,13 @@ AB_SWITCHES = {
     # prefill: the FP8 MoE kernel's per-column promotion (two multiplies a value) for experts with one scale per
     # 128 x 128 tile too, instead of the tile's scale (gluon_moe.FP8_UNIFORM_TILES)
     "moe_tile_scales": flag(gluon_moe, "FP8_UNIFORM_TILES", False),
+    # decode: side parts on streams of the step's own CUDA priority at every batch, instead of a higher one at one
+    # token (overlap.URGENT_SIDE_TOKENS); and urgent up to 4 tokens ("no_" run), against up to 1
+    "side_urgent": flag(overlap, "URGENT_SIDE_TOKENS", 0),
+    "side_urgent_4": flag(overlap, "URGENT_SIDE_TOKENS", 4),
+    # decode: the shared expert's side stream, or the hyper-connection mixes', not urgent
+    "shared_urgent": flag(overlap, "SHARED_URGENT", False),
+    "mixes_urgent": flag(overlap, "MIXES_URGENT", False),
     # prefill: the dense linears' bf16 GEMMs (LARGE_M_PATH) instead of cuBLAS's block-scaled FP8 one
     # (fp8_blockwise.DENSE_FP8)
     "dense_fp8": flag(fp8_blockwise, "DENSE_FP8", False),

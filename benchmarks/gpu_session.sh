@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [s27a] [s27b] [s27c] [s28a] [s29a] [s29b] [s29c] [s30b] [s30c] [s30d] [s30e] [s30f] [s31a] [s31b] [s31c] [s31d] [s31e] [s31f] [s31g] [s31h] [s32a] [s32d] [s32f] [s32g] [s33a] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [s27a] [s27b] [s27c] [s28a] [s29a] [s29b] [s29c] [s30b] [s30c] [s30d] [s30e] [s30f] [s31a] [s31b] [s31c] [s31d] [s31e] [s31f] [s31g] [s31h] [s32a] [s32d] [s32f] [s32g] [s33a] [s33b] [s33c] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -1326,6 +1326,25 @@ if has s33a; then  # run in session 33 (no gain; removed after, code at 520a35d)
     prefill_run s33aprefill 200 --prefill-ab moe_stagger --prefill-reps 3
     pack
   fi
+fi
+if has s33b; then  # session 33 (~6 min): CUDA stream priorities in the captured decode step (torch instantiates
+  # graphs with per-node priorities): the graph tests at each priority pair, the FP8 MoE file whole (its
+  # stagger removed, the shared bound helper), then B=1 and B=8 A/Bs -- the step's stream high and its side streams
+  # low (main_priority), and the other way round (side_priority); each switch's "no_" run is the one with it
+  gpu_tests s33b 300 "graph replay vs eager|FAIL|Error|passed|failed" tests/gpu/test_decode_graphs_gpu.py \
+    tests/gpu/test_gluon_moe_fp8_gpu.py -s
+  pack
+  decode_ab s33b 330 --batches 1 8 --ab main_priority:1,8 side_priority:1,8 --ab-rounds 7
+  pack
+fi
+if has s33c; then  # session 33 (~4 min): side streams urgent at one token (overlap.URGENT_SIDE_TOKENS 1, from s33b):
+  # the graph tests at 0 / 1 / 4 urgent tokens; A/Bs: none urgent (side_urgent, B=1), urgent up to 4 tokens
+  # (side_urgent_4, B=4: its "no_" run), the shared expert's and the mixes' side parts not urgent (B=1)
+  gpu_tests s33c 200 "graph replay vs eager|FAIL|Error|passed|failed" tests/gpu/test_decode_graphs_gpu.py -s
+  pack
+  decode_ab s33c 400 --batches 1 4 8 --ab side_urgent:1 side_urgent_4:4 shared_urgent:1 mixes_urgent:1 \
+    --ab-rounds 7
+  pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name
   mkdir -p "$OUT/s15decode"

@@ -64,15 +64,28 @@ INDEX_WEIGHTS_EARLY = True
 # own from the step's start, joined at the first engram layer, instead of before the embedding
 ENGRAM_IDS_ASIDE = True
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
-_STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
+# side parts of steps of up to this many tokens run on streams of a higher CUDA priority than the step's own
+# (URGENT_PRIORITY; lower is more urgent, 0 the default and the least): where their blocks and the main stream's
+# contend, the block scheduler takes theirs first. A CUDA graph keeps each kernel's priority from its capture (torch
+# instantiates graphs with cudaGraphInstantiateFlagUseNodePriority), so replays keep the order. H200, V4.1 at real
+# widths (session 33, part s33b, 7 alternating rounds): B=1 1.757 against 1.796-1.802 ms (7 of 7), the same bits; at
+# B=8 4.435 against 4.407 (slower in 7 of 7), and the step's own stream urgent instead neutral / slower
+URGENT_SIDE_TOKENS = 1
+URGENT_PRIORITY = -1
+# which side parts are urgent (session 33 probes, part s33c): the shared expert's, the hyper-connection mixes'
+SHARED_URGENT = True
+MIXES_URGENT = True
+_STREAMS: dict[tuple[torch.device, int, int], torch.cuda.Stream] = {}
 _live: set[int] = set()  # the stream levels of side parts started (``aside``) and not yet joined
 
 
-def side_by_side(x: torch.Tensor, main: Callable[[], A], side: Callable[[], B], *, when: bool = True) -> tuple[A, B]:
+def side_by_side(x: torch.Tensor, main: Callable[[], A], side: Callable[[], B], *, when: bool = True,
+                 urgent: bool = True) -> tuple[A, B]:
     """(main(), side()); on CUDA with ``x`` (the step's activations, tokens first) at most
     ``MAX_TOKENS`` rows, side() runs on a second stream while main() runs on the current one.
-    Elsewhere (CPU, larger steps, torch.compile tracing, ``when`` False) one after the other."""
-    join = aside(x, side, when=when)
+    Elsewhere (CPU, larger steps, torch.compile tracing, ``when`` False) one after the other.
+    ``urgent``: the side stream takes ``URGENT_PRIORITY`` at up to ``URGENT_SIDE_TOKENS`` rows."""
+    join = aside(x, side, when=when, urgent=urgent)
     try:
         a = main()
     finally:
@@ -80,7 +93,7 @@ def side_by_side(x: torch.Tensor, main: Callable[[], A], side: Callable[[], B], 
     return a, b
 
 
-def aside(x: torch.Tensor, side: Callable[[], B], *, when: bool = True) -> Callable[[], B]:
+def aside(x: torch.Tensor, side: Callable[[], B], *, when: bool = True, urgent: bool = True) -> Callable[[], B]:
     """Start side() as ``side_by_side`` does and return ``join``: join() makes the calling stream wait
     for side()'s work and returns its value (every call waits: a part read from several streams is
     joined from each). What runs between the two is the main part, however far down the call stack
@@ -90,10 +103,11 @@ def aside(x: torch.Tensor, side: Callable[[], B], *, when: bool = True) -> Calla
         value = side()
         return lambda: value
     level = min(set(range(len(_live) + 1)) - _live)
-    key = (x.device, level)
+    priority = URGENT_PRIORITY if urgent and x.shape[0] <= URGENT_SIDE_TOKENS else 0
+    key = (x.device, level, priority)
     stream = _STREAMS.get(key)
     if stream is None:
-        stream = _STREAMS[key] = torch.cuda.Stream(x.device)
+        stream = _STREAMS[key] = torch.cuda.Stream(x.device, priority=priority)
     stream.wait_stream(torch.cuda.current_stream(x.device))
     _live.add(level)
     try:

@@ -21,6 +21,7 @@ import copy
 import pytest
 import torch
 
+from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -72,7 +73,11 @@ def test_decode_equals_forward_on_cuda_float32(ckpt):
         torch.testing.assert_close(other._tensors[key], t, atol=1e-4, rtol=1e-4, msg=f"state {key}")
 
 
-def test_graph_replay_equals_eager_decode(ckpt):
+@pytest.mark.parametrize("urgent_tokens", [0, 1, 4])
+def test_graph_replay_equals_eager_decode(ckpt, urgent_tokens, monkeypatch):
+    """With side streams of a higher CUDA priority than the step's (``overlap.URGENT_SIDE_TOKENS``: none, at one
+    token, up to four) too: the same kernels, whichever stream's blocks the scheduler takes first."""
+    monkeypatch.setattr(overlap, "URGENT_SIDE_TOKENS", urgent_tokens)
     model = DeepseekV41ForCausalLM.from_pretrained(ckpt, Numerics.reference(), device="cuda", progress=False,
                                                    weights="fp8", with_draft=False)
     state, tokens, positions = _prefilled(model)
@@ -93,7 +98,8 @@ def test_graph_replay_equals_eager_decode(ckpt):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=f"step {step}")
         for j, i in enumerate(pick):
             tokens[i], positions[i] = int(got[j].argmax()), positions[i] + 1
-    print(f"graph replay vs eager: bit-exact {exact}; graphs captured {graphs.num_graphs}")
+    print(f"graph replay vs eager (urgent side streams up to {urgent_tokens} tokens): bit-exact {exact}; "
+          f"graphs captured {graphs.num_graphs}")
     assert graphs.num_graphs == 3  # buckets 4, 1, 2 at one length bucket
     for key, t in eager_state._tensors.items():
         if key[0] == "engram" or not t.dtype.is_floating_point:

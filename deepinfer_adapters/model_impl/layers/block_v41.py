@@ -77,14 +77,15 @@ class BlockV41(nn.Module):
         the sublayer after this block, whose input this block then returns as ``BlockOutput.normed``)."""
         attn_in = (lambda: normed) if normed is not None else (lambda: hc_pre_norm(x, pre_mix, self.attn_norm))
         # each sublayer reads the previous mix, so this one's mixes run next to it (overlap.py)
-        y, (attn_pre, post, comb) = side_by_side(x, _normed(attn_in, attention, early), lambda: self.hc_attn.mixes(x))
+        y, (attn_pre, post, comb) = side_by_side(x, _normed(attn_in, attention, early), lambda: self.hc_attn.mixes(x),
+                                                 urgent=overlap.MIXES_URGENT)
         if keep is not None:
             y, x, attn_pre, post, comb = y[keep], x[keep], attn_pre[keep], post[keep], comb[keep]
         # the new streams and the next sublayer's input in one op (one launch on the GPU)
         x, h = hc_post_pre_norm(y, x, post, comb, attn_pre, self.ffn_norm)
         y, (ffn_pre, post, comb) = side_by_side(
             x, _normed(lambda: h, lambda h, _: self.ffn(h, numerics, input_ids, image_mask)),
-            lambda: self.hc_ffn.mixes(x))
+            lambda: self.hc_ffn.mixes(x), urgent=overlap.MIXES_URGENT)
         if next_norm is None:
             return BlockOutput(hc_post(y, x, post, comb), ffn_pre)
         x, h = hc_post_pre_norm(y, x, post, comb, ffn_pre, next_norm)

@@ -98,7 +98,7 @@ class MoE(nn.Module):
         # its output is added (inside the experts' kernel, which also casts)
         if self.shared_experts is None:
             return self._routed(x, numerics, input_ids, image_mask, None)
-        join = aside(x, lambda: self.shared_experts(x, numerics))
+        join = aside(x, lambda: self.shared_experts(x, numerics), urgent=overlap.SHARED_URGENT)
         try:
             return self._routed(x, numerics, input_ids, image_mask, join)
         finally:
