@@ -75,6 +75,17 @@ URGENT_PRIORITY = -1
 # which side parts are urgent (session 33 probes, part s33c): the shared expert's, the hyper-connection mixes'
 SHARED_URGENT = True
 MIXES_URGENT = True
+# urgent side parts' priorities by nesting level (probe, session 33): "same" (URGENT_PRIORITY), "deeper" (a part
+# started inside another's main part more urgent: -1, -2, -3 by level) or "outer" (-3, -2, -1)
+URGENT_LEVELS = "same"
+
+
+def _urgent_priority(level: int) -> int:
+    if URGENT_LEVELS == "deeper":
+        return -min(1 + level, 3)
+    if URGENT_LEVELS == "outer":
+        return -max(3 - level, 1)
+    return URGENT_PRIORITY
 _STREAMS: dict[tuple[torch.device, int, int], torch.cuda.Stream] = {}
 _live: set[int] = set()  # the stream levels of side parts started (``aside``) and not yet joined
 
@@ -103,7 +114,7 @@ def aside(x: torch.Tensor, side: Callable[[], B], *, when: bool = True, urgent: 
         value = side()
         return lambda: value
     level = min(set(range(len(_live) + 1)) - _live)
-    priority = URGENT_PRIORITY if urgent and x.shape[0] <= URGENT_SIDE_TOKENS else 0
+    priority = _urgent_priority(level) if urgent and x.shape[0] <= URGENT_SIDE_TOKENS else 0
     key = (x.device, level, priority)
     stream = _STREAMS.get(key)
     if stream is None:
