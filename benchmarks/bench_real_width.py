@@ -336,9 +336,6 @@ AB_SWITCHES = {
     # decode: the shared expert's side stream, or the hyper-connection mixes', not urgent
     "shared_urgent": flag(overlap, "SHARED_URGENT", False),
     "mixes_urgent": flag(overlap, "MIXES_URGENT", False),
-    # decode: urgent side parts graded by nesting level (overlap.URGENT_LEVELS; the "no_" run is the graded one)
-    "urgent_deeper": flag(overlap, "URGENT_LEVELS", "deeper"),
-    "urgent_outer": flag(overlap, "URGENT_LEVELS", "outer"),
     # prefill: the dense linears' bf16 GEMMs (LARGE_M_PATH) instead of cuBLAS's block-scaled FP8 one
     # (fp8_blockwise.DENSE_FP8)
     "dense_fp8": flag(fp8_blockwise, "DENSE_FP8", False),

@@ -68,24 +68,16 @@ MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is 
 # (URGENT_PRIORITY; lower is more urgent, 0 the default and the least): where their blocks and the main stream's
 # contend, the block scheduler takes theirs first. A CUDA graph keeps each kernel's priority from its capture (torch
 # instantiates graphs with cudaGraphInstantiateFlagUseNodePriority), so replays keep the order. H200, V4.1 at real
-# widths (session 33, part s33b, 7 alternating rounds): B=1 1.757 against 1.796-1.802 ms (7 of 7), the same bits; at
-# B=8 4.435 against 4.407 (slower in 7 of 7), and the step's own stream urgent instead neutral / slower
+# widths (session 33, 7 alternating rounds each): B=1 1.757 against 1.796-1.802 ms (part s33b) and 1.618 against
+# 1.653 (s33c), 7 of 7 rounds each, the same bits; urgent at B=4 2.995 against 2.935 and at B=8 4.435 against 4.407
+# (slower); the step's own stream urgent instead: neutral at B=1, slower at B=8
 URGENT_SIDE_TOKENS = 1
 URGENT_PRIORITY = -1
-# which side parts are urgent (session 33 probes, part s33c): the shared expert's, the hyper-connection mixes'
+# which side parts are urgent: the shared expert's (B=1 -12 us against it not, 5 of 7 rounds) and the
+# hyper-connection mixes' (-57 us, 7 of 7), session 33, part s33c. Graded by nesting level (inner parts -1 / -2 / -3,
+# or outer ones) was no better (+20 / -3 us, part s33d; code at ebe6c51), nor did the GEMVs' SM shares move
 SHARED_URGENT = True
 MIXES_URGENT = True
-# urgent side parts' priorities by nesting level (probe, session 33): "same" (URGENT_PRIORITY), "deeper" (a part
-# started inside another's main part more urgent: -1, -2, -3 by level) or "outer" (-3, -2, -1)
-URGENT_LEVELS = "same"
-
-
-def _urgent_priority(level: int) -> int:
-    if URGENT_LEVELS == "deeper":
-        return -min(1 + level, 3)
-    if URGENT_LEVELS == "outer":
-        return -max(3 - level, 1)
-    return URGENT_PRIORITY
 _STREAMS: dict[tuple[torch.device, int, int], torch.cuda.Stream] = {}
 _live: set[int] = set()  # the stream levels of side parts started (``aside``) and not yet joined
 
@@ -114,7 +106,7 @@ def aside(x: torch.Tensor, side: Callable[[], B], *, when: bool = True, urgent: 
         value = side()
         return lambda: value
     level = min(set(range(len(_live) + 1)) - _live)
-    priority = _urgent_priority(level) if urgent and x.shape[0] <= URGENT_SIDE_TOKENS else 0
+    priority = URGENT_PRIORITY if urgent and x.shape[0] <= URGENT_SIDE_TOKENS else 0
     key = (x.device, level, priority)
     stream = _STREAMS.get(key)
     if stream is None:
