@@ -1,5 +1,6 @@
 """Side-by-side streams (model_impl/overlap.py) change no value: prefill and graph-replayed
-decode with the overlap on give the same bits and leave the same state as with it off."""
+decode with the overlap on (the decode steps' side streams urgent) give the same bits and leave the same state as
+with it off."""
 
 from __future__ import annotations
 
@@ -50,12 +51,15 @@ def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch):
     off, state_off = _run(model)
     assert not overlap._STREAMS
     monkeypatch.setattr(overlap, "ENABLED", True)
+    # the decode steps' side streams urgent (batch bucket 4; by default only one-token steps are), the prefill's not
+    monkeypatch.setattr(overlap, "URGENT_SIDE_TOKENS", 4)
     on, state_on = _run(model)
     # each side part not yet joined holds the lowest free stream level. V4: the shared expert only (one level).
     # V4.1: a source's publishing and the indexer's head weights, the HC mixes, inside their main part attention's
     # keys, inside those the indexer's query side, the window ring and the compressed KV rows: 5 or more at once
-    depths = {depth for _, depth in overlap._STREAMS}
+    depths = {depth for _, depth, _ in overlap._STREAMS}
     assert depths == set(range(len(depths))) and (len(depths) >= 5 if arch == "v41" else depths == {0}), depths
+    assert {priority for _, _, priority in overlap._STREAMS} == {0, overlap.URGENT_PRIORITY}
     assert not overlap._live  # every part joined
     same = [torch.equal(a, b) for a, b in zip(on, off)]
     print(f"REPORT overlap {arch}: prefill + {len(on) - 1} graph decode steps bit-identical {same}")
