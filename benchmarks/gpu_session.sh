@@ -1327,10 +1327,11 @@ if has s33a; then  # run in session 33 (no gain; removed after, code at 520a35d)
     pack
   fi
 fi
-if has s33b; then  # session 33 (~6 min): CUDA stream priorities in the captured decode step (torch instantiates
-  # graphs with per-node priorities): the graph tests at each priority pair, the FP8 MoE file whole (its
-  # stagger removed, the shared bound helper), then B=1 and B=8 A/Bs -- the step's stream high and its side streams
-  # low (main_priority), and the other way round (side_priority); each switch's "no_" run is the one with it
+if has s33b; then  # session 33 (~3 min; as run then, at eb226bc with switches replaced since): CUDA stream
+  # priorities in the captured decode step (torch instantiates graphs with per-node priorities): the graph tests at
+  # each priority pair, the FP8 MoE file whole (its stagger removed, the shared bound helper), then B=1 and B=8
+  # A/Bs -- the step's stream high and its side streams low (main_priority), and the other way round
+  # (side_priority); each switch's "no_" run is the one with it
   gpu_tests s33b 300 "graph replay vs eager|FAIL|Error|passed|failed" tests/gpu/test_decode_graphs_gpu.py \
     tests/gpu/test_gluon_moe_fp8_gpu.py -s
   pack
