@@ -77,7 +77,6 @@ from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.quant import (expert_matrix, fp4_to_fp8_tiles, quant_fp4_blocks, to_e4m3_tiles,
                                                  to_fp4_tiles, unpack_fp4)
 from deepinfer_adapters.presets import engram_table_rows, release_config, tiny_config
-from deepinfer_adapters.standalone import cuda_graphs
 from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
 
 CONTEXT, PREFILL, BATCHES = 4096, 8192, (1, 8, 32, 128)
@@ -330,9 +329,6 @@ AB_SWITCHES = {
     # prefill: the FP8 MoE kernel's per-column promotion (two multiplies a value) for experts with one scale per
     # 128 x 128 tile too, instead of the tile's scale (gluon_moe.FP8_UNIFORM_TILES)
     "moe_tile_scales": flag(gluon_moe, "FP8_UNIFORM_TILES", False),
-    # decode: the step captured on a stream of the least CUDA priority (standalone/cuda_graphs.CAPTURE_PRIORITY -1:
-    # above the side streams of multi-token steps, below those of one-token steps)
-    "capture_priority": flag(cuda_graphs, "CAPTURE_PRIORITY", 0),
     # decode: side parts on streams of the step's own CUDA priority at every batch, instead of a higher one at one
     # token (overlap.URGENT_SIDE_TOKENS); and urgent up to 4 tokens ("no_" run), against up to 1
     "side_urgent": flag(overlap, "URGENT_SIDE_TOKENS", 0),

@@ -72,8 +72,7 @@ MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is 
 # 1.653 (s33c), 7 of 7 rounds each, the same bits; urgent at B=4 2.995 against 2.935 and at B=8 4.435 against 4.407
 # (slower); the step's own stream urgent instead: neutral at B=1, slower at B=8
 URGENT_SIDE_TOKENS = 1
-# -2: above a host's capture stream at -1 too (standalone/cuda_graphs.CAPTURE_PRIORITY); torch keeps 4 levels, 0 to -3
-URGENT_PRIORITY = -2
+URGENT_PRIORITY = -1
 # which side parts are urgent: the shared expert's (B=1 -12 us against it not, 5 of 7 rounds) and the
 # hyper-connection mixes' (-57 us, 7 of 7), session 33, part s33c. Graded by nesting level (inner parts -1 / -2 / -3,
 # or outer ones) was no better (+20 / -3 us, part s33d; code at ebe6c51), nor did the GEMVs' SM shares move

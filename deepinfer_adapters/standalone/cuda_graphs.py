@@ -31,12 +31,6 @@ from deepinfer_adapters.model_impl.batch import DecodeBatch
 from deepinfer_adapters.model_impl.state import StateCache
 
 MIN_LEN_BUCKET = 1024
-# the CUDA priority of the stream a step is captured on (lower is more urgent; 0 is the least): every kernel keeps
-# its capture stream's priority in replays (torch instantiates graphs with cudaGraphInstantiateFlagUseNodePriority).
-# Above the model's side streams of multi-token steps (priority 0) and below those of one-token steps
-# (model_impl/overlap.URGENT_PRIORITY): H200, V4.1 at real widths, the step's stream urgent at B=8 -15 us (6 of 7
-# alternating rounds, session 33, part s33b); at B=1 the side streams must stay above it (-32 to -43 us)
-CAPTURE_PRIORITY = -1
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -135,7 +129,6 @@ class DecodeGraphs:
                 self.model.decode(batch, self.state)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        capture_stream = torch.cuda.Stream(self.device, priority=CAPTURE_PRIORITY)
-        with torch.cuda.graph(graph, pool=self._pool, stream=capture_stream):
+        with torch.cuda.graph(graph, pool=self._pool):
             logits = self.model.decode(batch, self.state)
         return graph, logits
