@@ -70,7 +70,8 @@ MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is 
 # instantiates graphs with cudaGraphInstantiateFlagUseNodePriority), so replays keep the order. H200, V4.1 at real
 # widths (session 33, 7 alternating rounds each): B=1 1.757 against 1.796-1.802 ms (part s33b) and 1.618 against
 # 1.653 (s33c), 7 of 7 rounds each, the same bits; urgent at B=4 2.995 against 2.935 and at B=8 4.435 against 4.407
-# (slower); the step's own stream urgent instead: neutral at B=1, slower at B=8
+# (slower); the captured step's own stream urgent instead (standalone runner): neutral at B=1, within the noise at
+# B=4 and 8 (-1 to -15 us in parts s33b and s33i; code at 9744c12)
 URGENT_SIDE_TOKENS = 1
 URGENT_PRIORITY = -1
 # which side parts are urgent: the shared expert's (B=1 -12 us against it not, 5 of 7 rounds) and the
