@@ -13,9 +13,8 @@ kernel's probe-only ``DROP``, timed side by side.
 - ``resident data`` (``FP8_PROBE_DROP`` bit 0): the loader fills the ring once and then only hands the slots back,
   so the warpgroups take the same products and promotions on data already in shared memory -- the compute side
   alone; ``unscaled`` (bit 1): a step's sum added without its scales -- the promotion's cost; both bits;
-- ``N warpgroups a tile``: every active tile with 64 N rows (its row1 moved), on resident data, started together or
-  apart -- the products' rate by the number of warpgroups sharing the tensor cores (TFLOP/s of the work each
-  computes);
+- ``N warpgroups a tile``: every active tile with 64 N rows (its row1 moved), on resident data -- the products'
+  rate by the number of warpgroups sharing the tensor cores (TFLOP/s of the work each computes);
 - ``no tiles``: every tile idle -- the launch, the scale layout pass and the idle programs.
 Values past ``full`` are not checked: the probe's variants compute other rows or wrong sums on purpose.
 
