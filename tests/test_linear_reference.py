@@ -24,3 +24,28 @@ def test_bf16_input_fp32_result_is_the_fp32_gemm(invariant):
     if not invariant:  # the bf16 GEMM rounds to bf16: not the fp32 result
         assert torch.equal(bf16, torch.nn.functional.linear(x, w))
         assert not torch.equal(bf16.float(), got)
+
+
+@pytest.mark.parametrize("storage", ["dense", "bf16"])
+def test_heads_fp32_logits_of_bf16_rows(storage):
+    """The LM heads pass their bf16 rows with ``out_dtype`` fp32: the logits of an fp32 copy of them, without it;
+    an FP8 linear gives only x's dtype and says so."""
+    from deepinfer_adapters.model_impl.layers.linear import Linear
+    from deepinfer_adapters.model_impl.numerics import Numerics
+
+    g = torch.Generator().manual_seed(5)
+    head = Linear(128, 48, quantized=False)
+    head.weight.data.copy_((torch.randn(48, 128, generator=g) / 12).bfloat16().double())
+    if storage == "bf16":
+        head.store_dtype(torch.bfloat16)
+        head.weight.data.copy_((torch.randn(48, 128, generator=g) / 12).bfloat16())
+    num = Numerics.reference()
+    x = torch.randn(3, 128, generator=g).bfloat16()
+    got = head(x, num, torch.float32)
+    assert got.dtype == torch.float32
+    assert torch.equal(got, head(x.float(), num))
+    assert head(x, num).dtype == torch.bfloat16
+    fp8 = Linear(128, 64, quantized=True, act_block=32)
+    fp8.store_fp8((32, 32), torch.float32)
+    with pytest.raises(ValueError, match="FP8 linear"):
+        fp8(x, num, torch.float32)

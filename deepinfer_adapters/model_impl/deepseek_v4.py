@@ -139,7 +139,7 @@ class DeepseekV4ForCausalLM(CausalLMBase):
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Collapsed [R, D] after the final norm -> fp32 logits (bf16 head weights used in fp32)."""
-        return self.head(h.float(), self.numerics)
+        return self.head(h, self.numerics, torch.float32)
 
     @torch.no_grad()
     def forward(self, batch: ForwardBatch, state: StateCache) -> ModelOutput:

@@ -149,7 +149,7 @@ class DeepseekV41ForCausalLM(CausalLMBase):
                 h = block.engram(h, hash_ids()[:, block.engram.table_index], num)
             h, pre, normed = block.decode(h, pre, batch, state, num, normed=normed, next_norm=next_norm)
         hash_ids()  # joined here too: a step (and a graph's capture) ends with its side streams joined
-        return self.head(normed.float(), num)
+        return self.head(normed, num, torch.float32)
 
     def _next_norms(self) -> list[RMSNorm | None]:
         """For each main block, the norm of the sublayer after it where the block's last hc_post may give that
@@ -191,7 +191,7 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             if attn_batch is not None:
                 compact_selections(batch.scratch, clips)
         rows = self._logits_rows(full, kept)
-        logits = self.head(normed[rows].float(), num)
+        logits = self.head(normed[rows], num, torch.float32)
         main_hidden = torch.cat(targets, -1) if targets else None
         if self.with_draft:
             self.observe(main_hidden, batch if self._targets_after(boundary) else full, state)

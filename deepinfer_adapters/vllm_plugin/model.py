@@ -55,8 +55,8 @@ def float32_default():
 class _HiddenOut(nn.Module):
     """Stands in for the LM head inside our model: returns the normed hidden rows."""
 
-    def forward(self, x: torch.Tensor, numerics: Numerics) -> torch.Tensor:
-        return x
+    def forward(self, x: torch.Tensor, numerics: Numerics, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        return x if out_dtype is None else x.to(out_dtype)  # the rows as the head would read them
 
 
 def numerics_for(dtype: torch.dtype) -> Numerics:

@@ -90,11 +90,11 @@ class DSparkStage(BlockV41):
 
         Returns (tokens [B, n + 1]: first then n drafts, logits [B, n, V] fp32, confidence [B, n]).
         Draft i's logits get the Markov head's bias from token i before draft i is sampled."""
-        logits = head(self.norm(x).float(), numerics)
+        logits = head(self.norm(x), numerics, torch.float32)
         tokens, embeds = [first], []
         for i in range(x.shape[1]):
             e = self.markov_head.embed.weight[tokens[-1]].to(numerics.dtype)
-            logits[:, i] += self.markov_head.head(e.float(), numerics)
+            logits[:, i] += self.markov_head.head(e, numerics, torch.float32)
             embeds.append(e)
             tokens.append(sample(logits[:, i]))
         markov = torch.stack(embeds, dim=1)

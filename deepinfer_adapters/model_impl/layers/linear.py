@@ -43,13 +43,17 @@ class Linear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=torch.float64), requires_grad=False)
         self.block: tuple[int, int] | None = None  # native FP8: the scale tile
 
-    def forward(self, x: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, numerics: Numerics, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """x [.., in] -> [.., out] in x's dtype, or ``out_dtype``: the fp32 logits of the heads, computed from x's
+        values as they are (``kernels.linear``: the same as from an fp32 copy of them, without the copy's launch)."""
         if self.block is not None:
+            if out_dtype not in (None, x.dtype):
+                raise ValueError(f"an FP8 linear gives x's dtype {x.dtype}, not {out_dtype}")
             act_block = self.act_block if self.quantized and numerics.act_quant else 0
             return kernels.fp8_linear(x, self.weight, self.scale, self.block, act_block)
         if self.quantized and numerics.act_quant:
             x = kernels.fp8_roundtrip(x, self.act_block)
-        return kernels.linear(x, self.weight, out_dtype=x.dtype)
+        return kernels.linear(x, self.weight, out_dtype=out_dtype or x.dtype)
 
     def store_fp8(self, block: tuple[int, int], scale_dtype: torch.dtype) -> None:
         """Hold the weight as E4M3 [out, in] with one ``scale_dtype`` scale per ``block`` tile."""
