@@ -64,7 +64,7 @@ from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import reference, reference_fp8
 from deepinfer_adapters.kernels import fp8_blockwise, gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
 from deepinfer_adapters.kernels import triton_pool, triton_sparse_attn, triton_support
-from deepinfer_adapters.kernels import triton_linear, triton_route, triton_topk
+from deepinfer_adapters.kernels import triton_linear, triton_topk
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -299,11 +299,6 @@ def torch_backend(op: str, name: str = "torch") -> tuple[Callable[[], None], Cal
 GROUPED_DEFAULTS = (gluon_gemv.GROUPED_LANES, gluon_gemv.GROUPED_STAGES)
 AB_SWITCHES = {
     "overlap": flag(overlap, "ENABLED", False),
-    # the route kernel in more warps than one a 512 experts (triton_route.EXPERTS_PER_WARP): 4 or 8 for V4.1's 384
-    "route_warps4": flag(triton_route, "EXPERTS_PER_WARP", 128),
-    "route_warps8": flag(triton_route, "EXPERTS_PER_WARP", 64),
-    # the MoE gate's programs load their weights after PDL's wait, not before (triton_linear.WEIGHTS_BEFORE_WAIT)
-    "gate_weights_first": flag(triton_linear, "WEIGHTS_BEFORE_WAIT", False),
     # only attention's keys next to its queries (overlap.DECODE_KEYS)
     "decode_keys": flag(overlap, "DECODE_KEYS", False),
     # the shared expert joined after the gate, not at the routed experts' combine (overlap.SHARED_THROUGH_EXPERTS)

@@ -164,9 +164,9 @@ def _unwindowed(rows, write_rows, read_rows, kv):
     return torch.empty(read_rows.numel(), kv.shape[-1], device=kv.device, dtype=kv.dtype)
 
 
-def _fixed_keys(window, window_valid, pool, addr, seen):
+def _fixed_keys(window, window_valid, pool, picked, *_):
     B, W, d = window.shape
-    K = W + addr.shape[1]
+    K = W + picked.shape[1]
     index = _constant(("keys", B, K, window.device), lambda: torch.arange(B * K, device=window.device).view(B, K))
     return torch.empty(B, K, d, device=window.device, dtype=window.dtype), index
 

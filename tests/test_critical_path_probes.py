@@ -36,10 +36,10 @@ def test_stand_ins_return_what_the_ops_return():
     write, read = torch.tensor([3, 9]), torch.tensor([1, 2, 3, 7, 8, 9])
     _like(probes._unwindowed(rows, write, read, kv), reference.window_store_gather(rows.clone(), write, read, kv))
     window, valid = torch.randn(2, 3, 16, generator=g), torch.ones(2, 3, dtype=torch.bool)
-    pool, addr = torch.randn(10, 16, generator=g), torch.tensor([[1, 4], [2, 5]])
-    seen = torch.ones(2, 2, dtype=torch.bool)
-    got = probes._fixed_keys(window, valid, pool, addr, seen)
-    want = reference.selected_keys(window, valid, pool, addr, seen)
+    pool, picked = torch.randn(10, 16, generator=g), torch.tensor([[1, 4], [2, 3]])
+    rows = (picked, torch.tensor([5, 5]), torch.tensor([[0], [1]]), 5, 5)  # every pick seen, a slot one block
+    got = probes._fixed_keys(window, valid, pool, *rows)
+    want = reference.selected_keys(window, valid, pool, *rows)
     _like(got, want)
     assert torch.equal(got[1], want[1])  # every key valid here: the fixed index is the real one
     logits = torch.randn(2, 16, generator=g)

@@ -51,31 +51,3 @@ def test_bf16_result_is_the_fp32_result_rounded_once():
     lines = [line.split() for line in run_interpreted(BF16_SCRIPT).strip().splitlines()]
     assert len(lines) == 3
     assert all(line[3:] == ["1", "1", "1"] for line in lines), lines
-
-
-TWO_STEPS_SCRIPT = r"""
-import torch
-from deepinfer_adapters.kernels import triton_linear
-from deepinfer_adapters.kernels.triton_fp8_gemm import split_k
-
-g = torch.Generator().manual_seed(4)
-cfg = triton_linear.SPLIT_CONFIG
-for M, N, K, dtype in ((1, 384, 1024, torch.bfloat16), (3, 384, 1000, torch.float32), (2, 100, 512, torch.float32)):
-    _, k_per_split = split_k(-(-N // cfg.block_n), K, cfg.block_k * cfg.min_steps, cfg.programs)
-    x = torch.randn(M, K, generator=g).to(dtype)
-    w = (torch.randn(N, K, generator=g) / K**0.5).bfloat16()
-    triton_linear.WEIGHTS_BEFORE_WAIT = True
-    first = triton_linear.linear(x, w)
-    triton_linear.WEIGHTS_BEFORE_WAIT = False
-    loop = triton_linear.linear(x, w)
-    print(M, N, K, k_per_split, int(torch.equal(first, loop)), int(bool(torch.isfinite(first).all())))
-"""
-
-
-def test_weights_loaded_before_the_wait_take_the_loops_arithmetic():
-    """Splits of two K steps (the MoE gate's at decode) load both weight tiles before PDL's wait: the same products
-    in the same order as the K loop, fp32 inputs (hi and lo terms) and a partial last split included."""
-    lines = [line.split() for line in run_interpreted(TWO_STEPS_SCRIPT).strip().splitlines()]
-    assert len(lines) == 3
-    assert all(line[3] == "256" for line in lines), lines  # each case takes the two-step path
-    assert all(line[4:] == ["1", "1"] for line in lines), lines

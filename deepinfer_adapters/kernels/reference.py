@@ -305,15 +305,20 @@ def topk_torch_order(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.
     return picked, scores.gather(-1, picked)
 
 
-def selected_keys(window: torch.Tensor, window_valid: torch.Tensor, pool: torch.Tensor, addr: torch.Tensor,
-                  seen: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def selected_keys(window: torch.Tensor, window_valid: torch.Tensor, pool: torch.Tensor, picked: torch.Tensor,
+                  visible: torch.Tensor, table: torch.Tensor, rows_a_block: int,
+                  capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A decode step's attention keys and index (V4.1 compressed layers): keys [B, W + k, d] = each
-    sequence's window keys [B, W, d] followed by the pool's rows at ``addr`` [B, k] (as the window's dtype),
+    sequence's window keys [B, W, d] followed by its picked rows [B, k] of ``pool`` (as the window's dtype),
     and index [B, W + k] into those keys flattened to [B (W + k), d]: b (W + k) + j where the key exists
-    (``window_valid`` [B, W], then ``seen`` [B, k]), else -1."""
+    (``window_valid`` [B, W], then a pick below ``visible`` [B]), else -1. Row r = picked[b, j] clamped to
+    [0, capacity) is at pool row table[b, r // rows_a_block] * rows_a_block + r % rows_a_block
+    (``StateCache.row_blocks``)."""
+    rows = picked.clamp(0, capacity - 1)
+    addr = table.gather(1, rows // rows_a_block) * rows_a_block + rows % rows_a_block
     keys = torch.cat([window, pool[addr].to(window.dtype)], 1)
     B, K = keys.shape[:2]
-    valid = torch.cat([window_valid, seen], 1)
+    valid = torch.cat([window_valid, picked < visible.unsqueeze(-1)], 1)
     return keys, torch.where(valid, torch.arange(B * K, device=keys.device).view(B, K), -1)
 
 

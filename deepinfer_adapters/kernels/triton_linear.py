@@ -70,9 +70,6 @@ BF16_RESULTS = True
 # compressor linears at B = 32 too) measured neutral against cuBLAS on the H200 (session 13: V4 widths
 # B = 8 / 32 0.999 / 1.003, V4.1 B = 32 10.81 / 10.78 ms, same runs)
 DECODE_ROWS = 16
-# a program whose K range is two steps (the MoE gate's splits at decode) loads its weight tiles before it waits for
-# the kernel before under PDL (the route chain's first GEMV then waits only for x); the same products in the same order
-WEIGHTS_BEFORE_WAIT = True
 
 
 def row_tile(M: int) -> int:
@@ -84,47 +81,32 @@ def _kernel():
     import triton
     import triton.language as tl
 
-    global pdl_start, _step  # bound at module level: Triton's interpreter resolves a kernel's names there
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
 
     @triton.jit
-    def _step(X, rows, ks, mask_m, K, stride_xm, w, acc):
-        """acc + x[rows, ks] w (w [BK, BN] the weight's rows ks, transposed) as two exact bf16 terms of x."""
-        x = tl.load(X + rows.to(tl.int64)[:, None] * stride_xm + ks[None, :],
-                    mask=mask_m[:, None] & (ks < K)[None, :], other=0.0)
-        hi = x.to(tl.bfloat16)
-        lo = (x - hi.to(tl.float32)).to(tl.bfloat16)
-        acc = tl.dot(hi, w, acc)
-        return tl.dot(lo, w, acc)
-
-    @triton.jit
     def split_linear_kernel(X, W, OUT, M, N, K, k_per_split, stride_xm, stride_wn, stride_om, stride_os,
-                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, TWO_STEPS_FIRST: tl.constexpr):
+                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
         """OUT[pid 2] = this program's K range of x w^T (fp32 sums, stored in OUT's dtype): the whole K when
-        unsplit. TWO_STEPS_FIRST: the range is two K steps, whose weight tiles load before the wait for the kernel
-        before (weights are never written in a step), so only x's loads follow it."""
+        unsplit."""
+        pdl_start()
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
         cols = tl.program_id(1) * BN + tl.arange(0, BN)
         mask_m = rows < M
         mask_n = cols < N
         acc = tl.zeros([BM, BN], tl.float32)
         k_lo = tl.program_id(2) * k_per_split
-        if TWO_STEPS_FIRST:
-            ks0 = k_lo + tl.arange(0, BK)
-            ks1 = ks0 + BK
-            w_rows = W + cols.to(tl.int64)[None, :] * stride_wn
-            w0 = tl.load(w_rows + ks0[:, None], mask=mask_n[None, :] & (ks0 < K)[:, None], other=0.0)
-            w1 = tl.load(w_rows + ks1[:, None], mask=mask_n[None, :] & (ks1 < K)[:, None], other=0.0)
-            pdl_start()
-            acc = _step(X, rows, ks0, mask_m, K, stride_xm, w0, acc)
-            acc = _step(X, rows, ks1, mask_m, K, stride_xm, w1, acc)
-        else:
-            pdl_start()
-            for k0 in range(k_lo, tl.minimum(K, k_lo + k_per_split), BK):
-                ks = k0 + tl.arange(0, BK)
-                w = tl.load(W + cols.to(tl.int64)[None, :] * stride_wn + ks[:, None],
-                            mask=mask_n[None, :] & (ks < K)[:, None], other=0.0)
-                acc = _step(X, rows, ks, mask_m, K, stride_xm, w, acc)
+        for k0 in range(k_lo, tl.minimum(K, k_lo + k_per_split), BK):
+            ks = k0 + tl.arange(0, BK)
+            mask_k = ks < K
+            x = tl.load(X + rows.to(tl.int64)[:, None] * stride_xm + ks[None, :],
+                        mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+            w = tl.load(W + cols.to(tl.int64)[None, :] * stride_wn + ks[:, None],
+                        mask=mask_n[None, :] & mask_k[:, None], other=0.0)
+            hi = x.to(tl.bfloat16)
+            lo = (x - hi.to(tl.float32)).to(tl.bfloat16)
+            acc = tl.dot(hi, w, acc)
+            acc = tl.dot(lo, w, acc)
         out = OUT + tl.program_id(2) * stride_os + rows.to(tl.int64)[:, None] * stride_om + cols[None, :]
         tl.store(out, acc, mask=mask_m[:, None] & mask_n[None, :])
 
@@ -149,8 +131,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype = torch
         bm = row_tile(M)
         kernel[(triton.cdiv(M, bm), n_tiles, split)](
             x2, weight, parts, M, N, K, k_per_split, x2.stride(0), weight.stride(0), parts.stride(1),
-            parts.stride(0), BM=bm, BN=cfg.block_n, BK=cfg.block_k,
-            TWO_STEPS_FIRST=WEIGHTS_BEFORE_WAIT and k_per_split == 2 * cfg.block_k, num_warps=cfg.num_warps,
+            parts.stride(0), BM=bm, BN=cfg.block_n, BK=cfg.block_k, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **pdl_launch())
     out = parts[0] if split == 1 else sum_splits(parts, out_dtype)
     return out.view(*lead, N)

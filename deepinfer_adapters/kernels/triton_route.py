@@ -43,9 +43,6 @@ from deepinfer_adapters.kernels import register
 from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, triton_available
 
 MAX_EXPERTS = 1024  # the logits of one token stay in the registers of one program
-# a program's warps: its padded expert count over this, at least 1 (384 experts: one warp, 16 logits a thread). Any
-# count gives the same bits (the maxima, minima and one-term sums are exact)
-EXPERTS_PER_WARP = 512
 SOFTPLUS_THRESHOLD = 20.0  # torch's default: above it softplus(x) is x
 # Not done: each argmax round as one int64 max over (the key's order-preserving bits, the index reversed), one of a
 # round's three dependent warp reductions fewer. H200, V4.1 B=1 graphs alternating (session 23): 1.964 ms against
@@ -127,7 +124,7 @@ def moe_route(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renorm
                      0 if given is None else given.stride(0), weights.stride(0), picked.stride(0), eps, scale,
                      THRESHOLD=SOFTPLUS_THRESHOLD, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(topk),
                      HAS_BIAS=bias is not None, HAS_IDS=given is not None, RENORMALIZE=renormalize,
-                     INTERPRET=interpreting(), num_warps=max(1, block_e // EXPERTS_PER_WARP), enable_fp_fusion=False, **pdl_launch())
+                     INTERPRET=interpreting(), num_warps=max(1, block_e // 512), enable_fp_fusion=False, **pdl_launch())
     return weights, picked
 
 

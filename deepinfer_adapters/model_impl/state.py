@@ -29,7 +29,8 @@ through ``row_pool`` (the field as one flat tensor of rows) and ``row_address``
 that implements both supports ``decode``; others (the vLLM adapter's) only ``forward``.
 Fields in one ``address_space`` share their addresses, so a decode step computes the
 addresses of rows that depend on the step only once for all of them (``shared_row_address``),
-and the slots' part of any other rows' addresses (``slot_base``, ``step_row_address``).
+and the slots' part of any other rows' addresses (``slot_base``, ``step_row_address``). A kernel that finds
+rows itself takes the cache's block table (``row_blocks``: a dense cache's slot is one block).
 """
 
 from __future__ import annotations
@@ -127,6 +128,12 @@ class StateCache(ABC):
         """``row_address(key, name, slots, rows)`` from ``base = slot_base(key, name, slots)``."""
         return self.row_address(key, name, base, rows)
 
+    def row_blocks(self, key: str, name: str, slots: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """``row_address`` as a block table, for kernels that find rows themselves (``kernels.selected_keys``):
+        (table [B, blocks] int64, rows a block), row r of slot ``slots[b]`` (r clamped to ``row_capacity``) at
+        ``table[b, r // rows_a_block] * rows_a_block + r % rows_a_block`` of ``row_pool``."""
+        raise NotImplementedError(f"{type(self).__name__} has no device addressing (model.decode needs it)")
+
     def address_space(self, key: str, name: str) -> Hashable:
         """Fields whose ``row_address`` is the same function of (slots, rows) have equal address
         spaces. By default, those with the same ratio and capacity: the dense cache's rows of a
@@ -179,6 +186,9 @@ class DenseStateCache(StateCache):
     def row_address_at(self, key: str, name: str, base: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         return base + rows.clamp(0, self._tensors[(key, name)].shape[1] - 1)
 
+    def row_blocks(self, key: str, name: str, slots: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return slots.unsqueeze(-1), self._tensors[(key, name)].shape[1]  # a slot's rows: one block
+
     def row_capacity(self, key: str, name: str) -> int:
         return self._tensors[(key, name)].shape[1]
 
@@ -196,6 +206,12 @@ def step_row_address(state: StateCache, batch: DecodeBatch, key: str, name: str,
     base = batch.shared(("slot_base", state.address_space(key, name)),
                         lambda: state.slot_base(key, name, batch.slots))
     return state.row_address_at(key, name, base, rows)
+
+
+def step_row_blocks(state: StateCache, batch: DecodeBatch, key: str, name: str) -> tuple[torch.Tensor, int]:
+    """``state.row_blocks(key, name, batch.slots)``, once per step per address space."""
+    return batch.shared(("row_blocks", state.address_space(key, name)),
+                        lambda: state.row_blocks(key, name, batch.slots))
 
 
 def shared_row_address(state: StateCache, batch: DecodeBatch, key: str, name: str, rows_key: Hashable,

@@ -134,6 +134,9 @@ class PagedStateCache(StateCache):
     def row_capacity(self, key: str, name: str) -> int:
         return self.max_blocks_per_slot * (self.block_size // self._fields[(key, name)].ratio)
 
+    def row_blocks(self, key: str, name: str, slots: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return self.block_table[slots], self.block_size // self._fields[(key, name)].ratio
+
     def write_rows(self, key: str, name: str, slot: int, start: int, rows: torch.Tensor) -> None:
         n = rows.shape[0]
         pool, _, per_block = self._locate(key, name, slot, start + n)

@@ -110,20 +110,3 @@ def test_bf16_result_on_the_triton_kernel(monkeypatch, M, N, K, invariant):
     assert bool(((got.double() - cublas).abs() <= 2 * bound).all())
     if invariant:
         assert torch.equal(alone, got[-1:])
-
-
-@pytest.mark.parametrize("M,K,bf16_values", [(1, 5120, True), (8, 5120, False), (16, 1000, False)])
-def test_weights_before_the_wait_give_the_loops_bits(monkeypatch, M, K, bf16_values):
-    """``triton_linear.WEIGHTS_BEFORE_WAIT``: a program of two K steps (the MoE gate at decode) loads its weight tiles
-    before PDL's wait: the bits of the K loop, fp32 inputs with hi and lo terms and a partial last split included."""
-    from deepinfer_adapters.kernels import triton_linear
-
-    x, w = _inputs(M, 384, K, 60 + M, bf16_values)
-    x = x.bfloat16() if bf16_values else x
-    assert kernels.chosen("linear", x, w) == "triton"
-    monkeypatch.setattr(triton_linear, "WEIGHTS_BEFORE_WAIT", False)
-    loop = kernels.linear(x, w)
-    monkeypatch.setattr(triton_linear, "WEIGHTS_BEFORE_WAIT", True)
-    first = kernels.linear(x, w)
-    print(f"REPORT linear weights before the wait M={M} K={K}: equal {torch.equal(first, loop)}")
-    assert torch.equal(first, loop)

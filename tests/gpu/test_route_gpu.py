@@ -137,18 +137,3 @@ def test_route_graph_replay_equals_eager():
     graph.replay()
     torch.cuda.synchronize()
     assert all(torch.equal(a, b) for a, b in zip(captured, kernels.moe_route(x, bias, 6, True, 1e-20, 1.5)))
-
-
-@pytest.mark.parametrize("per_warp", [128, 64, 32])
-def test_route_bits_do_not_depend_on_the_warps(monkeypatch, per_warp):
-    """``triton_route.EXPERTS_PER_WARP``: more warps a program, the same ids and weights (exact maxima, minima and
-    one-term sums), V4.1's 384 experts at one token and at 128, V4's 256 with per-token bias."""
-    from deepinfer_adapters.kernels import triton_route
-
-    for T, E, kind in ((1, 384, "shared"), (128, 384, "shared"), (9, 256, "per_token")):
-        x, bias = _logits(T, E, 31 + T), _bias(kind, T, E, 31 + T)
-        monkeypatch.setattr(triton_route, "EXPERTS_PER_WARP", 512)
-        want = kernels.moe_route(x, bias, 6, True, 1e-20, 1.5)
-        monkeypatch.setattr(triton_route, "EXPERTS_PER_WARP", per_warp)
-        got = kernels.moe_route(x, bias, 6, True, 1e-20, 1.5)
-        assert all(torch.equal(a, b) for a, b in zip(got, want)), (T, E, kind)

@@ -27,7 +27,7 @@ from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41
 from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.overlap import aside
-from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address, step_row_address
+from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address, step_row_blocks
 from deepinfer_adapters import kernels
 
 WINDOW_FP8_BLOCK = 32  # the whole post-RoPE window vector, blocks of 32
@@ -146,9 +146,11 @@ class AttentionV41(AttentionBase):
             if compressed_part is not None:
                 compressed_part()
             keys, window = window_part()
-            addr, seen = self._selected_addresses(batch, state)
-            return kernels.selected_keys(keys, window.valid, state.row_pool(self.source_key, "compressed_kv"), addr,
-                                         seen)
+            picked, visible = batch.scratch["selections"]
+            table, rows_a_block = step_row_blocks(state, batch, self.source_key, "compressed_kv")
+            return kernels.selected_keys(keys, window.valid, state.row_pool(self.source_key, "compressed_kv"), picked,
+                                         visible, table, rows_a_block,
+                                         state.row_capacity(self.source_key, "compressed_kv"))
         finally:  # already joined unless something failed: then no side stream is left open
             for join in (early.publish, compressed_part, window_part, queries):
                 if join is not None:
@@ -158,42 +160,31 @@ class AttentionV41(AttentionBase):
         """How many compressed rows a decode step's indexer scans: the first max_len // ratio."""
         return min(batch.max_len // self.ratio, state.row_capacity(self.source_key, "index_k"))
 
-    def _selected_addresses(self, batch: DecodeBatch, state: StateCache) -> tuple[torch.Tensor, torch.Tensor]:
-        """The pool addresses of the compressed rows the step's selections pick [B, k] (meaningless where a pick
-        is not seen), and which picks are seen [B, k]: once per selections -- the reuse layers after an index
-        layer read the same rows of the same source, which no layer in between writes."""
-        picked, seen = batch.scratch["selections"]
-        cached = batch.scratch.get("selected_addresses")
-        if cached is None or cached[0] is not picked or cached[1] != self.source_key:
-            cached = (picked, self.source_key, step_row_address(state, batch, self.source_key, "compressed_kv",
-                                                                picked))
-            batch.scratch["selected_addresses"] = cached
-        return cached[2], seen
-
     def _select_decode(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: DecodeBatch,
                        state: StateCache, numerics: Numerics,
                        queries: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """[B, k] picked compressed rows (ascending) over the first max_len // ratio rows of each sequence's
-        index keys, and [B, k] which of them are selected (seen by the sequence; ``select`` would give the
-        others as -1, which the attention's index masks anyway: not written here, two launches fewer).
+        index keys, and [B] how many rows each sequence has seen: ``selected_keys`` masks the picks at or past
+        that (which ``select`` gives as -1) and finds the picked rows in the pool itself, from the cache's block
+        table (``StateCache.row_blocks``) -- no launches between the top-k and it. The reuse layers after an index
+        layer read the same rows of the same source, which no layer in between writes.
         ``queries``: joins the indexer's query side where it was started already."""
         n_rows = self._index_rows(batch, state)
         B = batch.num_seqs
+        visible = batch.visible_rows(self.ratio)
         if n_rows == 0:
-            return (torch.empty(B, 0, dtype=torch.long, device=x.device),
-                    torch.empty(B, 0, dtype=torch.bool, device=x.device))
+            return torch.empty(B, 0, dtype=torch.long, device=x.device), visible
         # a reindex layer scans the keys its source just published: gathered once per step
         keys = batch.shared(("index_keys", self.source_key, n_rows),
                             lambda: self._index_keys_decode(batch, state, n_rows, numerics))
-        visible = batch.visible_rows(self.ratio)
         causal = visible if CAUSAL_INDEX_SCORES else None
         if queries is None:
             scores = self.indexer.scores(x, qr, freqs, keys, numerics, causal)
         else:
             scores = self.indexer.scores_of(*queries(), keys, causal)
         return self.indexer.pick(scores, visible, batch.scratch.setdefault("pool", {}), numerics,
-                                 masked=CAUSAL_INDEX_SCORES)
+                                 masked=CAUSAL_INDEX_SCORES), visible
 
     def _index_keys_decode(self, batch: DecodeBatch, state: StateCache, n_rows: int,
                            numerics: Numerics) -> torch.Tensor:

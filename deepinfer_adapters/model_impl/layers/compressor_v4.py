@@ -98,8 +98,8 @@ class CompressorV4(nn.Module):
         completes, [(start + n) // r - start // r, width], ready for the cache."""
         r, n, w = self.ratio, x.shape[0], self.width
         pos = torch.arange(start, start + n, device=x.device)
-        xf = x.float()  # the reference pools in fp32
-        kv, score = same_input(xf, numerics, self.kv_gate, self.wkv, self.wgate)
+        # the reference pools in fp32: fp32 results of x's values (Linear.forward's out_dtype: no fp32 copy of x)
+        kv, score = same_input(x, numerics, self.kv_gate, self.wkv, self.wgate, out_dtype=torch.float32)
         score = score + self.ape[pos % r]
         kv_state = state.fixed(self.key, f"{self.name}_kv")[slot]
         score_state = state.fixed(self.key, f"{self.name}_score")[slot]
@@ -136,7 +136,7 @@ class CompressorV4(nn.Module):
         pools stale rows and must not be stored (``store_completed``)."""
         r = self.ratio
         place = batch.shared(("block_slots", r, self.rope.kind), lambda: BlockSlots.of(batch, r, self.rope))
-        kv, score = same_input(x.float(), numerics, self.kv_gate, self.wkv, self.wgate)
+        kv, score = same_input(x, numerics, self.kv_gate, self.wkv, self.wgate, out_dtype=torch.float32)
         # the token's block (with overlap the previous one's first half too) and the state
         # updated, in one kernel on the GPU (reference.compressor_v4_gather: ~20 torch ops)
         bkv, bscore = kernels.compressor_v4_gather(kv, score, self.ape, state.fixed(self.key, f"{self.name}_kv"),

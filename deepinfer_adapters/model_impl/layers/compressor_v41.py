@@ -46,8 +46,8 @@ class CompressorV41(nn.Module):
         r, n = self.ratio, x.shape[0]
         if r == 1:
             return self.norm(self.wkv(x, numerics))
-        xf = x.float()
-        kv, score = same_input(xf, numerics, self.kv_gate, self.wkv, self.wgate)
+        # fp32 results of x's values (Linear.forward's out_dtype: no fp32 copy of x first), pooled in fp32
+        kv, score = same_input(x, numerics, self.kv_gate, self.wkv, self.wgate, out_dtype=torch.float32)
         kv_state, score_state = state.fixed(self.key, "comp_kv")[slot], state.fixed(self.key, "comp_score")[slot]
         size = kv_state.shape[0]
         first = start - start % r  # first position of the group in progress
@@ -76,7 +76,7 @@ class CompressorV41(nn.Module):
         r = self.ratio
         if r == 1:
             return self.norm(self.wkv(x, numerics)), None
-        kv, score = same_input(x.float(), numerics, self.kv_gate, self.wkv, self.wgate)
+        kv, score = same_input(x, numerics, self.kv_gate, self.wkv, self.wgate, out_dtype=torch.float32)
         # the rings as rows (a view: state fields are contiguous), each written and read through one index
         kv_rows, score_rows = (state.fixed(self.key, name).view(-1, kv.shape[-1]) for name in ("comp_kv", "comp_score"))
         at, group, complete = self.decode_slots(batch, state)

@@ -91,13 +91,13 @@ class IndexerV41(nn.Module):
         ``scratch['candidates']`` carries the candidate pool to the layers after the source.
         ``masked``: the unseen rows are -inf already (``scores(..., visible)``).
         """
-        picked, seen = self.pick(scores, visible, scratch, numerics, masked)
-        return torch.where(seen, picked, -1)
+        picked = self.pick(scores, visible, scratch, numerics, masked)
+        return torch.where(picked < visible.unsqueeze(-1), picked, -1)
 
     def pick(self, scores: torch.Tensor, visible: torch.Tensor, scratch: dict, numerics: Numerics = Numerics(),
-             masked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """``select`` as (the top-k rows [n, k] ascending, which of them are visible): a decode
-        step keeps the mask for its attention index (``select``'s result is >= 0 exactly there)."""
+             masked: bool = False) -> torch.Tensor:
+        """``select``'s top-k rows [n, k] ascending before the unseen ones become -1: a decode step's
+        ``selected_keys`` masks them itself (``picked < visible``)."""
         m = scores.shape[-1]
         if not masked:
             # masks and top-k are exact in the scores' own dtype (the activation dtype, which
@@ -107,8 +107,7 @@ class IndexerV41(nn.Module):
             scratch["candidates"] = self._candidate_pool(scores, visible, numerics)
         elif self.uses_pool and scratch["candidates"] is not None:
             scores = scores.masked_fill(~scratch["candidates"], -torch.inf)
-        picked, _ = topk_select(scores, min(self.topk, m), numerics.topk_ties, numerics.dtype)
-        return picked, picked < visible.unsqueeze(-1)
+        return topk_select(scores, min(self.topk, m), numerics.topk_ties, numerics.dtype)[0]
 
     def _candidate_pool(self, scores: torch.Tensor, visible: torch.Tensor,
                         numerics: Numerics) -> torch.Tensor | None:

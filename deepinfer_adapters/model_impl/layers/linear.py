@@ -108,16 +108,18 @@ class MergedLinear:
         whole_tiles = first.block is None or all(m.out_features % first.block[0] == 0 for m in members)
         return same and whole_tiles and first.weight.device.type != "meta"
 
-    def __call__(self, x: torch.Tensor, numerics: Numerics) -> tuple[torch.Tensor, ...]:
-        return self.linear(x, numerics).split(self.widths, dim=-1)
+    def __call__(self, x: torch.Tensor, numerics: Numerics,
+                 out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+        return self.linear(x, numerics, out_dtype).split(self.widths, dim=-1)
 
 
-def same_input(x: torch.Tensor, numerics: Numerics, merged: MergedLinear | None,
-               *members: Linear) -> tuple[torch.Tensor, ...]:
-    """Every member's output on x: one GEMM when they were merged, else one each."""
+def same_input(x: torch.Tensor, numerics: Numerics, merged: MergedLinear | None, *members: Linear,
+               out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+    """Every member's output on x (in ``out_dtype``: ``Linear.forward``): one GEMM when they were merged, else one
+    each."""
     if merged is not None:
-        return merged(x, numerics)
-    return tuple(m(x, numerics) for m in members)
+        return merged(x, numerics, out_dtype)
+    return tuple(m(x, numerics, out_dtype) for m in members)
 
 
 def merge_same_input(model: nn.Module) -> int:
