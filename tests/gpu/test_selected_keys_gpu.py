@@ -16,15 +16,15 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 @pytest.mark.parametrize("pool_dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("paged", [False, True])
 def test_selected_keys_matches_reference(B, W, k, d, R, pool_dtype, paged):
-    """A dense cache's table (a slot is one block of R // B rows) and a paged one (blocks of 16 rows, shuffled);
-    picks up to past the capacity (clamped) and sequences that have seen only some of them."""
+    """A dense cache's table (a slot is one block of R // B rows) and a paged one (blocks of up to 16 rows,
+    shuffled); picks up to past the capacity (clamped) and sequences that have seen only some of them."""
     g = torch.Generator(device="cuda").manual_seed(B + k)
     window = torch.randn(B, W, d, device="cuda", generator=g).bfloat16()
     valid = torch.rand(B, W, device="cuda", generator=g) > 0.2
     pool = torch.randn(R, d, device="cuda", generator=g).to(pool_dtype)
     capacity = R // B
     if paged:
-        rows_a_block = 16
+        rows_a_block = min(16, capacity)
         blocks = capacity // rows_a_block
         table = torch.randperm(R // rows_a_block, device="cuda", generator=g)[: B * blocks].view(B, blocks)
         capacity = blocks * rows_a_block
