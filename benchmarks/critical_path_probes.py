@@ -117,7 +117,7 @@ def _skipped_pairs(q, q_scale, a_rows, experts, weight, scale, block, out_dtype,
 
 
 def _unscored(q, keys, weights, visible=None):
-    return torch.empty(q.shape[0], keys.shape[-2], device=q.device, dtype=q.dtype)
+    return torch.empty(q.shape[0], keys.shape[-2], device=q.device, dtype=q.dtype)  # keys: a tensor or PooledRows
 
 
 def _unmixed(y, residual, post, comb):

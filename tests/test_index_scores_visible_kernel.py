@@ -36,3 +36,48 @@ def test_visible_keys_keep_their_bits_and_the_rest_are_minus_inf():
     lines = [line.split() for line in run_interpreted(SCRIPT).strip().splitlines()]
     assert len(lines) == 4
     assert all(line[4:] == ["1", "1", "1"] for line in lines), lines
+
+
+POOLED_SCRIPT = r"""
+import torch
+from deepinfer_adapters.kernels import reference, triton_index
+from deepinfer_adapters.kernels.pooled_rows import PooledRows
+
+g = torch.Generator().manual_seed(6)
+H, D = 32, 128
+# (queries, rows a block, blocks a sequence, keys read): a paged table with shuffled blocks, a dense one (a slot one
+# block), and a count that ends inside a block
+for n, rows_a_block, blocks, m in ((3, 16, 9, 130), (2, 200, 1, 200), (4, 7, 5, 33)):
+    pool = torch.randn(n * blocks * rows_a_block + 11, D, generator=g).bfloat16()
+    table = torch.randperm(n * blocks, generator=g).view(n, blocks)
+    rows = PooledRows(pool, table, rows_a_block, m)
+    q = torch.randn(n, H, D, generator=g).bfloat16()
+    w = torch.rand(n, H, generator=g).bfloat16()
+    visible = torch.randint(1, m + 3, (n,), generator=g)
+    got = triton_index.index_scores(q, rows, w, visible)
+    want = triton_index.index_scores(q, rows.gather(), w, visible)
+    ref = reference.index_scores(q, rows, w, visible)
+    print(n, m, int(torch.equal(got, want)), int(torch.equal(ref, reference.index_scores(q, rows.gather(), w, visible))),
+          int(got.shape == (n, m)))
+"""
+
+
+def test_pooled_keys_read_in_place_give_the_gathered_keys_bits():
+    """``PooledRows`` keys (a decode step's index keys, read through the cache's block table): the bits of the same
+    rows gathered first, on the kernel and on the reference."""
+    lines = [line.split() for line in run_interpreted(POOLED_SCRIPT).strip().splitlines()]
+    assert len(lines) == 3
+    assert all(line[2:] == ["1", "1", "1"] for line in lines), lines
+
+
+def test_pooled_rows_gather_through_the_block_table():
+    import torch
+
+    from deepinfer_adapters.kernels.pooled_rows import PooledRows
+
+    pool = torch.arange(12.0).unsqueeze(-1)  # row i holds i
+    rows = PooledRows(pool, torch.tensor([[2, 0], [1, 3]]), 3, 5)  # sequence 0: pool blocks 2 then 0, 3 rows each
+    assert rows.shape == (2, 5, 1)
+    assert rows.gather().squeeze(-1).tolist() == [[6, 7, 8, 0, 1], [3, 4, 5, 9, 10]]
+    with pytest.raises(ValueError, match="block table holds"):
+        PooledRows(pool, torch.tensor([[2, 0]]), 3, 7)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import wide
+from deepinfer_adapters.kernels.pooled_rows import PooledRows
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "topk_torch_order", "swiglu", "moe_route", "softmax_pool",
@@ -269,13 +270,16 @@ def exp32(x: torch.Tensor) -> torch.Tensor:
     return torch.exp(wide(x)).float()
 
 
-def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor,
+def index_scores(q: torch.Tensor, keys: torch.Tensor | PooledRows, weights: torch.Tensor,
                  visible: torch.Tensor | None = None) -> torch.Tensor:
     """V4.1 indexer scores ``sum_h w_h relu(q_h . k_t)`` rounded where the reference's tensors are
-    in the activation dtype: q [n, H, d]; keys [m, d] (shared) or [n, m, d] (each query its own);
-    weights [n, H] in q's dtype. Returns [n, m] in q's dtype (layers/indexer_v41.py).
+    in the activation dtype: q [n, H, d]; keys [m, d] (shared) or [n, m, d] (each query its own; or those
+    rows in a cache's pool, ``PooledRows``: a decode step's); weights [n, H] in q's dtype. Returns [n, m] in
+    q's dtype (layers/indexer_v41.py).
     ``visible`` [n] (integers): key t of query i is -inf where t >= visible[i] -- the causal mask the
     indexer applies before its top-k, which lets a backend skip the keys no query of a tile sees."""
+    if isinstance(keys, PooledRows):
+        keys = keys.gather()
     dt = q.dtype
     spec = "nhd,nmd->nhm" if keys.dim() == 3 else "nhd,md->nhm"
     qk = torch.einsum(spec, invariance.narrow(q), invariance.narrow(keys, dt)).to(dt)

@@ -44,6 +44,7 @@ import functools
 import torch
 
 from deepinfer_adapters.kernels import register
+from deepinfer_adapters.kernels.pooled_rows import PooledRows
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
 
 BLOCK_K = 64  # keys per product
@@ -62,13 +63,15 @@ def _kernel():
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
 
     @triton.jit
-    def index_scores_kernel(Q, K, W, VIS, OUT, N, M, q_blocks, keys_per_program, stride_qn, stride_qh, stride_kn,
-                            stride_km, stride_wn, stride_on, H: tl.constexpr, D: tl.constexpr,
-                            BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, OWN_KEYS: tl.constexpr,
-                            HAS_VIS: tl.constexpr):
+    def index_scores_kernel(Q, K, W, VIS, OUT, TABLE, N, M, q_blocks, keys_per_program, rows_a_block, stride_qn,
+                            stride_qh, stride_kn, stride_km, stride_wn, stride_on, stride_tb, H: tl.constexpr,
+                            D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, OWN_KEYS: tl.constexpr,
+                            POOLED: tl.constexpr, HAS_VIS: tl.constexpr):
         """Program (query block, key range): rows r of the [BLOCK_Q H, D] query tile are query r // H,
         head r % H (OWN_KEYS: one query, each with its own keys, in rows 0 .. H, the rest zero -- the
-        same product shape, so a query's scores have the same bits either way). HAS_VIS: keys at or
+        same product shape, so a query's scores have the same bits either way; POOLED: those keys are rows of
+        the pool K, key t of query b at K row TABLE[b, t // rows_a_block] rows_a_block + t % rows_a_block,
+        ``PooledRows``). HAS_VIS: keys at or
         past a query's VIS entry are -inf; the block's products stop at the largest VIS of its queries, the
         rest of its range is only written; the blocks run last query first (the longest ones start first)."""
         pdl_start()
@@ -92,7 +95,7 @@ def _kernel():
         q = tl.load(Q + query[:, None] * stride_qn + (rows % H)[:, None] * stride_qh + d[None, :],
                     mask=valid[:, None], other=0.0)  # [BLOCK_Q H, D]
         w = tl.load(W + query * stride_wn + rows % H, mask=valid, other=0.0).to(tl.float32)
-        key_rows = K + (block.to(tl.int64) * stride_kn if OWN_KEYS else 0)
+        key_rows = K + (block.to(tl.int64) * stride_kn if OWN_KEYS and not POOLED else 0)
         out_rows = OUT + out_q.to(tl.int64)[:, None] * stride_on
         k_lo = tl.program_id(1) * keys_per_program
         k_hi = tl.minimum(k_lo + keys_per_program, M)
@@ -103,8 +106,12 @@ def _kernel():
         for k0 in range(k_lo, k_seen, BLOCK_K):
             keys = k0 + tl.arange(0, BLOCK_K)
             mask = keys < k_hi
-            k = tl.load(key_rows + keys.to(tl.int64)[None, :] * stride_km + d[:, None], mask=mask[None, :],
-                        other=0.0)  # [D, BLOCK_K]
+            if POOLED:  # the key rows through the query's block table
+                block_of = tl.load(TABLE + block.to(tl.int64) * stride_tb + keys // rows_a_block, mask=mask, other=0)
+                at = block_of * rows_a_block + keys % rows_a_block
+            else:
+                at = keys.to(tl.int64)
+            k = tl.load(key_rows + at[None, :] * stride_km + d[:, None], mask=mask[None, :], other=0.0)  # [D, BLOCK_K]
             qk = tl.dot(q, k).to(tl.bfloat16).to(tl.float32)  # [BLOCK_Q H, BLOCK_K]: every head's q.k
             term = (tl.maximum(qk, 0.0) * w[:, None]).to(tl.bfloat16).to(tl.float32)
             score = tl.sum(tl.reshape(term, (BLOCK_Q, H, BLOCK_K)), axis=1)
@@ -121,7 +128,7 @@ def _kernel():
     return triton, index_scores_kernel
 
 
-def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor,
+def index_scores(q: torch.Tensor, keys: torch.Tensor | PooledRows, weights: torch.Tensor,
                  visible: torch.Tensor | None = None) -> torch.Tensor:
     n, H, D = q.shape
     m = keys.shape[-2]
@@ -129,9 +136,12 @@ def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor,
     if n and m:
         triton, kernel = _kernel()
         q = q if q.stride(-1) == 1 else q.contiguous()
-        keys = keys if keys.stride(-1) == 1 else keys.contiguous()
+        pooled = isinstance(keys, PooledRows)
+        table = keys.table if pooled else out  # (a pointer the kernel does not read unless pooled)
+        rows_a_block = keys.rows_a_block if pooled else 1
+        keys = keys.pool if pooled else keys if keys.stride(-1) == 1 else keys.contiguous()
         weights = weights.contiguous()
-        own = keys.dim() == 3
+        own = pooled or keys.dim() == 3
         block_q = max(1, ROWS // H)
         q_blocks = n if own else triton.cdiv(n, block_q)
         k_blocks = triton.cdiv(m, BLOCK_K)
@@ -140,16 +150,23 @@ def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor,
         per_program = BLOCK_K * min(k_blocks, max(1, q_blocks * k_blocks // TARGET_PROGRAMS))
         vis = out if visible is None else visible.contiguous()  # (a pointer the kernel does not read)
         kernel[(q_blocks, triton.cdiv(m, per_program))](
-            q, keys, weights, vis, out, n, m, q_blocks, per_program, q.stride(0), q.stride(1),
-            keys.stride(0) if own else 0, keys.stride(-2), weights.stride(0), out.stride(0), H=H, D=D,
-            BLOCK_Q=block_q, BLOCK_K=BLOCK_K, OWN_KEYS=own, HAS_VIS=visible is not None, num_warps=NUM_WARPS,
+            q, keys, weights, vis, out, table, n, m, q_blocks, per_program, rows_a_block, q.stride(0), q.stride(1),
+            keys.stride(0) if own and not pooled else 0, keys.stride(-2), weights.stride(0), out.stride(0),
+            table.stride(0), H=H, D=D, BLOCK_Q=block_q, BLOCK_K=BLOCK_K, OWN_KEYS=own, POOLED=pooled,
+            HAS_VIS=visible is not None, num_warps=NUM_WARPS,
             **({} if NUM_STAGES is None else {"num_stages": NUM_STAGES}), **pdl_launch())
     return out
 
 
-def supports(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor, visible: torch.Tensor | None = None) -> bool:
+def supports(q: torch.Tensor, keys: torch.Tensor | PooledRows, weights: torch.Tensor,
+             visible: torch.Tensor | None = None) -> bool:
     n, H, D = q.shape
     pow2 = lambda v: v >= 16 and v & (v - 1) == 0  # noqa: E731  (tensor-core tile sizes)
+    if isinstance(keys, PooledRows):
+        if not (keys.table.dtype == torch.long and keys.table.shape[0] == n and keys.table.stride(1) == 1
+                and keys.pool.dim() == 2 and keys.pool.stride(1) == 1):
+            return False
+        keys = keys.pool
     return (q.is_cuda and q.dtype == torch.bfloat16 and keys.dtype == torch.bfloat16 and keys.dim() in (2, 3)
             and keys.shape[-1] == D and (keys.dim() == 2 or keys.shape[0] == n) and weights.shape == (n, H)
             and pow2(H) and pow2(D) and (visible is None or (visible.shape == (n,) and not visible.is_floating_point()))

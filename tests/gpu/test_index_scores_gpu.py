@@ -87,3 +87,22 @@ def test_index_scores_visible_keys_keep_their_bits_rest_minus_inf(n, m, shared, 
     seen = ~unseen
     torch.testing.assert_close(out[seen].float(), ref[seen].float(), rtol=2**-7,
                                atol=2**-7 * float(ref[seen].float().abs().max()))
+
+
+@pytest.mark.parametrize("n,rows_a_block,blocks,m", [(1, 1026, 1, 1026), (8, 16, 65, 1026), (3, 64, 4, 200)])
+def test_pooled_keys_read_in_place_give_the_gathered_keys_bits(n, rows_a_block, blocks, m):
+    """A decode step's index keys read from the cache's pool through its block table (``PooledRows``: a dense
+    cache's slot is one block; a paged cache's blocks shuffled): the bits of the same keys gathered first."""
+    from deepinfer_adapters.kernels.pooled_rows import PooledRows
+
+    g = torch.Generator(device="cuda").manual_seed(n + m)
+    H, D = 32, 128
+    pool = torch.randn(n * blocks * rows_a_block + 5, D, device="cuda", generator=g).bfloat16()
+    table = torch.randperm(n * blocks, device="cuda", generator=g).view(n, blocks)
+    rows = PooledRows(pool, table, rows_a_block, m)
+    q = torch.randn(n, H, D, device="cuda", generator=g).bfloat16()
+    w = torch.rand(n, H, device="cuda", generator=g).bfloat16()
+    visible = torch.randint(1, m + 1, (n,), device="cuda", generator=g)
+    assert triton_index.supports(q, rows, w, visible)
+    got = triton_index.index_scores(q, rows, w, visible)
+    assert torch.equal(got, triton_index.index_scores(q, rows.gather(), w, visible))

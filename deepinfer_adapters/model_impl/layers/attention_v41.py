@@ -28,6 +28,7 @@ from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.overlap import aside
 from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address, step_row_blocks
+from deepinfer_adapters.kernels.pooled_rows import PooledRows
 from deepinfer_adapters import kernels
 
 WINDOW_FP8_BLOCK = 32  # the whole post-RoPE window vector, blocks of 32
@@ -175,9 +176,8 @@ class AttentionV41(AttentionBase):
         visible = batch.visible_rows(self.ratio)
         if n_rows == 0:
             return torch.empty(B, 0, dtype=torch.long, device=x.device), visible
-        # a reindex layer scans the keys its source just published: gathered once per step
-        keys = batch.shared(("index_keys", self.source_key, n_rows),
-                            lambda: self._index_keys_decode(batch, state, n_rows, numerics))
+        # a reindex layer scans the keys its source just published, read in place as its source's are
+        keys = self._index_keys_decode(batch, state, n_rows)
         causal = visible if CAUSAL_INDEX_SCORES else None
         if queries is None:
             scores = self.indexer.scores(x, qr, freqs, keys, numerics, causal)
@@ -186,16 +186,12 @@ class AttentionV41(AttentionBase):
         return self.indexer.pick(scores, visible, batch.scratch.setdefault("pool", {}), numerics,
                                  masked=CAUSAL_INDEX_SCORES), visible
 
-    def _index_keys_decode(self, batch: DecodeBatch, state: StateCache, n_rows: int,
-                           numerics: Numerics) -> torch.Tensor:
-        """Rows 0 .. n_rows - 1 of every sequence's index keys: [B, n_rows, index_head_dim]."""
-        addr = self._index_key_address(batch, state, n_rows)
-        return state.row_pool(self.source_key, "index_k")[addr].to(numerics.dtype)
-
-    def _index_key_address(self, batch: DecodeBatch, state: StateCache, n_rows: int) -> torch.Tensor:
-        """[B, n_rows] addresses of rows 0 .. n_rows - 1 of every sequence's index keys, once per step."""
-        rows = batch.arange(n_rows).expand(batch.num_seqs, n_rows)
-        return shared_row_address(state, batch, self.source_key, "index_k", ("arange", n_rows), rows)
+    def _index_keys_decode(self, batch: DecodeBatch, state: StateCache, n_rows: int) -> PooledRows:
+        """Rows 0 .. n_rows - 1 of every sequence's index keys [B, n_rows, index_head_dim], where they are in the
+        cache (the scores read them through its block table: no gather first; the field is in the activation
+        dtype, ``state_fields``)."""
+        table, rows_a_block = step_row_blocks(state, batch, self.source_key, "index_k")
+        return PooledRows(state.row_pool(self.source_key, "index_k"), table, rows_a_block, n_rows)
 
     def _publish_decode(self, x: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics,
                         aside_kv: bool = False) -> Callable[[], None] | None:
