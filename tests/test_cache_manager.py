@@ -82,6 +82,11 @@ def test_fields_of_one_address_space_share_their_row_addresses():
                     # step_row_address: one slot_base per address space for every field of it
                     base = cache.slot_base(*b, slot_ids)
                     assert torch.equal(cache.row_address_at(*a, base, rows), cache.row_address(*a, slot_ids, rows))
+                    # row_blocks (kernels that find rows themselves): the same addresses, one table a space
+                    table, rows_a_block = cache.row_blocks(*b, slot_ids)
+                    r = rows.clamp(0, cache.row_capacity(*a) - 1)
+                    found = table.gather(1, r // rows_a_block) * rows_a_block + r % rows_a_block
+                    assert torch.equal(found, cache.row_address(*a, slot_ids, rows)), (a, b)
 
 
 def test_reading_past_the_allocated_blocks_is_an_error():

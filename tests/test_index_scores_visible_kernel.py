@@ -57,8 +57,8 @@ for n, rows_a_block, blocks, m in ((3, 16, 9, 130), (2, 200, 1, 200), (4, 7, 5, 
     got = triton_index.index_scores(q, rows, w, visible)
     want = triton_index.index_scores(q, rows.gather(), w, visible)
     ref = reference.index_scores(q, rows, w, visible)
-    print(n, m, int(torch.equal(got, want)), int(torch.equal(ref, reference.index_scores(q, rows.gather(), w, visible))),
-          int(got.shape == (n, m)))
+    ref_gathered = reference.index_scores(q, rows.gather(), w, visible)
+    print(n, m, int(torch.equal(got, want)), int(torch.equal(ref, ref_gathered)), int(got.shape == (n, m)))
 """
 
 
