@@ -299,6 +299,9 @@ def torch_backend(op: str, name: str = "torch") -> tuple[Callable[[], None], Cal
 GROUPED_DEFAULTS = (gluon_gemv.GROUPED_LANES, gluon_gemv.GROUPED_STAGES)
 AB_SWITCHES = {
     "overlap": flag(overlap, "ENABLED", False),
+    # the compressed layers' shared index tensors built ahead from the step's start (overlap.DECODE_PRELUDE; off by
+    # default until measured: the "no_" run is the one with it on)
+    "prelude_on": flag(overlap, "DECODE_PRELUDE", True),
     # only attention's keys next to its queries (overlap.DECODE_KEYS)
     "decode_keys": flag(overlap, "DECODE_KEYS", False),
     # the shared expert joined after the gate, not at the routed experts' combine (overlap.SHARED_THROUGH_EXPERTS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
 from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -69,14 +70,14 @@ def test_decode_refuses_draft_stages(ckpt):
 @pytest.mark.parametrize("switches", [{}, {"PROJECT_BEFORE_MIXES": False, "KEYS_PARTS_ASIDE": False,
                                            "NORM_BEFORE_MIXES": False, "INDEX_QUERIES_ASIDE": False,
                                            "PUBLISH_EARLY": False, "INDEX_WEIGHTS_EARLY": False,
-                                           "ENGRAM_IDS_ASIDE": False}],
-                         ids=["defaults", "all_off"])
+                                           "ENGRAM_IDS_ASIDE": False},
+                                      {"DECODE_PRELUDE": not overlap.DECODE_PRELUDE}],
+                         ids=["defaults", "all_off", "prelude_flipped"])
 def test_launch_order_switches_keep_decode_equal_to_forward(ckpt, monkeypatch, switches):
     """overlap.py's launch-order switches move where kernels are issued, never what they compute: decode
     still equals forward bit for bit with their defaults (on) and with all of them off (other code paths:
-    ``_publish_decode(aside_kv=False)``, ``decode`` without ``decode_early``'s work)."""
-    from deepinfer_adapters.model_impl import overlap
-
+    ``_publish_decode(aside_kv=False)``, ``decode`` without ``decode_early``'s work), and with the compressed
+    layers' shared index tensors built ahead or not (``DECODE_PRELUDE``, flipped from its default)."""
     for name, value in switches.items():
         monkeypatch.setattr(overlap, name, value)
     model = _model(ckpt, Numerics.reference().invariant())

@@ -15,6 +15,8 @@ from typing import TypeVar
 
 import torch
 
+from deepinfer_adapters.model_impl import overlap
+
 T = TypeVar("T")
 
 
@@ -103,6 +105,14 @@ class ForwardBatch:
 _ARANGES: dict[tuple[int, int, torch.device], torch.Tensor] = {}  # DecodeBatch.arange
 
 
+@dataclass(frozen=True)
+class _Ahead:
+    """A ``DecodeBatch.shared`` value built on a side stream: ``join`` makes the calling stream wait for it."""
+
+    join: Callable[[], object]
+    value: object
+
+
 def cached_constant(cache: dict, key: Hashable, build: Callable[[], T], limit: int = 0) -> T:
     """``cache[key]``, built on first use (a decode step's warm-up, not a captured graph). Shared:
     never write into it. One made while a CUDA graph is being captured is returned but not kept:
@@ -155,10 +165,35 @@ class DecodeBatch:
     def shared(self, key: Hashable, build: Callable[[], T]) -> T:
         """``build()`` once per step for every layer that asks with the same ``key``: index
         tensors that depend only on the batch (ring slots, RoPE rows, visible rows) then cost
-        their few small kernels once per step, not once per layer."""
+        their few small kernels once per step, not once per layer. A value ``shared_ahead`` built
+        comes after the calling stream has waited for it."""
         if key not in self.scratch:
             self.scratch[key] = build()
-        return self.scratch[key]
+        value = self.scratch[key]
+        if isinstance(value, _Ahead):
+            value.join()
+            return value.value
+        return value
+
+    def shared_ahead(self, prepare: Callable[[], object]) -> Callable[[], object]:
+        """Run ``prepare`` (``shared`` calls) now on a stream of its own (``overlap.aside``), next to what the
+        caller issues after it, instead of where each value's first reader asks: a step's index tensors that
+        depend only on the batch then stay off the critical path of the layer that reads them first. Every
+        ``shared`` call for one of them makes its stream wait for the side part's end. Returns the join, which
+        the step calls before it ends (a captured graph's side streams rejoin it). ``prepare`` must read
+        nothing the step writes."""
+        before = set(self.scratch)
+        built: dict = {}
+
+        def side() -> dict:
+            prepare()
+            built.update((k, v) for k, v in self.scratch.items() if k not in before)
+            return built
+
+        join = overlap.aside(self.positions, side)
+        for key, value in built.items():
+            self.scratch[key] = _Ahead(join, value)
+        return join
 
     def arange(self, n: int, start: int = 0) -> torch.Tensor:
         """``torch.arange(start, start + n)`` on the batch's device (row numbers and ring offsets

@@ -140,6 +140,8 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         # own next to the embedding and the layers before the first engram one (overlap.ENGRAM_IDS_ASIDE)
         hash_ids = overlap.aside(batch.input_ids, lambda: self._engram_ids_decode(batch, state),
                                  when=overlap.ENGRAM_IDS_ASIDE and self.cfg.engram is not None)
+        # the compressed layers' shared index tensors from the step's start too, where overlap.DECODE_PRELUDE
+        prelude = batch.shared_ahead(lambda: self._decode_prelude(batch, state)) if overlap.DECODE_PRELUDE else None
         # hc copies of each embedding in one gather (an expanded index), not a gather and a repeat
         h = self.embed.weight[batch.input_ids.unsqueeze(1).expand(-1, self.cfg.hc_mult)].to(num.dtype)
         pre = self._identity_pre_mix(h.shape[0], h.device)
@@ -149,7 +151,13 @@ class DeepseekV41ForCausalLM(CausalLMBase):
                 h = block.engram(h, hash_ids()[:, block.engram.table_index], num)
             h, pre, normed = block.decode(h, pre, batch, state, num, normed=normed, next_norm=next_norm)
         hash_ids()  # joined here too: a step (and a graph's capture) ends with its side streams joined
+        if prelude is not None:
+            prelude()
         return self.head(normed, num, torch.float32)
+
+    def _decode_prelude(self, batch: DecodeBatch, state: StateCache) -> None:
+        for block in self.layers:
+            block.attn.decode_prelude(batch, state)
 
     def _next_norms(self) -> list[RMSNorm | None]:
         """For each main block, the norm of the sublayer after it where the block's last hc_post may give that

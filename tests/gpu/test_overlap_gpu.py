@@ -39,8 +39,11 @@ def _run(model):
     return logits, {k: t.clone() for k, t in state._tensors.items()}
 
 
-@pytest.mark.parametrize("arch", ["v41", "v4"])
-def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch):
+@pytest.mark.parametrize("arch,prelude", [("v41", False), ("v41", True), ("v4", False)])
+def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch, prelude):
+    """``prelude``: V4.1's compressed layers' shared index tensors built ahead from the step's start on a stream of
+    their own (``overlap.DECODE_PRELUDE``), their readers on other streams waiting for it."""
+    monkeypatch.setattr(overlap, "DECODE_PRELUDE", prelude)
     cls = DeepseekV41ForCausalLM if arch == "v41" else DeepseekV4ForCausalLM
     # native weights: the routed experts in one kernel (the dense experts' loop syncs with the host)
     model = cls.from_pretrained(tiny_checkpoint(arch), Numerics.reference(), device="cuda", progress=False,
@@ -62,7 +65,7 @@ def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch):
     assert {priority for _, _, priority in overlap._STREAMS} == {0, overlap.URGENT_PRIORITY}
     assert not overlap._live  # every part joined
     same = [torch.equal(a, b) for a, b in zip(on, off)]
-    print(f"REPORT overlap {arch}: prefill + {len(on) - 1} graph decode steps bit-identical {same}")
+    print(f"REPORT overlap {arch} prelude={prelude}: prefill + {len(on) - 1} graph decode steps bit-identical {same}")
     assert all(same), [float((a - b).abs().max()) for a, b in zip(on, off)]
     for key, t in state_off.items():
         assert torch.equal(state_on[key], t), f"state {key}"

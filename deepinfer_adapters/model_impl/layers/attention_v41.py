@@ -157,6 +157,23 @@ class AttentionV41(AttentionBase):
                 if join is not None:
                     join()
 
+    def decode_prelude(self, batch: DecodeBatch, state: StateCache) -> None:
+        """The step's shared index tensors this layer's decode reads that no layer before the compressed ones
+        does (``DecodeBatch.shared_ahead``, ``overlap.DECODE_PRELUDE``): the compressor ring's rows and the groups'
+        RoPE rows (ratio > 1: a ratio-1 compressor keeps no ring, and its groups' RoPE rows are the step's own, which
+        the first layer reads), the groups' row addresses, the visible rows and the block tables."""
+        if not self.ratio:
+            return
+        if self.is_source:
+            if self.ratio > 1:  # a ratio-1 compressor keeps no ring
+                self.compressor.decode_slots(batch, state)
+                self._group_rope(batch)
+            self._group_row_address(batch, state)
+        if self.runs_indexer:
+            batch.visible_rows(self.ratio)
+            step_row_blocks(state, batch, self.source_key, "index_k")
+        step_row_blocks(state, batch, self.source_key, "compressed_kv")
+
     def _index_rows(self, batch: DecodeBatch, state: StateCache) -> int:
         """How many compressed rows a decode step's indexer scans: the first max_len // ratio."""
         return min(batch.max_len // self.ratio, state.row_capacity(self.source_key, "index_k"))
