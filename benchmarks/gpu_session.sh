@@ -1381,9 +1381,10 @@ if has s33h; then  # session 33 (~4 min): B=1 with urgent side streams, the GEMV
     pair_share75:1 gemv_lanes:1 --ab-rounds 7
   pack
 fi
-if has s34a; then  # run in session 34 (as run then, at 18767ce; both switches removed after: no gain) (~7 min): the head's bf16 rows (no fp32 copy), the MoE gate's weights loaded before
-  # PDL's wait (triton_linear.WEIGHTS_BEFORE_WAIT), the route kernel in 4 or 8 warps (triton_route.EXPERTS_PER_WARP):
-  # bits first, then A/Bs and the B=1 timeline at the defaults
+if has s34a; then  # run in session 34 (at 18767ce; both switches removed after: no gain; run it there) (~7 min):
+  # the head's bf16 rows (no fp32 copy), the MoE gate's weights loaded before PDL's wait
+  # (triton_linear.WEIGHTS_BEFORE_WAIT), the route kernel in 4 or 8 warps (triton_route.EXPERTS_PER_WARP): bits
+  # first, then A/Bs and the B=1 timeline at the defaults
   gpu_tests s34a 300 "REPORT linear weights|FAIL|Error|passed|failed" tests/gpu/test_linear_gpu.py \
     tests/gpu/test_route_gpu.py tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_model_gpu.py -s
   pack
@@ -1391,8 +1392,9 @@ if has s34a; then  # run in session 34 (as run then, at 18767ce; both switches r
     --timeline 1
   pack
 fi
-if has s34b; then  # run in session 34 (at 600181d; switches removed after) (~4 min): the B=1 eager step's kernels with the model frame that launched each
-  # (profiling.profile_step with stacks), the route kernel's warps and the gate's weights again (9 rounds)
+if has s34b; then  # run in session 34 (at 600181d; switches removed after: run it there) (~4 min): the B=1 eager
+  # step's kernels (profiling.profile_step with stacks: no frames came out), the route kernel's warps and the gate's
+  # weights again (9 rounds)
   decode_ab s34b 400 --batches 1 8 --profile 1 --ab route_warps4:1,8 gate_weights_first:1 --ab-rounds 9
   pack
 fi
