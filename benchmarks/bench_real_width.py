@@ -568,8 +568,7 @@ def run(args):
                 log(f"timeline failed: {type(e).__name__}: {e}")
         if B in args.profile:  # the eager batched decode: the kernels a graph replays
             try:
-                profile_step(lambda: eager.run(dev_ids, dev_pos, dev_slots, context + 1), args.out, f"decode_b{B}",
-                             with_stack=True)
+                profile_step(lambda: eager.run(dev_ids, dev_pos, dev_slots, context + 1), args.out, f"decode_b{B}")
             except Exception as e:  # the profile is a diagnosis, not a result
                 log(f"profile failed: {type(e).__name__}: {e}")
         del graphs, eager

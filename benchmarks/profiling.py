@@ -26,31 +26,27 @@ def log(msg: str) -> None:
 
 
 def _kernel_rows(prof) -> list[tuple[str, float, str]]:
-    """(kernel name, us, launching op) for each GPU kernel, in start order; the op is followed by the innermost
-    model frame that called it (``model_impl/...py(line)``) where the profile recorded stacks."""
+    """(kernel name, us, launching op) for each GPU kernel, in start order."""
     rows = []
     for e in prof.events():
         if e.device_type != torch.autograd.DeviceType.CUDA:
             continue
-        parent, op, source = e.cpu_parent, "", ""
-        while parent is not None:  # the innermost named op above the runtime launch call, and the model's frame
-            if not op and not parent.name.startswith(("cuda", "cu")):
+        parent, op = e.cpu_parent, ""
+        while parent is not None:  # the innermost named op above the runtime launch call
+            if not parent.name.startswith(("cuda", "cu")):
                 op = parent.name
-            source = source or next((f.split("deepinfer_adapters/")[-1] for f in (parent.stack or [])
-                                     if "deepinfer_adapters/model_impl" in f), "")
-            if op and source:
                 break
             parent = parent.cpu_parent
-        rows.append((e.time_range.start, e.name, e.time_range.elapsed_us(), f"{op} {source}".strip()))
+        rows.append((e.time_range.start, e.name, e.time_range.elapsed_us(), op))
     return [(name, us, op) for _, name, us, op in sorted(rows)]
 
 
-def profile_step(step, out_dir: str, name: str = "decode_b1", with_stack: bool = False) -> None:
-    """One call of ``step`` (after one warm call) under torch.profiler; ``with_stack``: each kernel's model frame."""
+def profile_step(step, out_dir: str, name: str = "decode_b1") -> None:
+    """One call of ``step`` (after one warm call) under torch.profiler."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=with_stack) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
     events = prof.key_averages()
@@ -75,7 +71,7 @@ def profile_step(step, out_dir: str, name: str = "decode_b1", with_stack: bool =
     with open(os.path.join(out_dir, f"kernels_{name}.txt"), "w") as fh:
         fh.write(f"# {len(rows)} kernels, {sum(r[1] for r in rows):.1f} us\n# us  kernel  <- op\n")
         for kernel, us, op in rows:
-            fh.write(f"{us:9.2f}  {kernel[:90]}  <- {op[:110]}\n")
+            fh.write(f"{us:9.2f}  {kernel[:90]}  <- {op[:60]}\n")
         fh.write("\n# by kernel: calls, total us, mean us\n")
         for kernel, (n, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
             fh.write(f"{n:5d} {us:10.1f} {us / n:8.2f}  {kernel}\n")

@@ -2,7 +2,8 @@
 cache's block table (``StateCache.row_blocks``), instead of gathered into a tensor first (a decode step's index keys:
 the gather was a launch of its own on the critical path of every layer that runs the indexer).
 
-``index_scores`` takes one as its keys. ``gather`` gives the rows as a tensor, the reference's way."""
+``index_scores`` takes one as its keys. ``gather`` gives the rows as a tensor, the reference's way; ``pool_addresses``
+is the block table's formula, which the references of the ops that read rows in place share."""
 
 from __future__ import annotations
 
@@ -33,5 +34,11 @@ class PooledRows:
 
     def gather(self) -> torch.Tensor:
         """[B, count, d]: the rows, in the pool's dtype."""
-        rows = torch.arange(self.count, device=self.pool.device)
-        return self.pool[self.table[:, rows // self.rows_a_block] * self.rows_a_block + rows % self.rows_a_block]
+        rows = torch.arange(self.count, device=self.pool.device).expand(self.table.shape[0], self.count)
+        return self.pool[pool_addresses(self.table, self.rows_a_block, rows)]
+
+
+def pool_addresses(table: torch.Tensor, rows_a_block: int, rows: torch.Tensor) -> torch.Tensor:
+    """[B, n] pool rows of sequence b's rows ``rows[b, j]`` (each within the table's rows): ``table[b, r //
+    rows_a_block] * rows_a_block + r % rows_a_block`` (``StateCache.row_blocks``)."""
+    return table.gather(1, rows // rows_a_block) * rows_a_block + rows % rows_a_block

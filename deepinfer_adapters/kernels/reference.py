@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from deepinfer_adapters.kernels import invariance
 from deepinfer_adapters.kernels.invariance import wide
-from deepinfer_adapters.kernels.pooled_rows import PooledRows
+from deepinfer_adapters.kernels.pooled_rows import PooledRows, pool_addresses
 
 OPS = ("linear", "rms_norm", "apply_rope", "sparse_attn", "hc_split_sinkhorn", "hc_mix_logits", "hc_pre", "hc_post",
        "hc_pre_norm", "index_scores", "topk_lowest_index", "topk_torch_order", "swiglu", "moe_route", "softmax_pool",
@@ -318,8 +318,7 @@ def selected_keys(window: torch.Tensor, window_valid: torch.Tensor, pool: torch.
     (``window_valid`` [B, W], then a pick below ``visible`` [B]), else -1. Row r = picked[b, j] clamped to
     [0, capacity) is at pool row table[b, r // rows_a_block] * rows_a_block + r % rows_a_block
     (``StateCache.row_blocks``)."""
-    rows = picked.clamp(0, capacity - 1)
-    addr = table.gather(1, rows // rows_a_block) * rows_a_block + rows % rows_a_block
+    addr = pool_addresses(table, rows_a_block, picked.clamp(0, capacity - 1))
     keys = torch.cat([window, pool[addr].to(window.dtype)], 1)
     B, K = keys.shape[:2]
     valid = torch.cat([window_valid, picked < visible.unsqueeze(-1)], 1)

@@ -104,8 +104,7 @@ class PagedStateCache(StateCache):
         return self._tensors[(key, name)]
 
     def _locate(self, key: str, name: str, slot: int, end: int) -> tuple[torch.Tensor, list[int], int]:
-        f = self._fields[(key, name)]
-        per_block = self.block_size // f.ratio
+        per_block = self._rows_a_block(key, name)
         table = self._tables.get(slot, [])
         have = len(table) * per_block
         if end > have:
@@ -127,15 +126,18 @@ class PagedStateCache(StateCache):
         return self._tensors[(key, name)].flatten(0, 1)
 
     def row_address(self, key: str, name: str, slots: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        per_block = self.block_size // self._fields[(key, name)].ratio
+        per_block = self._rows_a_block(key, name)
         rows = rows.clamp(0, self.row_capacity(key, name) - 1)
         return self.block_table[slots.unsqueeze(-1), rows // per_block] * per_block + rows % per_block
 
     def row_capacity(self, key: str, name: str) -> int:
-        return self.max_blocks_per_slot * (self.block_size // self._fields[(key, name)].ratio)
+        return self.max_blocks_per_slot * self._rows_a_block(key, name)
 
     def row_blocks(self, key: str, name: str, slots: torch.Tensor) -> tuple[torch.Tensor, int]:
-        return self.block_table[slots], self.block_size // self._fields[(key, name)].ratio
+        return self.block_table[slots], self._rows_a_block(key, name)
+
+    def _rows_a_block(self, key: str, name: str) -> int:
+        return self.block_size // self._fields[(key, name)].ratio
 
     def write_rows(self, key: str, name: str, slot: int, start: int, rows: torch.Tensor) -> None:
         n = rows.shape[0]
