@@ -64,7 +64,7 @@ from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import reference, reference_fp8
 from deepinfer_adapters.kernels import fp8_blockwise, gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
 from deepinfer_adapters.kernels import triton_pool, triton_sparse_attn, triton_support
-from deepinfer_adapters.kernels import triton_linear, triton_topk
+from deepinfer_adapters.kernels import gluon_topk, triton_linear, triton_topk
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -299,9 +299,8 @@ def torch_backend(op: str, name: str = "torch") -> tuple[Callable[[], None], Cal
 GROUPED_DEFAULTS = (gluon_gemv.GROUPED_LANES, gluon_gemv.GROUPED_STAGES)
 AB_SWITCHES = {
     "overlap": flag(overlap, "ENABLED", False),
-    # the compressed layers' shared index tensors built ahead from the step's start (overlap.DECODE_PRELUDE; off by
-    # default until measured: the "no_" run is the one with it on)
-    "prelude_on": flag(overlap, "DECODE_PRELUDE", True),
+    # the compressed layers' shared index tensors built by their first reader, not ahead (overlap.DECODE_PRELUDE)
+    "prelude": flag(overlap, "DECODE_PRELUDE", False),
     # only attention's keys next to its queries (overlap.DECODE_KEYS)
     "decode_keys": flag(overlap, "DECODE_KEYS", False),
     # the shared expert joined after the gate, not at the routed experts' combine (overlap.SHARED_THROUGH_EXPERTS)
@@ -454,6 +453,8 @@ AB_SWITCHES = {
     "decode_split_attn": flag(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
     "topk_torch_order": torch_backend("topk_torch_order"),
+    # the top-k's Triton kernel instead of the Gluon one (gluon_topk.GLUON_TOPK)
+    "gluon_topk": flag(gluon_topk, "GLUON_TOPK", False),
 }
 
 

@@ -83,3 +83,24 @@ def test_topk_torch_order_kernel_follows_the_stated_cuda_rule_under_the_interpre
     """The rule the kernel states for torch's CUDA top-k (tests/gpu/test_topk_gpu.py checks it
     against torch.topk itself): -0.0 below +0.0, NaN above all, the lower index among ties."""
     assert "OK 7" in run_interpreted(TORCH_ORDER_SCRIPT)
+
+
+@pytest.mark.parametrize("m", [1, 7, 32, 33, 1000, 1026, 4104, 8192, 16384])
+def test_gluon_topk_shape_covers_the_row_in_powers_of_two(m):
+    """The Gluon kernel's program shape (it cannot run in the interpreter: tests/gpu/test_topk_gpu.py runs it):
+    warps x 32 lanes x scores a thread covers the row, both powers of two, at most MAX_WARPS warps, and no more
+    than twice the row (a 32-lane warp at least)."""
+    from deepinfer_adapters.kernels import gluon_topk
+
+    warps, per = gluon_topk.shape(m)
+    assert 32 * warps * per >= m and 32 * warps * per <= max(32, 2 * m - 1)
+    assert warps & (warps - 1) == 0 and per & (per - 1) == 0 and 1 <= warps <= gluon_topk.MAX_WARPS
+
+
+def test_gluon_topk_is_not_picked_off_the_gpu():
+    import torch
+
+    from deepinfer_adapters import kernels
+
+    assert kernels.chosen("topk_lowest_index", torch.zeros(2, 64), 8) != "gluon"
+    assert kernels.chosen("topk_torch_order", torch.zeros(2, 64), 8) != "gluon"

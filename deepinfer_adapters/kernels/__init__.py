@@ -221,7 +221,7 @@ from deepinfer_adapters.kernels import triton_sparse_attn  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_fp8_gemm, triton_moe  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_hc, triton_norm_rope  # noqa: E402,F401
 from deepinfer_adapters.kernels import cublas_linear, flashmla_sparse, triton_index  # noqa: E402,F401
-from deepinfer_adapters.kernels import gluon_gemv  # noqa: E402,F401
+from deepinfer_adapters.kernels import gluon_gemv, gluon_topk  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_linear, triton_quant, triton_route, triton_topk  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_engram, triton_hadamard  # noqa: E402,F401
 from deepinfer_adapters.kernels import triton_compressor, triton_keys, triton_pool  # noqa: E402,F401

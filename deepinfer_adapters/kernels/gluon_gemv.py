@@ -227,10 +227,12 @@ def _output(split: int, rows: int, N: int, device: torch.device, out_dtype: torc
                        dtype=torch.float32 if split > 1 else out_dtype)
 
 
-def pdl_options() -> dict:
-    """A GEMV launch's PDL and NEXT_LAUNCH constexprs, and Triton's launch_pdl option where PDL is on."""
+def pdl_options(next_launch: bool = True) -> dict:
+    """A Gluon launch's PDL constexpr (and a GEMV's NEXT_LAUNCH, with ``next_launch``), and Triton's launch_pdl
+    option where PDL is on."""
     on = GLUON_PDL and triton_support.PDL and triton_support.pdl_capable()
-    return {"PDL": on, "NEXT_LAUNCH": NEXT_LAUNCH_POINTS.index(NEXT_LAUNCH), **({"launch_pdl": True} if on else {})}
+    point = {"NEXT_LAUNCH": NEXT_LAUNCH_POINTS.index(NEXT_LAUNCH)} if next_launch else {}
+    return {"PDL": on, **point, **({"launch_pdl": True} if on else {})}
 
 
 def _tma(t: torch.Tensor, box_rows: int):

@@ -65,10 +65,11 @@ INDEX_WEIGHTS_EARLY = True
 ENGRAM_IDS_ASIDE = True
 # a V4.1 decode step's shared index tensors of its compressed layers (the compressor rings' rows, the groups' RoPE rows
 # and row addresses, the visible rows, the block tables: ``AttentionV41.decode_prelude``) built on a stream of their
-# own from the step's start (``DecodeBatch.shared_ahead``), not by the first compressed layer that reads them: the B=1
-# timeline has ~40 us of them (~16 torch kernels) on that layer's keys chain, which ends its attention (session 34,
-# s34e). Off until measured on the GPU (session 34 prepared it with no device time left: part s35a)
-DECODE_PRELUDE = False
+# own from the step's start (``DecodeBatch.shared_ahead``), not by the first compressed layer that reads them, whose
+# keys chain ends its attention (the s34e timeline: ~40 us of ~16 torch kernels on it). H200, V4.1 at real widths,
+# 7 alternating rounds (session 35, part s35a): B=1 1.642 against 1.679 / 1.664 ms (paired -18 us, 7 of 7), B=8
+# 4.393 against 4.482 / 4.411 (paired -11 us, 7 of 7), the same bits
+DECODE_PRELUDE = True
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 # side parts of steps of up to this many tokens run on streams of a higher CUDA priority than the step's own
 # (URGENT_PRIORITY; lower is more urgent, 0 the default and the least): where their blocks and the main stream's

@@ -1,5 +1,5 @@
-"""Triton top-k on CUDA: ``topk_lowest_index`` against the reference sort, ``topk_torch_order`` against torch.topk
-itself."""
+"""The CUDA top-k kernels (Gluon, the default, and Triton): ``topk_lowest_index`` against the reference sort,
+``topk_torch_order`` against torch.topk itself."""
 
 from __future__ import annotations
 
@@ -10,16 +10,30 @@ from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import reference
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
+BACKENDS = ["gluon", "triton"]
 
 
-@pytest.mark.parametrize("n,m,k", [(1, 2048, 512), (8, 4096, 512), (300, 1000, 64), (3, 16384, 2048), (5, 7, 7)])
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    """Each kernel pinned in turn; the Gluon one is what a CUDA GPU picks by itself."""
+    s = torch.zeros(4, 1000, device="cuda")
+    assert kernels.chosen("topk_lowest_index", s, 8) == kernels.chosen("topk_torch_order", s, 8) == "gluon"
+    for op in ("topk_lowest_index", "topk_torch_order"):
+        kernels.use_backend(op, request.param)
+    yield request.param
+    for op in ("topk_lowest_index", "topk_torch_order"):
+        kernels.use_backend(op, None)
+
+
+@pytest.mark.parametrize("n,m,k", [(1, 2048, 512), (8, 4096, 512), (300, 1000, 64), (3, 16384, 2048), (5, 7, 7), (1, 1026, 512),
+                                   (2, 4104, 512), (4, 33, 5)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_topk_matches_reference(n, m, k, dtype):
+def test_topk_matches_reference(n, m, k, dtype, backend):
     g = torch.Generator(device="cuda").manual_seed(n + m)
     s = torch.randn(n, m, device="cuda", generator=g).to(dtype)
     s[:, ::9] = float("-inf")
     s[:, 1::13] = 0.25
-    assert kernels.chosen("topk_lowest_index", s, k) == "triton"
+    assert kernels.chosen("topk_lowest_index", s, k) == backend
     idx, val = kernels.topk_lowest_index(s, k)
     ref_idx, ref_val = reference.topk_lowest_index(s, k)
     assert torch.equal(idx, ref_idx) and torch.equal(val, ref_val)
@@ -47,9 +61,9 @@ def _bits(v: torch.Tensor) -> torch.Tensor:
                                    (8192, 2048, 512), (4096, 1024, 512), (3, 16384, 2048), (5, 7, 7)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("nan", [False, True])
-def test_topk_torch_order_takes_torch_topks_set(n, m, k, dtype, nan):
+def test_topk_torch_order_takes_torch_topks_set(n, m, k, dtype, nan, backend):
     s = _tie_heavy(n, m, dtype, nan)
-    assert kernels.chosen("topk_torch_order", s, k) == "triton"
+    assert kernels.chosen("topk_torch_order", s, k) == backend
     idx, val = kernels.topk_torch_order(s, k)
     want = torch.sort(s.topk(k, dim=-1, sorted=False).indices, dim=-1).values
     assert torch.equal(idx, want)

@@ -1,0 +1,83 @@
+"""``topk_lowest_index`` and ``topk_torch_order`` as a Gluon kernel on CUDA (registered as "gluon", above the
+Triton kernel): the same picks, values and order as ``triton_topk`` (whose module doc states the two tie rules and
+the algorithm), with the layouts and the cross-warp traffic written out (``gluon_topk_jit``).
+
+Why: at decode the top-k sits on the compressed layers' keys chain, which ends their attention (session 34's B=1
+timeline: it ends 7.2 us after the index scores at rows of 1026 scores, 12.2-12.4 us at 4104). Offline SASS of the
+Triton kernel for a bf16 row of 4104 scores (a 8192 block, 16 warps): 3128 instructions a thread, 52 barriers, 80
+lane shuffles in its scan and the stores' layout conversion through shared memory. This kernel: 2008, 33 and 5
+(``benchmarks/topk_sass.py``). Not runnable by Triton's interpreter: the CPU tests run the Triton kernel; the GPU
+tests check this one against the reference and torch.topk.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+import torch
+
+from deepinfer_adapters.kernels import register
+from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, interpreting, triton_available
+
+GLUON_TOPK = True
+MAX_ROW = 16384  # the row in the registers of one program
+MAX_WARPS = 16
+ROW_PER_THREAD = 8  # scores a thread holds where the row allows (the warps follow, up to MAX_WARPS)
+
+
+@functools.cache
+def _capable(device_index: int) -> bool:
+    """An sm_80+ GPU (REDUX) and a Triton with Gluon."""
+    if not triton_available() or torch.cuda.get_device_capability(device_index) < (8, 0):
+        return False
+    try:
+        importlib.import_module("deepinfer_adapters.kernels.gluon_topk_jit")
+    except Exception:  # a Triton without Gluon
+        return False
+    return True
+
+
+def shape(m: int) -> tuple[int, int]:
+    """(warps, scores a thread) of a row of ``m`` scores: 32 * warps * per >= m, both powers of two."""
+    block = max(32, 1 << (m - 1).bit_length())
+    warps = max(1, min(MAX_WARPS, block // (32 * ROW_PER_THREAD)))
+    return warps, block // (32 * warps)
+
+
+def _topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    from deepinfer_adapters.kernels.gluon_gemv import pdl_options
+    from deepinfer_adapters.kernels.gluon_topk_jit import topk_gluon_kernel
+
+    lead, m = scores.shape[:-1], scores.shape[-1]
+    rows = scores.reshape(-1, m)
+    rows = rows if rows.stride(-1) == 1 else rows.contiguous()
+    n = rows.shape[0]
+    idx = torch.empty(n, k, device=scores.device, dtype=torch.long)
+    val = torch.empty(n, k, device=scores.device, dtype=scores.dtype)
+    if n and k:
+        warps, per = shape(m)
+        topk_gluon_kernel[(n,)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0), W=warps, PER=per,
+                                TORCH_ORDER=torch_order, KEY_BITS=16 if scores.dtype == torch.bfloat16 else 32,
+                                num_warps=warps, **pdl_options(next_launch=False))
+    return idx.view(*lead, k), val.view(*lead, k)
+
+
+def topk_lowest_index(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """See ``reference.topk_lowest_index``."""
+    return _topk(scores, k, torch_order=False)
+
+
+def topk_torch_order(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """See ``reference.topk_torch_order``: the set torch.topk takes on CUDA (``triton_topk``'s module doc)."""
+    return _topk(scores, k, torch_order=True)
+
+
+def supports(scores: torch.Tensor, k: int) -> bool:
+    return (GLUON_TOPK and scores.is_cuda and not interpreting() and scores.dtype in FLOAT_DTYPES
+            and scores.dim() >= 1 and 0 <= k <= scores.shape[-1] <= MAX_ROW
+            and _capable(scores.device.index if scores.device.index is not None else torch.cuda.current_device()))
+
+
+register("topk_lowest_index", "gluon", topk_lowest_index, supports=supports, priority=20)
+register("topk_torch_order", "gluon", topk_torch_order, supports=supports, priority=20)
