@@ -70,6 +70,12 @@ BLOCK_K = SPARSE_ATTN_BLOCK  # indices per online-softmax block: the reference's
 # 10 partials of 32 KB each in turn (~330 KB through one SM); split over d, 32 programs read 41 KB each. Elementwise
 # along d: the same bits either way
 MERGE_BLOCK_D = 64
+# how the merge reads its partials (``sparse_attn_merge``'s LOADS): "loop" (one split after the other: each waits out
+# its L2 round trip; the merge ended ~4.3 us after the attention at a decode query's 10 splits, session 35's B=1
+# timeline), "unrolled" (the same sums in the same order, the loop unrolled so that the loads may be issued ahead),
+# "at_once" (every partial in one load, summed in Triton's reduction order: other bits)
+MERGE_LOADS = "loop"
+MERGE_WARPS = 4
 
 
 @dataclass(frozen=True)
@@ -184,28 +190,44 @@ def _kernels():
             tl.store(o_ptrs, out.to(OUT.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
 
     @triton.jit
-    def sparse_attn_merge(PM, PL, PACC, SINK, OUT, stride_os, stride_oh, H, D, NS,
-                          BLOCK_H: tl.constexpr, D_PAD: tl.constexpr):
+    def sparse_attn_merge(PM, PL, PACC, SINK, OUT, stride_os, stride_oh, H, D, splits, NS: tl.constexpr,
+                          BLOCK_H: tl.constexpr, D_PAD: tl.constexpr, LOADS: tl.constexpr, NS_PAD: tl.constexpr):
         """Merge split-K partials: o = sum_j e^(m_j-M) acc_j / (sum_j e^(m_j-M) l_j + e^(sink-M)), for
         output dims [pid2 * D_PAD, +D_PAD) (each program recomputes its heads' M and denominator: the same
-        values in every program)."""
+        values in every program). How the NS (= ``splits``) splits' partials are read (``MERGE_LOADS``): "loop"
+        and "unrolled" add them in split order, a loop over a runtime count or one of a constant trip count, which
+        the compiler unrolls; "at_once" loads them all in one go and sums them in Triton's reduction order (other
+        bits, the same for every T)."""
         pdl_start()
         s = tl.program_id(0).to(tl.int64)
         offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
         mask_h = offs_h < H
         offs_d = tl.program_id(2) * D_PAD + tl.arange(0, D_PAD)
         mask_d = offs_d < D
-        big_m = tl.full([BLOCK_H], -1e30, tl.float32)
-        for j in range(0, NS):
-            big_m = tl.maximum(big_m, tl.load(PM + (s * NS + j) * H + offs_h, mask=mask_h, other=-1e30))
-        l_sum = tl.zeros([BLOCK_H], tl.float32)
-        acc = tl.zeros([BLOCK_H, D_PAD], tl.float32)
-        for j in range(0, NS):
-            part = (s * NS + j) * H + offs_h
-            w = tl.exp(tl.load(PM + part, mask=mask_h, other=-1e30) - big_m)
-            l_sum += w * tl.load(PL + part, mask=mask_h, other=0.0)
-            a = tl.load(PACC + part[:, None] * D + offs_d[None, :], mask=mask_h[:, None] & mask_d[None, :], other=0.0)
-            acc += w[:, None] * a
+        if LOADS == "at_once":
+            offs_j = tl.arange(0, NS_PAD)
+            part = (s * NS + offs_j[:, None]) * H + offs_h[None, :]  # [NS_PAD, BLOCK_H]
+            mask = (offs_j[:, None] < NS) & mask_h[None, :]
+            m = tl.load(PM + part, mask=mask, other=-1e30)
+            big_m = tl.max(m, axis=0)
+            w = tl.where(mask, tl.exp(m - big_m[None, :]), 0.0)
+            l_sum = tl.sum(w * tl.load(PL + part, mask=mask, other=0.0), axis=0)
+            a = tl.load(PACC + part[:, :, None] * D + offs_d[None, None, :],
+                        mask=mask[:, :, None] & mask_d[None, None, :], other=0.0)
+            acc = tl.sum(w[:, :, None] * a, axis=0)
+        else:
+            big_m = tl.full([BLOCK_H], -1e30, tl.float32)
+            for j in range(0, splits if LOADS == "loop" else NS):
+                big_m = tl.maximum(big_m, tl.load(PM + (s * NS + j) * H + offs_h, mask=mask_h, other=-1e30))
+            l_sum = tl.zeros([BLOCK_H], tl.float32)
+            acc = tl.zeros([BLOCK_H, D_PAD], tl.float32)
+            for j in range(0, splits if LOADS == "loop" else NS):
+                part = (s * NS + j) * H + offs_h
+                w = tl.exp(tl.load(PM + part, mask=mask_h, other=-1e30) - big_m)
+                l_sum += w * tl.load(PL + part, mask=mask_h, other=0.0)
+                a = tl.load(PACC + part[:, None] * D + offs_d[None, :], mask=mask_h[:, None] & mask_d[None, :],
+                            other=0.0)
+                acc += w[:, None] * a
         sink = tl.load(SINK + offs_h, mask=mask_h, other=0.0)
         out = acc / (l_sum + tl.exp(sink - big_m))[:, None]
         o_ptrs = OUT + s * stride_os + offs_h[:, None] * stride_oh + offs_d[None, :]
@@ -300,8 +322,8 @@ def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torc
         if split_k:
             merge_d = min(MERGE_BLOCK_D or _pow2(d), _pow2(d))
             k_merge[(S, triton.cdiv(H, 16), triton.cdiv(d, merge_d))](
-                pm, pl, pacc, sink, out, out.stride(0), out.stride(1), H, d, ns, BLOCK_H=16, D_PAD=merge_d,
-                num_warps=4, **pdl_launch())
+                pm, pl, pacc, sink, out, out.stride(0), out.stride(1), H, d, ns, NS=ns, BLOCK_H=16, D_PAD=merge_d,
+                LOADS=MERGE_LOADS, NS_PAD=triton.next_power_of_2(ns), num_warps=MERGE_WARPS, **pdl_launch())
     else:
         args = (q, kv, sink, idx, out, float(scale), *strides, H, d, K)
         dv = min(cfg.block_dv, _pow2(d))

@@ -70,6 +70,11 @@ ENGRAM_IDS_ASIDE = True
 # 7 alternating rounds (session 35, part s35a): B=1 1.642 against 1.679 / 1.664 ms (paired -18 us, 7 of 7), B=8
 # 4.393 against 4.482 / 4.411 (paired -11 us, 7 of 7), the same bits
 DECODE_PRELUDE = True
+# a part's owner joined every part again when it ended (on success too, though its reader had joined it): under
+# stream capture that makes the owner's next kernel depend on the part's last one as well, a redundant edge across
+# the graph's streams. False: the owner joins again only where something failed (``join_all``), so that no side
+# stream is left open. Session 35 prepared the A/B (part s35c, switch "rejoin")
+REJOIN_JOINED = True
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 # side parts of steps of up to this many tokens run on streams of a higher CUDA priority than the step's own
 # (URGENT_PRIORITY; lower is more urgent, 0 the default and the least): where their blocks and the main stream's
@@ -102,6 +107,14 @@ def side_by_side(x: torch.Tensor, main: Callable[[], A], side: Callable[[], B], 
     finally:
         b = join()
     return a, b
+
+
+def join_all(*joins: Callable[[], object] | None) -> None:
+    """Join the parts ``aside`` started (None: a part not started): where something failed, so that no side
+    stream is left open (and with ``REJOIN_JOINED``, where the owner ends)."""
+    for join in joins:
+        if join is not None:
+            join()
 
 
 def aside(x: torch.Tensor, side: Callable[[], B], *, when: bool = True, urgent: bool = True) -> Callable[[], B]:

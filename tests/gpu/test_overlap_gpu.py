@@ -39,11 +39,15 @@ def _run(model):
     return logits, {k: t.clone() for k, t in state._tensors.items()}
 
 
-@pytest.mark.parametrize("arch,prelude", [("v41", False), ("v41", True), ("v4", False)])
-def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch, prelude):
-    """``prelude``: V4.1's compressed layers' shared index tensors built ahead from the step's start on a stream of
-    their own (``overlap.DECODE_PRELUDE``), their readers on other streams waiting for it."""
-    monkeypatch.setattr(overlap, "DECODE_PRELUDE", prelude)
+@pytest.mark.parametrize("arch,flipped", [("v41", ()), ("v41", ("DECODE_PRELUDE",)), ("v41", ("REJOIN_JOINED",)),
+                                          ("v4", ()), ("v4", ("REJOIN_JOINED",))])
+def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch, flipped):
+    """With overlap.py's defaults and with ``flipped`` switches the other way: V4.1's compressed layers' shared index
+    tensors built ahead from the step's start on a stream of their own or by their first reader
+    (``DECODE_PRELUDE``); the parts' owners joining them again when they end, or only where something failed
+    (``REJOIN_JOINED``: every part must still be joined, or the graph's capture fails)."""
+    for name in flipped:
+        monkeypatch.setattr(overlap, name, not getattr(overlap, name))
     cls = DeepseekV41ForCausalLM if arch == "v41" else DeepseekV4ForCausalLM
     # native weights: the routed experts in one kernel (the dense experts' loop syncs with the host)
     model = cls.from_pretrained(tiny_checkpoint(arch), Numerics.reference(), device="cuda", progress=False,
@@ -65,7 +69,7 @@ def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch, prelude):
     assert {priority for _, _, priority in overlap._STREAMS} == {0, overlap.URGENT_PRIORITY}
     assert not overlap._live  # every part joined
     same = [torch.equal(a, b) for a, b in zip(on, off)]
-    print(f"REPORT overlap {arch} prelude={prelude}: prefill + {len(on) - 1} graph decode steps bit-identical {same}")
+    print(f"REPORT overlap {arch} flipped={flipped}: prefill + {len(on) - 1} graph decode steps bit-identical {same}")
     assert all(same), [float((a - b).abs().max()) for a, b in zip(on, off)]
     for key, t in state_off.items():
         assert torch.equal(state_on[key], t), f"state {key}"

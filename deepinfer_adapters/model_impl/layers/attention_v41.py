@@ -26,7 +26,7 @@ from deepinfer_adapters.model_impl.layers.compressor_v41 import CompressorV41, g
 from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41
 from deepinfer_adapters.model_impl import overlap
 from deepinfer_adapters.model_impl.numerics import Numerics
-from deepinfer_adapters.model_impl.overlap import aside
+from deepinfer_adapters.model_impl.overlap import aside, join_all
 from deepinfer_adapters.model_impl.state import StateCache, StateField, shared_row_address, step_row_blocks
 from deepinfer_adapters.kernels.pooled_rows import PooledRows
 from deepinfer_adapters import kernels
@@ -149,13 +149,15 @@ class AttentionV41(AttentionBase):
             keys, window = window_part()
             picked, visible = batch.scratch["selections"]
             table, rows_a_block = step_row_blocks(state, batch, self.source_key, "compressed_kv")
-            return kernels.selected_keys(keys, window.valid, state.row_pool(self.source_key, "compressed_kv"), picked,
-                                         visible, table, rows_a_block,
-                                         state.row_capacity(self.source_key, "compressed_kv"))
-        finally:  # already joined unless something failed: then no side stream is left open
-            for join in (early.publish, compressed_part, window_part, queries):
-                if join is not None:
-                    join()
+            selected = kernels.selected_keys(keys, window.valid, state.row_pool(self.source_key, "compressed_kv"),
+                                             picked, visible, table, rows_a_block,
+                                             state.row_capacity(self.source_key, "compressed_kv"))
+        except BaseException:  # no side stream left open
+            join_all(early.publish, compressed_part, window_part, queries)
+            raise
+        if overlap.REJOIN_JOINED:
+            join_all(early.publish, compressed_part, window_part, queries)
+        return selected
 
     def decode_prelude(self, batch: DecodeBatch, state: StateCache) -> None:
         """The step's shared index tensors this layer's decode reads that no layer before the compressed ones

@@ -18,7 +18,7 @@ from deepinfer_adapters.model_impl.layers.experts_fp8 import Fp8Experts
 from deepinfer_adapters.model_impl.layers.linear import Linear, MergedLinear, same_input
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl import overlap
-from deepinfer_adapters.model_impl.overlap import aside
+from deepinfer_adapters.model_impl.overlap import aside, join_all
 
 
 class Gate(nn.Module):
@@ -100,9 +100,13 @@ class MoE(nn.Module):
             return self._routed(x, numerics, input_ids, image_mask, None)
         join = aside(x, lambda: self.shared_experts(x, numerics), urgent=overlap.SHARED_URGENT)
         try:
-            return self._routed(x, numerics, input_ids, image_mask, join)
-        finally:
-            join()  # already joined unless something failed: then the side stream is not left open
+            out = self._routed(x, numerics, input_ids, image_mask, join)  # joins the shared expert
+        except BaseException:
+            join_all(join)
+            raise
+        if overlap.REJOIN_JOINED:
+            join_all(join)
+        return out
 
     def _routed(self, x: torch.Tensor, numerics: Numerics, input_ids: torch.Tensor, image_mask: torch.Tensor | None,
                 shared: Callable[[], torch.Tensor] | None) -> torch.Tensor:
