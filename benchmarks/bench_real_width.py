@@ -301,8 +301,8 @@ AB_SWITCHES = {
     "overlap": flag(overlap, "ENABLED", False),
     # the compressed layers' shared index tensors built by their first reader, not ahead (overlap.DECODE_PRELUDE)
     "prelude": flag(overlap, "DECODE_PRELUDE", False),
-    # the side parts' owners joining them again only where something failed (overlap.REJOIN_JOINED)
-    "rejoin": flag(overlap, "REJOIN_JOINED", False),
+    # the side parts' owners joining them again when they end, not only where something failed (overlap.REJOIN_JOINED)
+    "rejoin": flag(overlap, "REJOIN_JOINED", True),
     # only attention's keys next to its queries (overlap.DECODE_KEYS)
     "decode_keys": flag(overlap, "DECODE_KEYS", False),
     # the shared expert joined after the gate, not at the routed experts' combine (overlap.SHARED_THROUGH_EXPERTS)
@@ -453,9 +453,9 @@ AB_SWITCHES = {
     # decode attention: FlashMLA (one program a query) instead of the split decode config
     # (triton_sparse_attn.DECODE_SPLIT_QUERIES)
     "decode_split_attn": flag(triton_sparse_attn, "DECODE_SPLIT_QUERIES", 0),
-    # the split attention's merge reading its partials in an unrolled loop / all in one load, not split by split
+    # the split attention's merge reading its partials in a loop over the runtime count, not unrolled
     # (triton_sparse_attn.MERGE_LOADS)
-    **{f"merge_{loads}": flag(triton_sparse_attn, "MERGE_LOADS", loads) for loads in ("unrolled", "at_once")},
+    "merge_loop": flag(triton_sparse_attn, "MERGE_LOADS", "loop"),
     # the reference numerics' top-k: torch.topk + an index sort + a gather instead of one Triton kernel
     "topk_torch_order": torch_backend("topk_torch_order"),
     # the top-k's Triton kernel instead of the Gluon one (gluon_topk.GLUON_TOPK)

@@ -70,12 +70,13 @@ BLOCK_K = SPARSE_ATTN_BLOCK  # indices per online-softmax block: the reference's
 # 10 partials of 32 KB each in turn (~330 KB through one SM); split over d, 32 programs read 41 KB each. Elementwise
 # along d: the same bits either way
 MERGE_BLOCK_D = 64
-# how the merge reads its partials (``sparse_attn_merge``'s LOADS): "loop" (one split after the other: each waits out
-# its L2 round trip; the merge ended ~4.3 us after the attention at a decode query's 10 splits, session 35's B=1
-# timeline), "unrolled" (the same sums in the same order, the loop unrolled so that the loads may be issued ahead),
-# "at_once" (every partial in one load, summed in Triton's reduction order: other bits)
-MERGE_LOADS = "loop"
-MERGE_WARPS = 4
+# how the merge reads its partials (``sparse_attn_merge``'s LOADS): "loop" (one split after the other, each waiting
+# out its L2 round trip: the merge ended ~4.3 us after the attention at a decode query's 10 splits, session 35's B=1
+# timeline) or "unrolled" (the same sums in the same order: the same bits, the loads issued ahead). H200, V4.1 at
+# real widths, 7 alternating rounds (session 35, part s35c): B=1 1.554 against 1.557 / 1.564 ms (paired -9.4 us, 6
+# of 7; B=8 does not split, 4 queries at most). All partials in one load, summed in Triton's order (other bits):
+# +3 us at B=1 (removed; code at d58e615)
+MERGE_LOADS = "unrolled"
 
 
 @dataclass(frozen=True)
@@ -191,43 +192,30 @@ def _kernels():
 
     @triton.jit
     def sparse_attn_merge(PM, PL, PACC, SINK, OUT, stride_os, stride_oh, H, D, splits, NS: tl.constexpr,
-                          BLOCK_H: tl.constexpr, D_PAD: tl.constexpr, LOADS: tl.constexpr, NS_PAD: tl.constexpr):
+                          BLOCK_H: tl.constexpr, D_PAD: tl.constexpr, LOADS: tl.constexpr):
         """Merge split-K partials: o = sum_j e^(m_j-M) acc_j / (sum_j e^(m_j-M) l_j + e^(sink-M)), for
         output dims [pid2 * D_PAD, +D_PAD) (each program recomputes its heads' M and denominator: the same
-        values in every program). How the NS (= ``splits``) splits' partials are read (``MERGE_LOADS``): "loop"
-        and "unrolled" add them in split order, a loop over a runtime count or one of a constant trip count, which
-        the compiler unrolls; "at_once" loads them all in one go and sums them in Triton's reduction order (other
-        bits, the same for every T)."""
+        values in every program). The NS (= ``splits``) splits' partials are added in split order
+        (``MERGE_LOADS``): "unrolled", a loop of a constant trip count, which the compiler unrolls so that the loads
+        are issued ahead of the sums; "loop", a loop over the runtime count, each split's loads after the last's sums."""
         pdl_start()
         s = tl.program_id(0).to(tl.int64)
         offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
         mask_h = offs_h < H
         offs_d = tl.program_id(2) * D_PAD + tl.arange(0, D_PAD)
         mask_d = offs_d < D
-        if LOADS == "at_once":
-            offs_j = tl.arange(0, NS_PAD)
-            part = (s * NS + offs_j[:, None]) * H + offs_h[None, :]  # [NS_PAD, BLOCK_H]
-            mask = (offs_j[:, None] < NS) & mask_h[None, :]
-            m = tl.load(PM + part, mask=mask, other=-1e30)
-            big_m = tl.max(m, axis=0)
-            w = tl.where(mask, tl.exp(m - big_m[None, :]), 0.0)
-            l_sum = tl.sum(w * tl.load(PL + part, mask=mask, other=0.0), axis=0)
-            a = tl.load(PACC + part[:, :, None] * D + offs_d[None, None, :],
-                        mask=mask[:, :, None] & mask_d[None, None, :], other=0.0)
-            acc = tl.sum(w[:, :, None] * a, axis=0)
-        else:
-            big_m = tl.full([BLOCK_H], -1e30, tl.float32)
-            for j in range(0, splits if LOADS == "loop" else NS):
-                big_m = tl.maximum(big_m, tl.load(PM + (s * NS + j) * H + offs_h, mask=mask_h, other=-1e30))
-            l_sum = tl.zeros([BLOCK_H], tl.float32)
-            acc = tl.zeros([BLOCK_H, D_PAD], tl.float32)
-            for j in range(0, splits if LOADS == "loop" else NS):
-                part = (s * NS + j) * H + offs_h
-                w = tl.exp(tl.load(PM + part, mask=mask_h, other=-1e30) - big_m)
-                l_sum += w * tl.load(PL + part, mask=mask_h, other=0.0)
-                a = tl.load(PACC + part[:, None] * D + offs_d[None, :], mask=mask_h[:, None] & mask_d[None, :],
-                            other=0.0)
-                acc += w[:, None] * a
+        big_m = tl.full([BLOCK_H], -1e30, tl.float32)
+        for j in range(0, splits if LOADS == "loop" else NS):
+            big_m = tl.maximum(big_m, tl.load(PM + (s * NS + j) * H + offs_h, mask=mask_h, other=-1e30))
+        l_sum = tl.zeros([BLOCK_H], tl.float32)
+        acc = tl.zeros([BLOCK_H, D_PAD], tl.float32)
+        for j in range(0, splits if LOADS == "loop" else NS):
+            part = (s * NS + j) * H + offs_h
+            w = tl.exp(tl.load(PM + part, mask=mask_h, other=-1e30) - big_m)
+            l_sum += w * tl.load(PL + part, mask=mask_h, other=0.0)
+            a = tl.load(PACC + part[:, None] * D + offs_d[None, :], mask=mask_h[:, None] & mask_d[None, :],
+                        other=0.0)
+            acc += w[:, None] * a
         sink = tl.load(SINK + offs_h, mask=mask_h, other=0.0)
         out = acc / (l_sum + tl.exp(sink - big_m))[:, None]
         o_ptrs = OUT + s * stride_os + offs_h[:, None] * stride_oh + offs_d[None, :]
@@ -323,7 +311,7 @@ def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torc
             merge_d = min(MERGE_BLOCK_D or _pow2(d), _pow2(d))
             k_merge[(S, triton.cdiv(H, 16), triton.cdiv(d, merge_d))](
                 pm, pl, pacc, sink, out, out.stride(0), out.stride(1), H, d, ns, NS=ns, BLOCK_H=16, D_PAD=merge_d,
-                LOADS=MERGE_LOADS, NS_PAD=triton.next_power_of_2(ns), num_warps=MERGE_WARPS, **pdl_launch())
+                LOADS=MERGE_LOADS, num_warps=4, **pdl_launch())
     else:
         args = (q, kv, sink, idx, out, float(scale), *strides, H, d, K)
         dv = min(cfg.block_dv, _pow2(d))

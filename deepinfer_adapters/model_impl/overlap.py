@@ -70,11 +70,13 @@ ENGRAM_IDS_ASIDE = True
 # 7 alternating rounds (session 35, part s35a): B=1 1.642 against 1.679 / 1.664 ms (paired -18 us, 7 of 7), B=8
 # 4.393 against 4.482 / 4.411 (paired -11 us, 7 of 7), the same bits
 DECODE_PRELUDE = True
-# a part's owner joined every part again when it ended (on success too, though its reader had joined it): under
+# a part's owner joining every part again when it ends (on success too, though its reader had joined it): under
 # stream capture that makes the owner's next kernel depend on the part's last one as well, a redundant edge across
 # the graph's streams. False: the owner joins again only where something failed (``join_all``), so that no side
-# stream is left open. Session 35 prepared the A/B (part s35c, switch "rejoin")
-REJOIN_JOINED = True
+# stream is left open. H200, V4.1 at real widths, 7 alternating rounds (session 35, part s35c): B=1 1.552 against
+# 1.557 / 1.563 ms with it (paired -10.6 us, 7 of 7), B=8 within the rounds' drift (+6.6 us, 4.23 -> 4.37 ms
+# across the rounds), the same bits
+REJOIN_JOINED = False
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 # side parts of steps of up to this many tokens run on streams of a higher CUDA priority than the step's own
 # (URGENT_PRIORITY; lower is more urgent, 0 the default and the least): where their blocks and the main stream's

@@ -201,21 +201,14 @@ def test_split_merge_over_output_dims_gives_the_bits_of_one_program_for_all(monk
 
 
 @pytest.mark.parametrize("S,H,d,K", [(1, 64, 512, 640), (3, 64, 512, 200), (2, 20, 48, 130), (1, 64, 512, 1100)])
-@pytest.mark.parametrize("loads", ["unrolled", "at_once"])
-def test_split_merge_loads(monkeypatch, S, H, d, K, loads):
-    """``MERGE_LOADS``: the merge's partials read split by split in a loop (the reference here), the loop unrolled
-    (the same sums in the same order: the same bits) or all in one load (Triton's reduction order: within the split
-    kernel's tolerance of the reference, and of the loop), odd widths, padded splits and no unwritten output."""
+def test_split_merge_unrolled_gives_the_loops_bits(monkeypatch, S, H, d, K):
+    """``MERGE_LOADS``: the merge's partials added split by split in a loop over the runtime count or in one of a
+    constant trip count, which the compiler unrolls: the same sums in the same order, the same bits (odd widths,
+    several split counts, no unwritten output)."""
     tri = _tri()
     q, kv, sink, idx = _inputs(S, H, d, 1200, K, torch.bfloat16, 11 + S)
     monkeypatch.setattr(tri, "MERGE_LOADS", "loop")
     looped = _poisoned_call(tri.sparse_attn, q, kv, sink, idx, d**-0.5, config=tri.DECODE_SPLIT_CONFIG)
-    monkeypatch.setattr(tri, "MERGE_LOADS", loads)
+    monkeypatch.setattr(tri, "MERGE_LOADS", "unrolled")
     got = _poisoned_call(tri.sparse_attn, q, kv, sink, idx, d**-0.5, config=tri.DECODE_SPLIT_CONFIG)
-    assert torch.isfinite(got).all()
-    if loads == "unrolled":
-        assert torch.equal(got, looped)
-    else:
-        ref = reference.sparse_attn(q, kv, sink, idx, d**-0.5, True)
-        assert _rel(got, ref) <= 6e-3 and _rel(got, looped) <= 1e-3
-        print(f"REPORT merge at once S={S} K={K}: rel to loop {_rel(got, looped):.2e}, to reference {_rel(got, ref):.2e}")
+    assert torch.isfinite(got).all() and torch.equal(got, looped)
