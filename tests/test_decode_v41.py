@@ -71,8 +71,9 @@ def test_decode_refuses_draft_stages(ckpt):
                                            "NORM_BEFORE_MIXES": False, "INDEX_QUERIES_ASIDE": False,
                                            "PUBLISH_EARLY": False, "INDEX_WEIGHTS_EARLY": False,
                                            "ENGRAM_IDS_ASIDE": False},
-                                      {"DECODE_PRELUDE": not overlap.DECODE_PRELUDE}],
-                         ids=["defaults", "all_off", "prelude_flipped"])
+                                      {"DECODE_PRELUDE": not overlap.DECODE_PRELUDE},
+                                      {"SELECTION_LAST": not overlap.SELECTION_LAST}],
+                         ids=["defaults", "all_off", "prelude_flipped", "selection_last_flipped"])
 def test_launch_order_switches_keep_decode_equal_to_forward(ckpt, monkeypatch, switches):
     """overlap.py's launch-order switches move where kernels are issued, never what they compute: decode
     still equals forward bit for bit with their defaults (on) and with all of them off (other code paths:

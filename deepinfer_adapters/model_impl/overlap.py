@@ -77,6 +77,11 @@ DECODE_PRELUDE = True
 # 1.557 / 1.563 ms with it (paired -10.6 us, 7 of 7), B=8 within the rounds' drift (+6.6 us, 4.23 -> 4.37 ms
 # across the rounds), the same bits
 REJOIN_JOINED = False
+# a V4.1 index layer's decode joins its keys' other parts (the window ring, the compressed KV rows, the block table
+# built ahead) before the index scores, not after the top-k, so that the selected keys' kernel follows the top-k on
+# its stream alone: the s35d B=1 timeline has it starting 2.1-2.3 us after the top-k ends, on another of the graph's
+# streams. Off until measured (session 35 prepared it: part s35e, switch selection_last)
+SELECTION_LAST = False
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 # side parts of steps of up to this many tokens run on streams of a higher CUDA priority than the step's own
 # (URGENT_PRIORITY; lower is more urgent, 0 the default and the least): where their blocks and the main stream's

@@ -40,12 +40,13 @@ def _run(model):
 
 
 @pytest.mark.parametrize("arch,flipped", [("v41", ()), ("v41", ("DECODE_PRELUDE",)), ("v41", ("REJOIN_JOINED",)),
-                                          ("v4", ()), ("v4", ("REJOIN_JOINED",))])
+                                          ("v41", ("SELECTION_LAST",)), ("v4", ()), ("v4", ("REJOIN_JOINED",))])
 def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch, flipped):
     """With overlap.py's defaults and with ``flipped`` switches the other way: V4.1's compressed layers' shared index
     tensors built ahead from the step's start on a stream of their own or by their first reader
     (``DECODE_PRELUDE``); the parts' owners joining them again when they end, or only where something failed
-    (``REJOIN_JOINED``: every part must still be joined, or the graph's capture fails)."""
+    (``REJOIN_JOINED``: every part must still be joined, or the graph's capture fails); an index layer's keys parts
+    joined before its index scores or after its top-k (``SELECTION_LAST``)."""
     for name in flipped:
         monkeypatch.setattr(overlap, name, not getattr(overlap, name))
     cls = DeepseekV41ForCausalLM if arch == "v41" else DeepseekV4ForCausalLM

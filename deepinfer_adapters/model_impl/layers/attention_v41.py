@@ -142,13 +142,20 @@ class AttentionV41(AttentionBase):
                 compressed_part = early.publish()
             elif self.is_source:
                 compressed_part = self._publish_decode(x, batch, state, numerics, aside_kv=parts)
+
+            def parts_joined():  # the window's and the compressed KV rows' parts, and the block table (ahead)
+                if compressed_part is not None:
+                    compressed_part()
+                return window_part(), step_row_blocks(state, batch, self.source_key, "compressed_kv")
+
+            # joined before the index scores where overlap.SELECTION_LAST, so that the selected keys' kernel waits
+            # on its stream for the top-k alone (a graph runs a kernel that waits on other streams too on one of
+            # theirs, where it starts ~2 us after the last of them ends, instead of launching under PDL)
+            joined = parts_joined() if overlap.SELECTION_LAST and self.runs_indexer else None
             if self.runs_indexer:
                 batch.scratch["selections"] = self._select_decode(x, qr, freqs, batch, state, numerics, queries)
-            if compressed_part is not None:
-                compressed_part()
-            keys, window = window_part()
+            (keys, window), (table, rows_a_block) = joined or parts_joined()
             picked, visible = batch.scratch["selections"]
-            table, rows_a_block = step_row_blocks(state, batch, self.source_key, "compressed_kv")
             selected = kernels.selected_keys(keys, window.valid, state.row_pool(self.source_key, "compressed_kv"),
                                              picked, visible, table, rows_a_block,
                                              state.row_capacity(self.source_key, "compressed_kv"))
