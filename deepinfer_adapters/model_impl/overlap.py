@@ -77,11 +77,15 @@ DECODE_PRELUDE = True
 # 1.557 / 1.563 ms with it (paired -10.6 us, 7 of 7), B=8 within the rounds' drift (+6.6 us, 4.23 -> 4.37 ms
 # across the rounds), the same bits
 REJOIN_JOINED = False
-# a V4.1 index layer's decode joins its keys' other parts (the window ring, the compressed KV rows, the block table
-# built ahead) before the index scores, not after the top-k, so that the selected keys' kernel follows the top-k on
-# its stream alone: the s35d B=1 timeline has it starting 2.1-2.3 us after the top-k ends, on another of the graph's
-# streams. Off until measured (session 35 prepared it: part s35e, switch selection_last)
-SELECTION_LAST = False
+# where a V4.1 index layer's decode joins its keys' other parts (the window ring, the compressed KV rows, the block
+# table built ahead): "after_topk" (before the selected keys' kernel), "before_scores" or "before_topk". The kernel
+# after the joins waits on their streams too: a graph runs it on one of them, starting it ~2 us after the last of
+# its inputs ends, where a kernel behind one other on its own stream launches under PDL. "before_scores" against
+# "after_topk", H200, V4.1 at real widths, 7 alternating rounds (session 35, part s35e): B=1 1.612 against 1.656 /
+# 1.610 ms (paired -1.1 us, 4 of 7: neutral), B=8 4.264 against 4.360 / 4.282 (paired -15 us, 6 of 7, inside B=8's
+# drift); its B=1 timeline has the selected keys ending 2.7 us after the top-k (5.2 before), but the index scores
+# then wait for the compressed KV rows' store. "before_topk": prepared in session 35, not yet measured (part s35f)
+KEYS_PARTS_JOINED = "before_scores"
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 # side parts of steps of up to this many tokens run on streams of a higher CUDA priority than the step's own
 # (URGENT_PRIORITY; lower is more urgent, 0 the default and the least): where their blocks and the main stream's

@@ -39,16 +39,21 @@ def _run(model):
     return logits, {k: t.clone() for k, t in state._tensors.items()}
 
 
-@pytest.mark.parametrize("arch,flipped", [("v41", ()), ("v41", ("DECODE_PRELUDE",)), ("v41", ("REJOIN_JOINED",)),
-                                          ("v41", ("SELECTION_LAST",)), ("v4", ()), ("v4", ("REJOIN_JOINED",))])
+@pytest.mark.parametrize("arch,flipped", [("v41", {}), ("v41", {"DECODE_PRELUDE": not overlap.DECODE_PRELUDE}),
+                                          ("v41", {"REJOIN_JOINED": not overlap.REJOIN_JOINED}),
+                                          ("v41", {"KEYS_PARTS_JOINED": "after_topk"}),
+                                          ("v41", {"KEYS_PARTS_JOINED": "before_topk"}),
+                                          ("v4", {}), ("v4", {"REJOIN_JOINED": not overlap.REJOIN_JOINED})],
+                         ids=["v41", "v41-prelude", "v41-rejoin", "v41-parts_after_topk", "v41-parts_before_topk", "v4",
+                              "v4-rejoin"])
 def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch, flipped):
-    """With overlap.py's defaults and with ``flipped`` switches the other way: V4.1's compressed layers' shared index
+    """With overlap.py's defaults and with the ``flipped`` switches: V4.1's compressed layers' shared index
     tensors built ahead from the step's start on a stream of their own or by their first reader
     (``DECODE_PRELUDE``); the parts' owners joining them again when they end, or only where something failed
     (``REJOIN_JOINED``: every part must still be joined, or the graph's capture fails); an index layer's keys parts
-    joined before its index scores or after its top-k (``SELECTION_LAST``)."""
-    for name in flipped:
-        monkeypatch.setattr(overlap, name, not getattr(overlap, name))
+    joined before its index scores, before its top-k or after it (``KEYS_PARTS_JOINED``)."""
+    for name, value in flipped.items():
+        monkeypatch.setattr(overlap, name, value)
     cls = DeepseekV41ForCausalLM if arch == "v41" else DeepseekV4ForCausalLM
     # native weights: the routed experts in one kernel (the dense experts' loop syncs with the host)
     model = cls.from_pretrained(tiny_checkpoint(arch), Numerics.reference(), device="cuda", progress=False,

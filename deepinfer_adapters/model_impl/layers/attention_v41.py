@@ -143,18 +143,25 @@ class AttentionV41(AttentionBase):
             elif self.is_source:
                 compressed_part = self._publish_decode(x, batch, state, numerics, aside_kv=parts)
 
-            def parts_joined():  # the window's and the compressed KV rows' parts, and the block table (ahead)
-                if compressed_part is not None:
-                    compressed_part()
-                return window_part(), step_row_blocks(state, batch, self.source_key, "compressed_kv")
+            joined: list = []
 
-            # joined before the index scores where overlap.SELECTION_LAST, so that the selected keys' kernel waits
-            # on its stream for the top-k alone (a graph runs a kernel that waits on other streams too on one of
-            # theirs, where it starts ~2 us after the last of them ends, instead of launching under PDL)
-            joined = parts_joined() if overlap.SELECTION_LAST and self.runs_indexer else None
+            def join_parts() -> None:  # the window's and the compressed KV rows' parts, and the block table (ahead)
+                if not joined:
+                    if compressed_part is not None:
+                        compressed_part()
+                    joined.append((window_part(), step_row_blocks(state, batch, self.source_key, "compressed_kv")))
+
+            # joined where overlap.KEYS_PARTS_JOINED says: the kernel after the joins waits on the parts' streams
+            # too, and a graph runs such a kernel on one of theirs, ~2 us after the last of them ends, instead of
+            # launching it under PDL behind the kernel before it on its own stream
+            where = overlap.KEYS_PARTS_JOINED if self.runs_indexer else "after_topk"
+            if where == "before_scores":
+                join_parts()
             if self.runs_indexer:
-                batch.scratch["selections"] = self._select_decode(x, qr, freqs, batch, state, numerics, queries)
-            (keys, window), (table, rows_a_block) = joined or parts_joined()
+                batch.scratch["selections"] = self._select_decode(x, qr, freqs, batch, state, numerics, queries,
+                                                                  join_parts if where == "before_topk" else None)
+            join_parts()
+            (keys, window), (table, rows_a_block) = joined[0]
             picked, visible = batch.scratch["selections"]
             selected = kernels.selected_keys(keys, window.valid, state.row_pool(self.source_key, "compressed_kv"),
                                              picked, visible, table, rows_a_block,
@@ -189,14 +196,15 @@ class AttentionV41(AttentionBase):
 
     def _select_decode(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: DecodeBatch,
                        state: StateCache, numerics: Numerics,
-                       queries: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
+                       queries: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
+                       before_pick: Callable[[], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """[B, k] picked compressed rows (ascending) over the first max_len // ratio rows of each sequence's
         index keys, and [B] how many rows each sequence has seen: ``selected_keys`` masks the picks at or past
         that (which ``select`` gives as -1) and finds the picked rows in the pool itself, from the cache's block
         table (``StateCache.row_blocks``) -- no launches between the top-k and it. The reuse layers after an index
         layer read the same rows of the same source, which no layer in between writes.
-        ``queries``: joins the indexer's query side where it was started already."""
+        ``queries``: joins the indexer's query side where it was started already; ``before_pick``: called between
+        the scores and the top-k."""
         n_rows = self._index_rows(batch, state)
         B = batch.num_seqs
         visible = batch.visible_rows(self.ratio)
@@ -209,6 +217,8 @@ class AttentionV41(AttentionBase):
             scores = self.indexer.scores(x, qr, freqs, keys, numerics, causal)
         else:
             scores = self.indexer.scores_of(*queries(), keys, causal)
+        if before_pick is not None:
+            before_pick()
         return self.indexer.pick(scores, visible, batch.scratch.setdefault("pool", {}), numerics,
                                  masked=CAUSAL_INDEX_SCORES), visible
 
