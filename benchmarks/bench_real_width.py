@@ -303,9 +303,9 @@ AB_SWITCHES = {
     "prelude": flag(overlap, "DECODE_PRELUDE", False),
     # the side parts' owners joining them again when they end, not only where something failed (overlap.REJOIN_JOINED)
     "rejoin": flag(overlap, "REJOIN_JOINED", True),
-    # an index layer's keys parts joined after its top-k / between its index scores and top-k, not before the scores
+    # an index layer's keys parts joined before its index scores / between them and the top-k, not after the top-k
     # (overlap.KEYS_PARTS_JOINED)
-    **{f"parts_{where}": flag(overlap, "KEYS_PARTS_JOINED", where) for where in ("after_topk", "before_topk")},
+    **{f"parts_{where}": flag(overlap, "KEYS_PARTS_JOINED", where) for where in ("before_scores", "before_topk")},
     # only attention's keys next to its queries (overlap.DECODE_KEYS)
     "decode_keys": flag(overlap, "DECODE_KEYS", False),
     # the shared expert joined after the gate, not at the routed experts' combine (overlap.SHARED_THROUGH_EXPERTS)

@@ -1480,9 +1480,9 @@ if has s35e; then  # (~3 min; run in session 35, the switch since renamed parts_
   fi
   pack
 fi
-if has s35f; then  # (~4 min) an index layer's keys parts joined between its index scores and its top-k
-  # (overlap.KEYS_PARTS_JOINED "before_topk") against before the scores (the default) and after the top-k: the
-  # overlap test's two cases, then the A/Bs at B=1 (their "no_" runs are the switches')
+if has s35f; then  # (~3 min; run in session 35 with "before_scores" the default, since "after_topk" again: the
+  # switches now name the other two) an index layer's keys parts joined between its index scores and its top-k
+  # (overlap.KEYS_PARTS_JOINED "before_topk") against before the scores and after the top-k
   gpu_tests s35f 150 "REPORT overlap|FAIL|Error|passed|failed" tests/gpu/test_overlap_gpu.py -k parts_ -s
   pack
   if passed_all s35f; then
@@ -1490,8 +1490,9 @@ if has s35f; then  # (~4 min) an index layer's keys parts joined between its ind
   fi
   pack
 fi
-if has s35g; then  # (~2 min) session 35's last call: the model's GPU tests (logits against the CPU reference) and
-  # batch invariance at its final defaults (the Gluon top-k, the prelude, the merge unrolled, no rejoining)
+if has s35g; then  # (~2 min; prepared in session 35, not run: no device time was left to start a machine) the model's
+  # GPU tests (logits against the CPU reference) and batch invariance at session 35's defaults (the Gluon top-k, the
+  # prelude, the merge unrolled, no rejoining)
   gpu_tests s35g 170 "FAIL|Error|passed|failed" tests/gpu/test_model_gpu.py tests/gpu/test_batch_invariance_gpu.py
   pack
 fi

@@ -72,8 +72,8 @@ def test_decode_refuses_draft_stages(ckpt):
                                            "PUBLISH_EARLY": False, "INDEX_WEIGHTS_EARLY": False,
                                            "ENGRAM_IDS_ASIDE": False},
                                       {"DECODE_PRELUDE": not overlap.DECODE_PRELUDE},
-                                      {"KEYS_PARTS_JOINED": "after_topk"}, {"KEYS_PARTS_JOINED": "before_topk"}],
-                         ids=["defaults", "all_off", "prelude_flipped", "parts_after_topk", "parts_before_topk"])
+                                      {"KEYS_PARTS_JOINED": "before_scores"}, {"KEYS_PARTS_JOINED": "before_topk"}],
+                         ids=["defaults", "all_off", "prelude_flipped", "parts_before_scores", "parts_before_topk"])
 def test_launch_order_switches_keep_decode_equal_to_forward(ckpt, monkeypatch, switches):
     """overlap.py's launch-order switches move where kernels are issued, never what they compute: decode
     still equals forward bit for bit with their defaults (on) and with all of them off (other code paths:

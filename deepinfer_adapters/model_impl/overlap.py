@@ -78,14 +78,15 @@ DECODE_PRELUDE = True
 # across the rounds), the same bits
 REJOIN_JOINED = False
 # where a V4.1 index layer's decode joins its keys' other parts (the window ring, the compressed KV rows, the block
-# table built ahead): "after_topk" (before the selected keys' kernel), "before_scores" or "before_topk". The kernel
-# after the joins waits on their streams too: a graph runs it on one of them, starting it ~2 us after the last of
-# its inputs ends, where a kernel behind one other on its own stream launches under PDL. "before_scores" against
-# "after_topk", H200, V4.1 at real widths, 7 alternating rounds (session 35, part s35e): B=1 1.612 against 1.656 /
-# 1.610 ms (paired -1.1 us, 4 of 7: neutral), B=8 4.264 against 4.360 / 4.282 (paired -15 us, 6 of 7, inside B=8's
-# drift); its B=1 timeline has the selected keys ending 2.7 us after the top-k (5.2 before), but the index scores
-# then wait for the compressed KV rows' store. "before_topk": prepared in session 35, not yet measured (part s35f)
-KEYS_PARTS_JOINED = "before_scores"
+# table built ahead): "after_topk" (right before the selected keys' kernel), "before_scores" or "before_topk". The
+# kernel after the joins waits on their streams too: a graph runs it on one of them, starting it ~2 us after the last
+# of its inputs ends, where a kernel behind one other on its own stream launches under PDL. H200, V4.1 at real
+# widths, 7 alternating rounds each (session 35; paired: the default's time minus the other's): "before_scores"
+# against "after_topk" at B=1 +1.1 us (part s35e, 4 of 7) and +12.5 (s35f, 5 of 7, a machine whose rounds jumped
+# between 1.57 and 1.69 ms), at B=8 -15 (6 of 7, inside B=8's drift). Its B=1 timeline (s35e) has the selected keys
+# ending 2.7 us after the top-k instead of 5.2, but the index scores then wait for the compressed KV rows' store.
+# "before_topk" against "before_scores" at B=1: -3.9 us (s35f, 4 of 7); not yet against "after_topk"
+KEYS_PARTS_JOINED = "after_topk"
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 # side parts of steps of up to this many tokens run on streams of a higher CUDA priority than the step's own
 # (URGENT_PRIORITY; lower is more urgent, 0 the default and the least): where their blocks and the main stream's

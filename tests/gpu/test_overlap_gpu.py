@@ -41,10 +41,10 @@ def _run(model):
 
 @pytest.mark.parametrize("arch,flipped", [("v41", {}), ("v41", {"DECODE_PRELUDE": not overlap.DECODE_PRELUDE}),
                                           ("v41", {"REJOIN_JOINED": not overlap.REJOIN_JOINED}),
-                                          ("v41", {"KEYS_PARTS_JOINED": "after_topk"}),
+                                          ("v41", {"KEYS_PARTS_JOINED": "before_scores"}),
                                           ("v41", {"KEYS_PARTS_JOINED": "before_topk"}),
                                           ("v4", {}), ("v4", {"REJOIN_JOINED": not overlap.REJOIN_JOINED})],
-                         ids=["v41", "v41-prelude", "v41-rejoin", "v41-parts_after_topk", "v41-parts_before_topk", "v4",
+                         ids=["v41", "v41-prelude", "v41-rejoin", "v41-parts_before_scores", "v41-parts_before_topk", "v4",
                               "v4-rejoin"])
 def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch, flipped):
     """With overlap.py's defaults and with the ``flipped`` switches: V4.1's compressed layers' shared index
