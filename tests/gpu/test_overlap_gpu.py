@@ -44,8 +44,8 @@ def _run(model):
                                           ("v41", {"KEYS_PARTS_JOINED": "before_scores"}),
                                           ("v41", {"KEYS_PARTS_JOINED": "before_topk"}),
                                           ("v4", {}), ("v4", {"REJOIN_JOINED": not overlap.REJOIN_JOINED})],
-                         ids=["v41", "v41-prelude", "v41-rejoin", "v41-parts_before_scores", "v41-parts_before_topk", "v4",
-                              "v4-rejoin"])
+                         ids=["v41", "v41-prelude", "v41-rejoin", "v41-parts_before_scores", "v41-parts_before_topk",
+                              "v4", "v4-rejoin"])
 def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch, flipped):
     """With overlap.py's defaults and with the ``flipped`` switches: V4.1's compressed layers' shared index
     tensors built ahead from the step's start on a stream of their own or by their first reader
