@@ -43,7 +43,8 @@ def _sass(kernel, source, const: dict, warps: int) -> str:
 
 def _summary(name: str, text: str) -> str:
     ops = collections.Counter(m.group(2) for line in text.splitlines() if (m := _INSTR.match(line)))
-    return f"{name:8s} {sum(ops.values()):5d} instructions a thread, {ops['BAR']:3d} barriers, {ops['SHFL']:3d} shuffles"
+    return (f"{name:8s} {sum(ops.values()):5d} instructions a thread, {ops['BAR']:3d} barriers, "
+            f"{ops['SHFL']:3d} shuffles")
 
 
 def main() -> None:

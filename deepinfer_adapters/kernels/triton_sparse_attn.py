@@ -197,7 +197,8 @@ def _kernels():
         output dims [pid2 * D_PAD, +D_PAD) (each program recomputes its heads' M and denominator: the same
         values in every program). The NS (= ``splits``) splits' partials are added in split order
         (``MERGE_LOADS``): "unrolled", a loop of a constant trip count, which the compiler unrolls so that the loads
-        are issued ahead of the sums; "loop", a loop over the runtime count, each split's loads after the last's sums."""
+        are issued ahead of the sums; "loop", a loop over the runtime count, each split's loads after the last's
+        sums."""
         pdl_start()
         s = tl.program_id(0).to(tl.int64)
         offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
