@@ -12,6 +12,7 @@ scores are bf16 in the model).
 from __future__ import annotations
 
 import argparse
+import functools
 
 import torch
 
@@ -48,7 +49,7 @@ def main():
             triton_topk.ROW_PER_THREAD, triton_topk.MAX_WARPS = per, warps
             return triton_topk.topk_torch_order
         gluon_topk.ROW_PER_THREAD = per
-        return gluon_topk.topk_torch_order
+        return functools.partial(gluon_topk.topk, torch_order=True)
 
     for dtype in (DTYPES[d] for d in args.dtypes):
         for n in args.rows:

@@ -17,7 +17,7 @@ import importlib
 
 import torch
 
-from deepinfer_adapters.kernels import register
+from deepinfer_adapters.kernels.triton_topk import register_both, rows_topk
 from deepinfer_adapters.kernels.triton_support import FLOAT_DTYPES, interpreting, triton_available
 
 GLUON_TOPK = True
@@ -45,32 +45,21 @@ def shape(m: int) -> tuple[int, int]:
     return warps, block // (32 * warps)
 
 
-def _topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``triton_topk.topk``'s picks and values (the two tie rules), from the Gluon kernel."""
     from deepinfer_adapters.kernels.gluon_gemv import pdl_options
     from deepinfer_adapters.kernels.gluon_topk_jit import topk_gluon_kernel
 
-    lead, m = scores.shape[:-1], scores.shape[-1]
-    rows = scores.reshape(-1, m)
-    rows = rows if rows.stride(-1) == 1 else rows.contiguous()
-    n = rows.shape[0]
-    idx = torch.empty(n, k, device=scores.device, dtype=torch.long)
-    val = torch.empty(n, k, device=scores.device, dtype=scores.dtype)
-    if n and k:
-        warps, per = shape(m)
-        topk_gluon_kernel[(n,)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0), W=warps, PER=per,
-                                TORCH_ORDER=torch_order, KEY_BITS=16 if scores.dtype == torch.bfloat16 else 32,
-                                num_warps=warps, **pdl_options(next_launch=False))
-    return idx.view(*lead, k), val.view(*lead, k)
+    m = scores.shape[-1]
+    warps, per = shape(m)
 
+    def launch(rows: torch.Tensor, idx: torch.Tensor, val: torch.Tensor) -> None:
+        topk_gluon_kernel[(rows.shape[0],)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0),
+                                            W=warps, PER=per, TORCH_ORDER=torch_order,
+                                            KEY_BITS=16 if scores.dtype == torch.bfloat16 else 32, num_warps=warps,
+                                            **pdl_options(next_launch=False))
 
-def topk_lowest_index(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """See ``reference.topk_lowest_index``."""
-    return _topk(scores, k, torch_order=False)
-
-
-def topk_torch_order(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """See ``reference.topk_torch_order``: the set torch.topk takes on CUDA (``triton_topk``'s module doc)."""
-    return _topk(scores, k, torch_order=True)
+    return rows_topk(scores, k, launch)
 
 
 def supports(scores: torch.Tensor, k: int) -> bool:
@@ -79,5 +68,4 @@ def supports(scores: torch.Tensor, k: int) -> bool:
             and _capable(scores.device.index if scores.device.index is not None else torch.cuda.current_device()))
 
 
-register("topk_lowest_index", "gluon", topk_lowest_index, supports=supports, priority=20)
-register("topk_torch_order", "gluon", topk_torch_order, supports=supports, priority=20)
+register_both("gluon", topk, supports, priority=20)

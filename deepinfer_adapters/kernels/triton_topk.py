@@ -36,6 +36,7 @@ rolled with the one scan) paid.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -99,30 +100,45 @@ def _kernel():
     return triton, topk_kernel
 
 
-def _topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    triton, kernel = _kernel()
+def rows_topk(scores: torch.Tensor, k: int, launch: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A row top-k kernel's frame: the scores' rows [n, m] (unit stride), the picks [n, k] (int64) and their values,
+    ``launch(rows, idx, val)`` where there is work, the outputs as [..., k]."""
     lead, m = scores.shape[:-1], scores.shape[-1]
     rows = scores.reshape(-1, m)
     rows = rows if rows.stride(-1) == 1 else rows.contiguous()
-    n = rows.shape[0]
-    idx = torch.empty(n, k, device=scores.device, dtype=torch.long)
-    val = torch.empty(n, k, device=scores.device, dtype=scores.dtype)
-    if n and k:
-        block = max(16, triton.next_power_of_2(m))
-        kernel[(n,)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0), BLOCK=block,
-                     TORCH_ORDER=torch_order, KEY_BITS=16 if scores.dtype == torch.bfloat16 else 32,
-                     num_warps=max(1, min(MAX_WARPS, block // (32 * ROW_PER_THREAD))), **pdl_launch())
+    idx = torch.empty(rows.shape[0], k, device=scores.device, dtype=torch.long)
+    val = torch.empty(rows.shape[0], k, device=scores.device, dtype=scores.dtype)
+    if rows.shape[0] and k:
+        launch(rows, idx, val)
     return idx.view(*lead, k), val.view(*lead, k)
 
 
-def topk_lowest_index(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """See ``reference.topk_lowest_index``."""
-    return _topk(scores, k, torch_order=False)
+def register_both(name: str, topk: Callable[..., tuple[torch.Tensor, torch.Tensor]], supports: Callable[..., bool],
+                  priority: int) -> None:
+    """``topk(scores, k, torch_order)`` as backend ``name`` of ``topk_lowest_index`` and ``topk_torch_order``."""
+    register("topk_lowest_index", name, functools.partial(topk, torch_order=False), supports=supports,
+             priority=priority)
+    register("topk_torch_order", name, functools.partial(topk, torch_order=True), supports=supports, priority=priority)
 
 
-def topk_torch_order(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """See ``reference.topk_torch_order``: the set torch.topk takes on CUDA (module docstring)."""
-    return _topk(scores, k, torch_order=True)
+def topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``reference.topk_lowest_index``, or with ``torch_order`` ``reference.topk_torch_order`` (the set torch.topk
+    takes on CUDA: module doc)."""
+    triton, kernel = _kernel()
+    m = scores.shape[-1]
+    block = max(16, triton.next_power_of_2(m))
+
+    def launch(rows: torch.Tensor, idx: torch.Tensor, val: torch.Tensor) -> None:
+        kernel[(rows.shape[0],)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0), BLOCK=block,
+                                 TORCH_ORDER=torch_order, KEY_BITS=16 if scores.dtype == torch.bfloat16 else 32,
+                                 num_warps=max(1, min(MAX_WARPS, block // (32 * ROW_PER_THREAD))), **pdl_launch())
+
+    return rows_topk(scores, k, launch)
+
+
+topk_lowest_index = functools.partial(topk, torch_order=False)
+topk_torch_order = functools.partial(topk, torch_order=True)
 
 
 def supports(scores: torch.Tensor, k: int) -> bool:
@@ -130,5 +146,4 @@ def supports(scores: torch.Tensor, k: int) -> bool:
             and 0 <= k <= scores.shape[-1] <= MAX_ROW and scores.dim() >= 1 and triton_available())
 
 
-register("topk_lowest_index", "triton", topk_lowest_index, supports=supports, priority=10)
-register("topk_torch_order", "triton", topk_torch_order, supports=supports, priority=10)
+register_both("triton", topk, supports, priority=10)
