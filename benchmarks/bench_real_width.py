@@ -463,6 +463,9 @@ AB_SWITCHES = {
     "topk_torch_order": torch_backend("topk_torch_order"),
     # the top-k's Triton kernel instead of the Gluon one (gluon_topk.GLUON_TOPK)
     "gluon_topk": flag(gluon_topk, "GLUON_TOPK", False),
+    # the Gluon top-k with the row in two parts (gluon_topk.SPLIT_ROW; off by default until measured: the "no_" run
+    # is the one with it)
+    "topk_split": flag(gluon_topk, "SPLIT_ROW", True),
 }
 
 

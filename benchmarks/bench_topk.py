@@ -4,7 +4,7 @@
 its own ``ROW_PER_THREAD``, each against the Triton default's picks.
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_topk.py [--per-thread 4 8 16 32] [--widths ...]
-[--dtypes bf16 fp32] [--rows 1 8] [--max-warps 16 32] [--gluon-per-thread 4 8 16]. Each setting compiles the
+[--dtypes bf16 fp32] [--rows 1 8] [--max-warps 16 32] [--gluon-per-thread 4 8 16] [--gluon-split]. Each setting compiles the
 kernel anew for each width and dtype: ~100 s covered 8 of the 48 cases of session 21's defaults (a decode step's
 scores are bf16 in the model).
 """
@@ -32,6 +32,8 @@ def main():
                     help="triton_topk.MAX_WARPS settings to sweep with each --per-thread (default: the module's)")
     ap.add_argument("--gluon-per-thread", type=int, nargs="*", default=[],
                     help="gluon_topk.ROW_PER_THREAD settings (the Gluon kernel; none: not timed)")
+    ap.add_argument("--gluon-split", action="store_true",
+                    help="each Gluon setting also with the row in two parts (gluon_topk.SPLIT_ROW)")
     args = ap.parse_args()
     from benchmarks.timing import run_info, time_graph
     from deepinfer_adapters.kernels import gluon_topk, triton_topk
@@ -40,15 +42,16 @@ def main():
     g = torch.Generator(device="cuda").manual_seed(0)
     default = ("triton", triton_topk.ROW_PER_THREAD, triton_topk.MAX_WARPS)
     settings = [("triton", per, warps) for per in args.per_thread for warps in (args.max_warps or [default[2]])]
-    settings += [("gluon", per, gluon_topk.MAX_WARPS) for per in args.gluon_per_thread]
-    gluon_default = gluon_topk.ROW_PER_THREAD
+    settings += [(kernel, per, gluon_topk.MAX_WARPS) for per in args.gluon_per_thread
+                 for kernel in (("gluon", "gluon_split") if args.gluon_split else ("gluon",))]
+    gluon_default = (gluon_topk.ROW_PER_THREAD, gluon_topk.SPLIT_ROW)
 
     def use(setting):
         kernel, per, warps = setting
         if kernel == "triton":
             triton_topk.ROW_PER_THREAD, triton_topk.MAX_WARPS = per, warps
             return triton_topk.topk_torch_order
-        gluon_topk.ROW_PER_THREAD = per
+        gluon_topk.ROW_PER_THREAD, gluon_topk.SPLIT_ROW = per, kernel == "gluon_split"
         return functools.partial(gluon_topk.topk, torch_order=True)
 
     for dtype in (DTYPES[d] for d in args.dtypes):
@@ -63,7 +66,7 @@ def main():
                     same = torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
                     row[setting] = (time_graph([lambda s=s, topk=topk: topk(s, K) for s in sets]), same)
                 use(default)
-                gluon_topk.ROW_PER_THREAD = gluon_default
+                gluon_topk.ROW_PER_THREAD, gluon_topk.SPLIT_ROW = gluon_default
                 print(f"topk {str(dtype)[6:]:8s} rows {n} x {m:5d}: "
                       + " ".join(f"{kernel} {per}/thread <={warps} warps {us:5.1f} us{'' if same else ' (OTHER PICKS)'}"
                                  for (kernel, per, warps), (us, same) in row.items()), flush=True)

@@ -5,8 +5,8 @@ shapes. At decode one program holds an SM alone with up to 16 warps, so the kern
 
 Needs Triton 3.6 in a scratch venv (as ``sass_count.py``):
     PYTHONPATH=. /tmp/tri36/bin/python benchmarks/topk_sass.py [m ...]
-Session 35: m = 4104 (a 8192 block, 16 warps) Triton 3128 instructions, 52 barriers, 148 shuffles; Gluon at 16
-scores a thread 2008, 33, 5.
+Session 35 (m = 4104, 16 warps): Triton (an 8192 block) 2344 instructions a thread, 60 barriers, 80 shuffles; Gluon
+at 16 scores a thread 2008, 33, 5; Gluon with the row in two parts (``gluon_topk.SPLIT_ROW``, 8 + 1 a thread) below.
 """
 
 from __future__ import annotations
@@ -57,12 +57,12 @@ def main() -> None:
         warps = max(1, min(triton_topk.MAX_WARPS, block // (32 * triton_topk.ROW_PER_THREAD)))
         text = _sass(triton_kernel, ASTSource, dict(BLOCK=block, TORCH_ORDER=False, KEY_BITS=16), warps)
         print(f"m {m}: " + _summary("triton", text) + f" ({warps} warps)")
-        for per in (4, 8, 16):
-            gluon_topk.ROW_PER_THREAD = per
-            warps, per_thread = gluon_topk.shape(m)
+        for split in (False, True):
+            gluon_topk.SPLIT_ROW = split
+            warps, per, tail = gluon_topk.shape(m)
             text = _sass(topk_gluon_kernel, GluonASTSource,
-                         dict(W=warps, PER=per_thread, TORCH_ORDER=False, KEY_BITS=16, PDL=True), warps)
-            print(f"m {m}: " + _summary("gluon", text) + f" ({warps} warps, {per_thread} scores a thread)")
+                         dict(W=warps, PER=per, TAIL=tail, TORCH_ORDER=False, KEY_BITS=16, PDL=True), warps)
+            print(f"m {m}: " + _summary("gluon", text) + f" ({warps} warps, {per} + {tail} scores a thread)")
 
 
 if __name__ == "__main__":

@@ -85,16 +85,24 @@ def test_topk_torch_order_kernel_follows_the_stated_cuda_rule_under_the_interpre
     assert "OK 7" in run_interpreted(TORCH_ORDER_SCRIPT)
 
 
-@pytest.mark.parametrize("m", [1, 7, 32, 33, 1000, 1026, 4104, 8192, 16384])
-def test_gluon_topk_shape_covers_the_row_in_powers_of_two(m):
+@pytest.mark.parametrize("m", [1, 7, 32, 33, 65, 1000, 1026, 1300, 4104, 8192, 16383, 16384])
+@pytest.mark.parametrize("split", [False, True])
+def test_gluon_topk_shape_covers_the_row_in_powers_of_two(monkeypatch, m, split):
     """The Gluon kernel's program shape (it cannot run in the interpreter: tests/gpu/test_topk_gpu.py runs it):
-    warps x 32 lanes x scores a thread covers the row, both powers of two, at most MAX_WARPS warps, and no more
-    than twice the row (a 32-lane warp at least)."""
+    warps x 32 lanes x (scores a thread in the first part + in the second) covers the row, all powers of two, at
+    most MAX_WARPS warps, never more lanes than one power-of-two block (32 at least); one part without
+    ``SPLIT_ROW``, and with it a row just past a power of two in fewer lanes than the block."""
     from deepinfer_adapters.kernels import gluon_topk
 
-    warps, per = gluon_topk.shape(m)
-    assert 32 * warps * per >= m and 32 * warps * per <= max(32, 2 * m - 1)
-    assert warps & (warps - 1) == 0 and per & (per - 1) == 0 and 1 <= warps <= gluon_topk.MAX_WARPS
+    monkeypatch.setattr(gluon_topk, "SPLIT_ROW", split)
+    warps, per, tail = gluon_topk.shape(m)
+    block = max(32, 1 << (m - 1).bit_length())
+    covered = 32 * warps * (per + tail)
+    assert m <= covered <= block
+    assert all(v & (v - 1) == 0 for v in (warps, per, tail)) and 1 <= warps <= gluon_topk.MAX_WARPS and per >= 1
+    assert tail == 0 if not split else (tail < per and 32 * warps * per == block // 2) or tail == 0
+    if split and m in (1026, 4104):
+        assert covered <= 0.625 * block
 
 
 def test_gluon_topk_is_not_picked_off_the_gpu():

@@ -24,6 +24,11 @@ GLUON_TOPK = True
 MAX_ROW = 16384  # the row in the registers of one program
 MAX_WARPS = 16
 ROW_PER_THREAD = 8  # scores a thread holds where the row allows (the warps follow, up to MAX_WARPS)
+# the row in two parts where that leaves a thread fewer scores (``shape``): a row just past a power of two (4104
+# scores) takes 8 + 1 scores a thread on 16 warps instead of a padded block's 16. Offline SASS (benchmarks/
+# topk_sass.py, bf16): 4104 scores 2008 -> 1376 instructions a thread, 1026 scores 1072 -> 840. Prepared in session
+# 35 and off: not yet run on the GPU (part s36b: its GPU tests, then the A/B)
+SPLIT_ROW = False
 
 
 @functools.cache
@@ -38,11 +43,21 @@ def _capable(device_index: int) -> bool:
     return True
 
 
-def shape(m: int) -> tuple[int, int]:
-    """(warps, scores a thread) of a row of ``m`` scores: 32 * warps * per >= m, both powers of two."""
-    block = max(32, 1 << (m - 1).bit_length())
+def shape(m: int) -> tuple[int, int, int]:
+    """(warps, scores a thread in the row's first part, in its second; all powers of two, the second 0 where there
+    is none) for a row of ``m`` scores. The warps follow the row's power-of-two block. With ``SPLIT_ROW`` the first
+    part is half the block and the second covers the rest (``topk_gluon_kernel``) where that leaves a thread fewer
+    scores, so a row just past a power of two does not take twice the lanes (4104 scores: 8 + 1 a thread on 16
+    warps, not 16); without, the block is one part."""
+    block = max(32, 1 << max(0, m - 1).bit_length())
     warps = max(1, min(MAX_WARPS, block // (32 * ROW_PER_THREAD)))
-    return warps, block // (32 * warps)
+    per = block // (32 * warps)
+    if SPLIT_ROW and per > 1:
+        rest = -(-(m - block // 2) // (32 * warps))  # the second part's scores a thread, rounded up
+        tail = 1 << (rest - 1).bit_length() if rest > 0 else 0
+        if tail < per // 2:
+            return warps, per // 2, tail
+    return warps, per, 0
 
 
 def topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,11 +66,11 @@ def topk(scores: torch.Tensor, k: int, torch_order: bool) -> tuple[torch.Tensor,
     from deepinfer_adapters.kernels.gluon_topk_jit import topk_gluon_kernel
 
     m = scores.shape[-1]
-    warps, per = shape(m)
+    warps, per, tail = shape(m)
 
     def launch(rows: torch.Tensor, idx: torch.Tensor, val: torch.Tensor) -> None:
         topk_gluon_kernel[(rows.shape[0],)](rows, idx, val, m, k, rows.stride(0), idx.stride(0), val.stride(0),
-                                            W=warps, PER=per, TORCH_ORDER=torch_order,
+                                            W=warps, PER=per, TAIL=tail, TORCH_ORDER=torch_order,
                                             KEY_BITS=16 if scores.dtype == torch.bfloat16 else 32, num_warps=warps,
                                             **pdl_options(next_launch=False))
 

@@ -7,26 +7,29 @@ import pytest
 import torch
 
 from deepinfer_adapters import kernels
-from deepinfer_adapters.kernels import reference
+from deepinfer_adapters.kernels import gluon_topk, reference
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
-BACKENDS = ["gluon", "triton"]
+BACKENDS = ["gluon", "gluon_split", "triton"]
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request):
-    """Each kernel pinned in turn; the Gluon one is what a CUDA GPU picks by itself."""
+def backend(request, monkeypatch):
+    """Each kernel pinned in turn (the Gluon one is what a CUDA GPU picks by itself), "gluon_split": the Gluon
+    kernel with the row in two parts (``gluon_topk.SPLIT_ROW``)."""
     s = torch.zeros(4, 1000, device="cuda")
     assert kernels.chosen("topk_lowest_index", s, 8) == kernels.chosen("topk_torch_order", s, 8) == "gluon"
+    name, _, split = request.param.partition("_")
+    monkeypatch.setattr(gluon_topk, "SPLIT_ROW", bool(split))
     for op in ("topk_lowest_index", "topk_torch_order"):
-        kernels.use_backend(op, request.param)
-    yield request.param
+        kernels.use_backend(op, name)
+    yield name
     for op in ("topk_lowest_index", "topk_torch_order"):
         kernels.use_backend(op, None)
 
 
 @pytest.mark.parametrize("n,m,k", [(1, 2048, 512), (8, 4096, 512), (300, 1000, 64), (3, 16384, 2048), (5, 7, 7),
-                                   (1, 1026, 512), (2, 4104, 512), (4, 33, 5)])
+                                   (1, 1026, 512), (2, 4104, 512), (4, 33, 5), (3, 65, 20), (2, 1300, 300)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_topk_matches_reference(n, m, k, dtype, backend):
     g = torch.Generator(device="cuda").manual_seed(n + m)
@@ -58,7 +61,8 @@ def _bits(v: torch.Tensor) -> torch.Tensor:
 
 # decode (a few rows: torch's single-block top-k) and prefill (8192 rows: its multi-block one) shapes
 @pytest.mark.parametrize("n,m,k", [(1, 1024, 512), (8, 1024, 512), (32, 1024, 512), (8, 64, 16), (128, 4096, 512),
-                                   (8192, 2048, 512), (4096, 1024, 512), (3, 16384, 2048), (5, 7, 7)])
+                                   (8192, 2048, 512), (4096, 1024, 512), (3, 16384, 2048), (5, 7, 7), (1, 4104, 512),
+                                   (4, 1026, 512), (2, 16383, 2048)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("nan", [False, True])
 def test_topk_torch_order_takes_torch_topks_set(n, m, k, dtype, nan, backend):
