@@ -44,7 +44,8 @@ def _offsets(start, W: gl.constexpr, PER: gl.constexpr):
 
 @gluon.jit
 def _keys(S, offs, m, TORCH_ORDER: gl.constexpr, KEY_BITS: gl.constexpr):
-    """(scores, their order-preserving keys: 0 past the row) at ``offs``."""
+    """(scores, their order-preserving keys: 0 past the row) at ``offs`` -- ``triton_topk.topk_kernel``'s keys,
+    written again: a Gluon function cannot call a Triton one."""
     inside = offs < m
     s = gl.load(S + offs, mask=inside, other=0.0)
     x = s.to(gl.float32)
