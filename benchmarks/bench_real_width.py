@@ -77,6 +77,7 @@ from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.model_impl.quant import (expert_matrix, fp4_to_fp8_tiles, quant_fp4_blocks, to_e4m3_tiles,
                                                  to_fp4_tiles, unpack_fp4)
 from deepinfer_adapters.presets import engram_table_rows, release_config, tiny_config
+from deepinfer_adapters.standalone import cuda_graphs
 from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
 
 CONTEXT, PREFILL, BATCHES = 4096, 8192, (1, 8, 32, 128)
@@ -466,6 +467,9 @@ AB_SWITCHES = {
     # the Gluon top-k with the row in two parts (gluon_topk.SPLIT_ROW; off by default until measured: the "no_" run
     # is the one with it)
     "topk_split": flag(gluon_topk, "SPLIT_ROW", True),
+    # decode graphs captured on their warm-up's stream (cuda_graphs.CAPTURE_ON_WARMUP_STREAM; off by default until
+    # measured: the "no_" run is the one with it)
+    "warmup_stream": flag(cuda_graphs, "CAPTURE_ON_WARMUP_STREAM", True),
 }
 
 

@@ -31,6 +31,12 @@ from deepinfer_adapters.model_impl.batch import DecodeBatch
 from deepinfer_adapters.model_impl.state import StateCache
 
 MIN_LEN_BUCKET = 1024
+# a capture runs on the stream its warm-up ran on, not on torch's own capture stream: what a kernel caches per stream
+# at its first call (``kernels.arrival_counters``: a zeroed set each stream) is then made by the warm-up, outside the
+# graph. On torch's stream every replay zero-fills the capture stream's counters before layer 0's first hc_post_norm
+# (~1.4 us on the B=1 critical path, outside PDL: session 35's s35d timeline). Prepared in session 35, off until its
+# GPU test and A/B have run (part s36c)
+CAPTURE_ON_WARMUP_STREAM = False
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -129,6 +135,6 @@ class DecodeGraphs:
                 self.model.decode(batch, self.state)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
+        with torch.cuda.graph(graph, pool=self._pool, stream=side if CAPTURE_ON_WARMUP_STREAM else None):
             logits = self.model.decode(batch, self.state)
         return graph, logits

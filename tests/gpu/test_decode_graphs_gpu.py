@@ -27,6 +27,7 @@ from deepinfer_adapters.model_impl.deepseek_v41 import DeepseekV41ForCausalLM
 from deepinfer_adapters.model_impl.numerics import Numerics
 from deepinfer_adapters.standalone import LLM, EngineConfig, LLMEngine
 from deepinfer_adapters.decoding.sampling_params import SamplingParams
+from deepinfer_adapters.standalone import cuda_graphs
 from deepinfer_adapters.standalone.cuda_graphs import DecodeGraphs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on the GPU machine)")
@@ -73,11 +74,13 @@ def test_decode_equals_forward_on_cuda_float32(ckpt):
         torch.testing.assert_close(other._tensors[key], t, atol=1e-4, rtol=1e-4, msg=f"state {key}")
 
 
-@pytest.mark.parametrize("urgent_tokens", [0, 1, 4])
-def test_graph_replay_equals_eager_decode(ckpt, urgent_tokens, monkeypatch):
+@pytest.mark.parametrize("urgent_tokens,warmup_stream", [(0, False), (1, False), (4, False), (1, True)])
+def test_graph_replay_equals_eager_decode(ckpt, urgent_tokens, warmup_stream, monkeypatch):
     """With side streams of a higher CUDA priority than the step's (``overlap.URGENT_SIDE_TOKENS``: none, at one
-    token, up to four) too: the same kernels, whichever stream's blocks the scheduler takes first."""
+    token, up to four) too: the same kernels, whichever stream's blocks the scheduler takes first; and captured on
+    the warm-up's stream (``cuda_graphs.CAPTURE_ON_WARMUP_STREAM``: the per-stream caches made outside the graph)."""
     monkeypatch.setattr(overlap, "URGENT_SIDE_TOKENS", urgent_tokens)
+    monkeypatch.setattr(cuda_graphs, "CAPTURE_ON_WARMUP_STREAM", warmup_stream)
     model = DeepseekV41ForCausalLM.from_pretrained(ckpt, Numerics.reference(), device="cuda", progress=False,
                                                    weights="fp8", with_draft=False)
     state, tokens, positions = _prefilled(model)
@@ -98,7 +101,8 @@ def test_graph_replay_equals_eager_decode(ckpt, urgent_tokens, monkeypatch):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=f"step {step}")
         for j, i in enumerate(pick):
             tokens[i], positions[i] = int(got[j].argmax()), positions[i] + 1
-    print(f"graph replay vs eager (urgent side streams up to {urgent_tokens} tokens): bit-exact {exact}; "
+    print(f"graph replay vs eager (urgent side streams up to {urgent_tokens} tokens, captured on the warm-up's "
+          f"stream {warmup_stream}): bit-exact {exact}; "
           f"graphs captured {graphs.num_graphs}")
     assert graphs.num_graphs == 3  # buckets 4, 1, 2 at one length bucket
     for key, t in eager_state._tensors.items():
