@@ -4,9 +4,9 @@
 its own ``ROW_PER_THREAD``, each against the Triton default's picks.
 
 Run on the GPU machine:  PYTHONPATH=. python benchmarks/bench_topk.py [--per-thread 4 8 16 32] [--widths ...]
-[--dtypes bf16 fp32] [--rows 1 8] [--max-warps 16 32] [--gluon-per-thread 4 8 16] [--gluon-split]. Each setting compiles the
-kernel anew for each width and dtype: ~100 s covered 8 of the 48 cases of session 21's defaults (a decode step's
-scores are bf16 in the model).
+[--dtypes bf16 fp32] [--rows 1 8] [--max-warps 16 32] [--gluon-per-thread 4 8 16] [--gluon-split]. Each setting
+compiles the kernel anew for each width and dtype: ~100 s covered 8 of the 48 cases of session 21's defaults (a
+decode step's scores are bf16 in the model).
 """
 
 from __future__ import annotations
