@@ -14,6 +14,7 @@ Compressed rows live in the source layer's state (rows fields, one row per
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -143,13 +144,11 @@ class AttentionV41(AttentionBase):
             elif self.is_source:
                 compressed_part = self._publish_decode(x, batch, state, numerics, aside_kv=parts)
 
-            joined: list = []
-
-            def join_parts() -> None:  # the window's and the compressed KV rows' parts, and the block table (ahead)
-                if not joined:
-                    if compressed_part is not None:
-                        compressed_part()
-                    joined.append((window_part(), step_row_blocks(state, batch, self.source_key, "compressed_kv")))
+            @functools.cache  # once, where KEYS_PARTS_JOINED puts it (a later call returns the same)
+            def join_parts() -> tuple:  # the window's and the compressed KV rows' parts, and the block table (ahead)
+                if compressed_part is not None:
+                    compressed_part()
+                return window_part(), step_row_blocks(state, batch, self.source_key, "compressed_kv")
 
             # joined where overlap.KEYS_PARTS_JOINED says: the kernel after the joins waits on the parts' streams
             # too, and a graph runs such a kernel on one of theirs, ~2 us after the last of them ends, instead of
@@ -160,8 +159,7 @@ class AttentionV41(AttentionBase):
             if self.runs_indexer:
                 batch.scratch["selections"] = self._select_decode(x, qr, freqs, batch, state, numerics, queries,
                                                                   join_parts if where == "before_topk" else None)
-            join_parts()
-            (keys, window), (table, rows_a_block) = joined[0]
+            (keys, window), (table, rows_a_block) = join_parts()
             picked, visible = batch.scratch["selections"]
             selected = kernels.selected_keys(keys, window.valid, state.row_pool(self.source_key, "compressed_kv"),
                                              picked, visible, table, rows_a_block,
@@ -197,7 +195,7 @@ class AttentionV41(AttentionBase):
     def _select_decode(self, x: torch.Tensor, qr: torch.Tensor, freqs: torch.Tensor, batch: DecodeBatch,
                        state: StateCache, numerics: Numerics,
                        queries: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
-                       before_pick: Callable[[], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                       before_pick: Callable[[], object] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """[B, k] picked compressed rows (ascending) over the first max_len // ratio rows of each sequence's
         index keys, and [B] how many rows each sequence has seen: ``selected_keys`` masks the picks at or past
         that (which ``select`` gives as -1) and finds the picked rows in the pool itself, from the cache's block
