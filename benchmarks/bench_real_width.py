@@ -464,9 +464,9 @@ AB_SWITCHES = {
     "topk_torch_order": torch_backend("topk_torch_order"),
     # the top-k's Triton kernel instead of the Gluon one (gluon_topk.GLUON_TOPK)
     "gluon_topk": flag(gluon_topk, "GLUON_TOPK", False),
-    # the Gluon top-k with the row in two parts (gluon_topk.SPLIT_ROW; off by default until measured: the "no_" run
-    # is the one with it)
-    "topk_split": flag(gluon_topk, "SPLIT_ROW", True),
+    # the Gluon top-k with the row as one padded block (gluon_topk.SPLIT_ROW off; on by default since session 36: the
+    # "no_" run is the one without the split)
+    "topk_one_part": flag(gluon_topk, "SPLIT_ROW", False),
     # decode graphs captured on their warm-up's stream (cuda_graphs.CAPTURE_ON_WARMUP_STREAM; off by default until
     # measured: the "no_" run is the one with it)
     "warmup_stream": flag(cuda_graphs, "CAPTURE_ON_WARMUP_STREAM", True),

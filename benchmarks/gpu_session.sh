@@ -1491,15 +1491,15 @@ if has s36a; then  # (~2 min; prepared in session 35, not run) the B=1 decode gr
   probe s36a 170 60 benchmarks/probe_graph_edges.py --first 60 --out "$OUT/s36a"
   pack
 fi
-if has s36b; then  # (~5 min; prepared in session 35, not run) the Gluon top-k with the row in two parts
-  # (gluon_topk.SPLIT_ROW, off): its GPU tests (each kernel against the reference and torch.topk), the kernels alone,
-  # then the A/B (its "no_" run is the one with the split; the logits' bits must not move: the same picks)
+if has s36b; then  # (~5 min; run in session 36 with the split off) the Gluon top-k with the row in two parts
+  # (gluon_topk.SPLIT_ROW, on since): its GPU tests (each kernel against the reference and torch.topk), the kernels
+  # alone, then the A/B (its "no_" run is the one without the split; the logits' bits must not move: the same picks)
   gpu_tests s36b 240 "FAIL|Error|passed|failed" tests/gpu/test_topk_gpu.py
   pack
   probe topk_s36b 150 12 benchmarks/bench_topk.py --per-thread 16 --gluon-per-thread 8 --gluon-split --widths 1026 4104
   pack
   if passed_all s36b; then
-    decode_ab s36b 200 --batches 1 8 --ab topk_split:1,8 --ab-rounds 7
+    decode_ab s36b 200 --batches 1 8 --ab topk_one_part:1,8 --ab-rounds 7
   fi
   pack
 fi

@@ -26,9 +26,10 @@ MAX_WARPS = 16
 ROW_PER_THREAD = 8  # scores a thread holds where the row allows (the warps follow, up to MAX_WARPS)
 # the row in two parts where that leaves a thread fewer scores (``shape``): a row just past a power of two (4104
 # scores) takes 8 + 1 scores a thread on 16 warps instead of a padded block's 16. Offline SASS (benchmarks/
-# topk_sass.py, bf16): 4104 scores 2008 -> 1376 instructions a thread, 1026 scores 1072 -> 840. Prepared in session
-# 35 and off: not yet run on the GPU (part s36b: its GPU tests, then the A/B)
-SPLIT_ROW = False
+# topk_sass.py, bf16): 4104 scores 2008 -> 1376 instructions a thread, 1026 scores 1072 -> 840. H200 alone
+# (bench_topk.py, session 36, part s36b): 4104 scores 9.6 -> 7.5 us, 1026 4.8 -> 4.1; the same picks. V4.1 at real
+# widths, 7 alternating rounds on a noisy machine: B=1 paired -22 us with it (5 of 7), B=8 +3 (2 of 7)
+SPLIT_ROW = True
 
 
 @functools.cache
