@@ -464,6 +464,9 @@ AB_SWITCHES = {
     "topk_torch_order": torch_backend("topk_torch_order"),
     # the top-k's Triton kernel instead of the Gluon one (gluon_topk.GLUON_TOPK)
     "gluon_topk": flag(gluon_topk, "GLUON_TOPK", False),
+    # a decode step's output rotated back in split-K's merge (triton_sparse_attn.MERGE_INVERSE_ROPE; the "no_" run
+    # is the one with the RoPE kernel after the merge)
+    "merge_rope": flag(triton_sparse_attn, "MERGE_INVERSE_ROPE", False),
     # the Gluon top-k with the row as one padded block (gluon_topk.SPLIT_ROW off; on by default since session 36: the
     # "no_" run is the one without the split)
     "topk_one_part": flag(gluon_topk, "SPLIT_ROW", False),

@@ -97,8 +97,13 @@ def main() -> None:
     brw.fill_state(state, cfg, torch.Generator(device="cuda").manual_seed(1001))
 
     class DebugGraph(torch.cuda.CUDAGraph):  # keeps the graph for the dump
+        def __new__(cls, *a, **k):
+            # without keep_graph torch drops the captured graph once instantiated, and debug_dump then writes
+            # nothing (session 36, s36a: no file, no error)
+            return super().__new__(cls, keep_graph=True)
+
         def __init__(self, *a, **k):
-            super().__init__(*a, **k)
+            super().__init__()
             self.enable_debug_mode()
 
     plain, torch.cuda.CUDAGraph = torch.cuda.CUDAGraph, DebugGraph
@@ -110,6 +115,8 @@ def main() -> None:
     (graph, _), = graphs._graphs.values()
     path = os.path.join(args.out, "graph_b1.dot")
     graph.debug_dump(path)
+    if not os.path.exists(path):
+        raise SystemExit(f"debug_dump wrote no {path}")
     with open(path) as fh:
         nodes, edges = parse(fh.read())
     kinds = collections.Counter(kind for kind, _ in nodes.values())

@@ -88,6 +88,20 @@ def sparse_attn(*args: Any, **kwargs: Any) -> Any:
     return call("sparse_attn", *args, **kwargs)
 
 
+def sparse_attn_inverse_rope(*args: Any, **kwargs: Any) -> Any:
+    return call("sparse_attn_inverse_rope", *args, **kwargs)
+
+
+def _composed_sparse_attn_inverse_rope(q: Any, kv: Any, sink: Any, idx: Any, scale: float, freqs: Any,
+                                       probs_bf16: bool = True) -> Any:
+    """``sparse_attn``, then its output's last dims rotated back (``apply_rope`` inverse, in place): the output
+    path's first step. A backend may fuse the two (triton_sparse_attn: in split-K's merge)."""
+    return apply_rope(sparse_attn(q, kv, sink, idx, scale, probs_bf16), freqs, inverse=True, overwrite=True)
+
+
+register("sparse_attn_inverse_rope", "composed", _composed_sparse_attn_inverse_rope, priority=0)
+
+
 def hc_split_sinkhorn(*args: Any, **kwargs: Any) -> Any:
     return call("hc_split_sinkhorn", *args, **kwargs)
 

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 
 import torch
 
+from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import invariance, register
 from deepinfer_adapters.kernels.reference import SPARSE_ATTN_BLOCK
 from deepinfer_adapters.kernels.triton_support import pdl_launch, triton_available
@@ -191,14 +192,16 @@ def _kernels():
             tl.store(o_ptrs, out.to(OUT.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
 
     @triton.jit
-    def sparse_attn_merge(PM, PL, PACC, SINK, OUT, stride_os, stride_oh, H, D, splits, NS: tl.constexpr,
-                          BLOCK_H: tl.constexpr, D_PAD: tl.constexpr, LOADS: tl.constexpr):
+    def sparse_attn_merge(PM, PL, PACC, SINK, OUT, F, sign, stride_os, stride_oh, H, D, splits, NS: tl.constexpr,
+                          BLOCK_H: tl.constexpr, D_PAD: tl.constexpr, LOADS: tl.constexpr, ROPE_RD: tl.constexpr):
         """Merge split-K partials: o = sum_j e^(m_j-M) acc_j / (sum_j e^(m_j-M) l_j + e^(sink-M)), for
         output dims [pid2 * D_PAD, +D_PAD) (each program recomputes its heads' M and denominator: the same
         values in every program). The NS (= ``splits``) splits' partials are added in split order
         (``MERGE_LOADS``): "unrolled", a loop of a constant trip count, which the compiler unrolls so that the loads
         are issued ahead of the sums; "loop", a loop over the runtime count, each split's loads after the last's
-        sums."""
+        sums. ROPE_RD > 0: the output's last ROPE_RD dims rotated as ``apply_rope`` (F the (cos, sin) pairs [S,
+        ROPE_RD], ``sign`` -1 for the conjugate) rotates the stored output, with its bits: rounded to OUT's dtype
+        first, then the same fp32 arithmetic (``sparse_attn``'s ``out_freqs``)."""
         pdl_start()
         s = tl.program_id(0).to(tl.int64)
         offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -219,6 +222,17 @@ def _kernels():
             acc += w[:, None] * a
         sink = tl.load(SINK + offs_h, mask=mask_h, other=0.0)
         out = acc / (l_sum + tl.exp(sink - big_m))[:, None]
+        if ROPE_RD > 0:
+            # pairs never straddle programs (D_PAD and D - ROPE_RD even); j: a pair's place among the rotated ones
+            xr, xi = tl.split(tl.reshape(out.to(OUT.dtype.element_ty).to(tl.float32), (BLOCK_H, D_PAD // 2, 2)))
+            j = tl.program_id(2) * (D_PAD // 2) - (D - ROPE_RD) // 2 + tl.arange(0, D_PAD // 2)
+            rotated = (j >= 0) & (j < ROPE_RD // 2)
+            fr = tl.load(F + s * ROPE_RD + 2 * j, mask=rotated, other=1.0)
+            fi = tl.load(F + s * ROPE_RD + 2 * j + 1, mask=rotated, other=0.0) * sign
+            re = xr * fr[None, :] - xi * fi[None, :]  # apply_rope's expressions: its fused multiply-adds too
+            im = xr * fi[None, :] + xi * fr[None, :]
+            out = tl.reshape(tl.join(tl.where(rotated[None, :], re, xr), tl.where(rotated[None, :], im, xi)),
+                             (BLOCK_H, D_PAD))
         o_ptrs = OUT + s * stride_os + offs_h[:, None] * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, out.to(OUT.dtype.element_ty), mask=mask_h[:, None] & mask_d[None, :])
 
@@ -273,8 +287,11 @@ def _kernels():
 
 
 def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor, scale: float,
-                probs_bf16: bool = True, *, config: Config | None = None) -> torch.Tensor:
-    """See the module doc and ``reference.sparse_attn``. Returns [S, H, d] in q's dtype."""
+                probs_bf16: bool = True, *, config: Config | None = None,
+                out_freqs: torch.Tensor | None = None) -> torch.Tensor:
+    """See the module doc and ``reference.sparse_attn``. Returns [S, H, d] in q's dtype. ``out_freqs`` [S, rd/2]
+    complex64: the output's last rd dims rotated by their conjugate, ``apply_rope(out, out_freqs, inverse=True)``'s
+    bits (in split-K's merge where it runs, else by the RoPE kernel after)."""
     S, H, d = q.shape
     if kv.shape[-1] != d or idx.shape[0] != S:
         raise ValueError(f"sparse_attn: q {list(q.shape)}, kv {list(kv.shape)}, idx {list(idx.shape)} do not match")
@@ -310,9 +327,12 @@ def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torc
                      SPLIT_K=split_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
         if split_k:
             merge_d = min(MERGE_BLOCK_D or _pow2(d), _pow2(d))
+            rope = out_freqs is not None and merge_d % 2 == 0 and d % 2 == 0
+            f = torch.view_as_real(out_freqs.resolve_conj()).reshape(S, -1).contiguous() if rope else sink
             k_merge[(S, triton.cdiv(H, 16), triton.cdiv(d, merge_d))](
-                pm, pl, pacc, sink, out, out.stride(0), out.stride(1), H, d, ns, NS=ns, BLOCK_H=16, D_PAD=merge_d,
-                LOADS=MERGE_LOADS, num_warps=4, **pdl_launch())
+                pm, pl, pacc, sink, out, f, -1.0, out.stride(0), out.stride(1), H, d, ns, NS=ns, BLOCK_H=16,
+                D_PAD=merge_d, LOADS=MERGE_LOADS, ROPE_RD=f.shape[-1] if rope else 0, num_warps=4, **pdl_launch())
+            out_freqs = None if rope else out_freqs
     else:
         args = (q, kv, sink, idx, out, float(scale), *strides, H, d, K)
         dv = min(cfg.block_dv, _pow2(d))
@@ -320,6 +340,8 @@ def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torc
             *args, BLOCK_H=cfg.block_h, BLOCK_K=BLOCK_K, BLOCK_D=min(cfg.block_d, _pow2(d)), D_PAD=_pow2(d),
             BLOCK_DV=dv, PROBS_BF16=bool(probs_bf16), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             **pdl_launch())
+    if out_freqs is not None:  # no merge ran (or it could not rotate): the RoPE kernel, in place
+        out = kernels.apply_rope(out, out_freqs, inverse=True, overwrite=True)
     return out
 
 
@@ -350,3 +372,25 @@ def sparse_attn_decode_split(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tens
 
 register("sparse_attn", "triton_decode_split", sparse_attn_decode_split, supports=supports_decode_split,
          priority=30)  # above FlashMLA (20)
+
+# a decode step's output rotated back (the output path's inverse RoPE) in split-K's merge instead of a kernel of its
+# own after it: one launch less on a layer's chain at B <= DECODE_SPLIT_QUERIES; the same bits
+# (``sparse_attn_inverse_rope``). False: the composed op (the merge, then the RoPE kernel)
+MERGE_INVERSE_ROPE = True
+
+
+def supports_inverse_rope_decode_split(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor,
+                                       scale: float, freqs: torch.Tensor, probs_bf16: bool = True) -> bool:
+    """Where ``sparse_attn`` would take this backend's split decode (not where a test or a user pinned another)."""
+    return (MERGE_INVERSE_ROPE and freqs.is_cuda and freqs.dtype == torch.complex64 and freqs.dim() == 2
+            and freqs.shape[0] == q.shape[0] and 2 * freqs.shape[1] <= q.shape[-1]
+            and kernels.chosen("sparse_attn", q, kv, sink, idx, scale, probs_bf16) == "triton_decode_split")
+
+
+def sparse_attn_inverse_rope_decode_split(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor,
+                                          scale: float, freqs: torch.Tensor, probs_bf16: bool = True) -> torch.Tensor:
+    return sparse_attn(q, kv, sink, idx, scale, probs_bf16, config=DECODE_SPLIT_CONFIG, out_freqs=freqs)
+
+
+register("sparse_attn_inverse_rope", "triton_decode_split", sparse_attn_inverse_rope_decode_split,
+         supports=supports_inverse_rope_decode_split, priority=30)

@@ -212,3 +212,43 @@ def test_split_merge_unrolled_gives_the_loops_bits(monkeypatch, S, H, d, K):
     monkeypatch.setattr(tri, "MERGE_LOADS", "unrolled")
     got = _poisoned_call(tri.sparse_attn, q, kv, sink, idx, d**-0.5, config=tri.DECODE_SPLIT_CONFIG)
     assert torch.isfinite(got).all() and torch.equal(got, looped)
+
+
+@pytest.mark.parametrize("S,H,d,K,rd,merge_d", [(1, 64, 512, 640, 64, 64), (4, 64, 512, 1100, 64, 128),
+                                                (2, 20, 48, 130, 16, 16), (3, 20, 48, 200, 8, 16),
+                                                (2, 64, 512, 50, 64, 64)])
+def test_merge_inverse_rope_gives_the_rope_kernels_bits(monkeypatch, S, H, d, K, rd, merge_d):
+    """``sparse_attn(..., out_freqs=)``: the output rotated back in split-K's merge (rotated dims inside one of its
+    programs, over several, or where no merge runs: K <= 64) against the merge's output rotated by the RoPE kernel
+    after it: the same bits, every element written. The dispatcher's fused op takes it for a few decode queries only
+    (``MERGE_INVERSE_ROPE``), and where it does not the composed op gives the same bits."""
+    tri = _tri()
+    monkeypatch.setattr(tri, "MERGE_BLOCK_D", merge_d)
+    q, kv, sink, idx = _inputs(S, H, d, 1200, K, torch.bfloat16, 31 + S)
+    g = torch.Generator(device="cuda").manual_seed(S)
+    freqs = torch.polar(torch.ones(S, rd // 2, device="cuda"), torch.rand(S, rd // 2, device="cuda", generator=g) * 6)
+    plain = tri.sparse_attn(q, kv, sink, idx, d**-0.5, config=tri.DECODE_SPLIT_CONFIG)
+    want = kernels.apply_rope(plain.clone(), freqs, inverse=True)
+    assert not torch.equal(want, plain)  # the rotation moves something
+    got = _poisoned_call(tri.sparse_attn, q, kv, sink, idx, d**-0.5, config=tri.DECODE_SPLIT_CONFIG, out_freqs=freqs)
+    assert torch.isfinite(got).all() and torch.equal(got, want)
+    args = (q, kv, sink, idx, d**-0.5, freqs)
+    assert kernels.chosen("sparse_attn_inverse_rope", *args) == "triton_decode_split"
+    assert torch.equal(kernels.sparse_attn_inverse_rope(*args), want)
+    monkeypatch.setattr(tri, "MERGE_INVERSE_ROPE", False)
+    assert kernels.chosen("sparse_attn_inverse_rope", *args) == "composed"
+    assert torch.equal(kernels.sparse_attn_inverse_rope(*args), want)
+
+
+def test_merge_inverse_rope_not_for_many_queries_or_in_invariant_mode():
+    """Past ``DECODE_SPLIT_QUERIES`` queries, or in batch-invariant mode, the fused op is not chosen (sparse_attn
+    would not split there): the composed op, attention then the RoPE kernel."""
+    from deepinfer_adapters.kernels import invariance
+
+    q, kv, sink, idx = _inputs(_tri().DECODE_SPLIT_QUERIES + 1, 64, 512, 900, 640, torch.bfloat16, 5)
+    freqs = torch.polar(torch.ones(q.shape[0], 32, device="cuda"), torch.ones(q.shape[0], 32, device="cuda"))
+    assert kernels.chosen("sparse_attn_inverse_rope", q, kv, sink, idx, 0.05, freqs) == "composed"
+    few = (q[:1], kv, sink, idx[:1], 0.05, freqs[:1])
+    assert kernels.chosen("sparse_attn_inverse_rope", *few) == "triton_decode_split"
+    with invariance.batch_invariant(True):
+        assert kernels.chosen("sparse_attn_inverse_rope", *few) == "composed"

@@ -130,7 +130,10 @@ class AttentionBase(nn.Module):
 
     def output(self, o: torch.Tensor, freqs: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         """o [T, H, d] -> [T, D]: inverse RoPE, per-group wo_a, then wo_b."""
-        o = kernels.apply_rope(o, freqs, inverse=True, overwrite=True)  # the attention output, used once
+        return self.project_out(kernels.apply_rope(o, freqs, inverse=True, overwrite=True), numerics)  # o used once
+
+    def project_out(self, o: torch.Tensor, numerics: Numerics) -> torch.Tensor:
+        """The output rotated back already [T, H, d] -> [T, D]: per-group wo_a, then wo_b."""
         T = o.shape[0]
         grouped = o.reshape(T, self.groups, -1)
         if self.wo_a.block is not None:  # native FP8 weight
@@ -209,7 +212,7 @@ class AttentionBase(nn.Module):
         q, (keys, index) = side_by_side(
             x, lambda: self.query_heads(qr, freqs, numerics),
             lambda: keys_and_index(qr, lambda: self.window_kv(kv, freqs, numerics), freqs), when=overlap.DECODE_KEYS)
-        return self.output(self.attend_gathered(q, keys, index, numerics), freqs, numerics)
+        return self.project_out(self.attend_gathered(q, keys, index, freqs, numerics), numerics)
 
     def decode_freqs(self, batch: DecodeBatch) -> torch.Tensor:
         """RoPE rows of a decode step's positions, looked up once per step per table."""
@@ -227,11 +230,13 @@ class AttentionBase(nn.Module):
         keys = kernels.window_store_gather(ring.flatten(0, 1), slots.write_rows, slots.read_rows, kv)
         return keys.view(*slots.valid.shape, *ring.shape[2:]), slots
 
-    def attend_gathered(self, q: torch.Tensor, keys: torch.Tensor, index: torch.Tensor,
+    def attend_gathered(self, q: torch.Tensor, keys: torch.Tensor, index: torch.Tensor, freqs: torch.Tensor,
                         numerics: Numerics) -> torch.Tensor:
-        """q [B, H, d] over per-sequence keys [B, K, d] (``gathered_index`` of which exist): the
-        same index layout as the per-sequence path, so the same blocks of 64 and the same result."""
-        return self.attend(q, keys.flatten(0, 1), index, numerics)
+        """q [B, H, d] over per-sequence keys [B, K, d] (``gathered_index`` of which exist), the output rotated
+        back (inverse RoPE): the same index layout as the per-sequence path, so the same blocks of 64 and the same
+        result. One op, so that a backend may rotate where it writes the output (split-K's merge)."""
+        return kernels.sparse_attn_inverse_rope(q, keys.flatten(0, 1), self.attn_sink, index, self.scale, freqs,
+                                                probs_bf16=numerics.attn_probs_bf16)
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, idx: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         return kernels.sparse_attn(q, keys, self.attn_sink, idx, self.scale, probs_bf16=numerics.attn_probs_bf16)
