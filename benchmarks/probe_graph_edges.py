@@ -84,6 +84,17 @@ def topological(nodes: dict, edges: list) -> list[str]:
     return order
 
 
+def dot_print(handle: int, path: str) -> None:
+    """cuGraphDebugDotPrint (the driver API: a runtime cudaGraph_t is a CUgraph) of a kept graph, verbose."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    cuda.cuGraphDebugDotPrint.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint]
+    err = cuda.cuGraphDebugDotPrint(ctypes.c_void_p(handle), path.encode(), 1)  # CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE
+    if err or not os.path.exists(path):
+        raise SystemExit(f"cuGraphDebugDotPrint returned {err}; no {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--first", type=int, default=40)
@@ -98,8 +109,8 @@ def main() -> None:
 
     class DebugGraph(torch.cuda.CUDAGraph):  # keeps the graph for the dump
         def __new__(cls, *a, **k):
-            # without keep_graph torch drops the captured graph once instantiated, and debug_dump then writes
-            # nothing (session 36, s36a: no file, no error)
+            # without keep_graph torch drops the captured graph once instantiated (raw_cuda_graph needs it kept);
+            # debug_dump wrote nothing either way in session 36 (parts s36a, s36d)
             return super().__new__(cls, keep_graph=True)
 
         def __init__(self, *a, **k):
@@ -115,8 +126,8 @@ def main() -> None:
     (graph, _), = graphs._graphs.values()
     path = os.path.join(args.out, "graph_b1.dot")
     graph.debug_dump(path)
-    if not os.path.exists(path):
-        raise SystemExit(f"debug_dump wrote no {path}")
+    if not os.path.exists(path):  # torch 2.11 wrote nothing, debug mode or not (session 36): the driver's own call
+        dot_print(graph.raw_cuda_graph(), path)
     with open(path) as fh:
         nodes, edges = parse(fh.read())
     kinds = collections.Counter(kind for kind, _ in nodes.values())
