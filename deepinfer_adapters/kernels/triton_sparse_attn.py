@@ -375,7 +375,9 @@ register("sparse_attn", "triton_decode_split", sparse_attn_decode_split, support
 
 # a decode step's output rotated back (the output path's inverse RoPE) in split-K's merge instead of a kernel of its
 # own after it: one launch less on a layer's chain at B <= DECODE_SPLIT_QUERIES; the same bits
-# (``sparse_attn_inverse_rope``). False: the composed op (the merge, then the RoPE kernel)
+# (``sparse_attn_inverse_rope``). False: the composed op (the merge, then the RoPE kernel). H200, V4.1 at real widths,
+# 7 alternating rounds (session 36, part s36d): B=1 -1.3 us (4 of 7), neutral -- wo_a's GEMV, launched early under
+# PDL, ended ~12.9 us after its input either way (timelines s35d, s36d); kept for the launch it saves eager steps
 MERGE_INVERSE_ROPE = True
 
 

@@ -85,7 +85,8 @@ REJOIN_JOINED = False
 # against "after_topk" at B=1 +1.1 us (part s35e, 4 of 7) and +12.5 (s35f, 5 of 7, a machine whose rounds jumped
 # between 1.57 and 1.69 ms), at B=8 -15 (6 of 7, inside B=8's drift). Its B=1 timeline (s35e) has the selected keys
 # ending 2.7 us after the top-k instead of 5.2, but the index scores then wait for the compressed KV rows' store.
-# "before_topk" against "before_scores" at B=1: -3.9 us (s35f, 4 of 7); not yet against "after_topk"
+# "before_topk" against "before_scores" at B=1: -3.9 us (s35f, 4 of 7). Again on a quiet machine (session 36, s35f:
+# rounds 1.577-1.585 ms) against "after_topk" at B=1: "before_topk" +0.0 us (3 of 7), "before_scores" +2.3 (6 of 7)
 KEYS_PARTS_JOINED = "after_topk"
 MAX_TOKENS = 1024  # up to this many tokens (decode and short steps; prefill is not measured)
 # side parts of steps of up to this many tokens run on streams of a higher CUDA priority than the step's own

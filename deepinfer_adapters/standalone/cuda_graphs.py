@@ -34,8 +34,9 @@ MIN_LEN_BUCKET = 1024
 # a capture runs on the stream its warm-up ran on, not on torch's own capture stream: what a kernel caches per stream
 # at its first call (``kernels.arrival_counters``: a zeroed set each stream) is then made by the warm-up, outside the
 # graph. On torch's stream every replay zero-fills the capture stream's counters before layer 0's first hc_post_norm
-# (~1.4 us on the B=1 critical path, outside PDL: session 35's s35d timeline). Prepared in session 35, off until its
-# GPU test and A/B have run (part s36c)
+# (~1.4 us on the B=1 critical path, outside PDL: session 35's s35d timeline). H200, V4.1 at real widths, 7
+# alternating rounds (session 36, part s36c; its graph tests passed and the fill is gone from the timeline): B=1 -3.7
+# us with it (5 of 7), B=8 +21.9 us (7 of 7, unexplained): off
 CAPTURE_ON_WARMUP_STREAM = False
 
 
