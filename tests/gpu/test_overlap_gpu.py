@@ -79,3 +79,36 @@ def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch, flipped):
     assert all(same), [float((a - b).abs().max()) for a, b in zip(on, off)]
     for key, t in state_off.items():
         assert torch.equal(state_on[key], t), f"state {key}"
+
+
+def test_selected_rows_in_place_change_no_bit(tiny_checkpoint, monkeypatch):
+    """V4.1's compressed layers attending their picked rows where they are (``triton_sparse_attn.SELECTED_IN_PLACE``)
+    against attending ``selected_keys``' copy: the same bits through prefill and graph-replayed decode (3 sequences:
+    the split decode), the same state after; the in-place op did run."""
+    from deepinfer_adapters import kernels
+    from deepinfer_adapters.kernels import triton_sparse_attn as tri
+
+    model = DeepseekV41ForCausalLM.from_pretrained(tiny_checkpoint("v41"), Numerics.reference(), device="cuda",
+                                                   progress=False, weights="fp8", with_draft=False)
+    monkeypatch.setattr(tri, "SELECTED_IN_PLACE", False)
+    copied, state_copied = _run(model)
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].shape[0])
+        return tri.sparse_attn_selected_decode_split(*args, **kwargs)
+
+    monkeypatch.setattr(tri, "SELECTED_IN_PLACE", True)
+    kernels.register("sparse_attn_selected", "triton_decode_split", counted,
+                     supports=tri.supports_selected_decode_split, priority=30)
+    try:
+        in_place, state_in_place = _run(model)
+    finally:
+        kernels.register("sparse_attn_selected", "triton_decode_split", tri.sparse_attn_selected_decode_split,
+                         supports=tri.supports_selected_decode_split, priority=30)
+    assert calls and set(calls) == {len(SLOTS) + 1}  # the graphs' batch bucket of 4 (3 sequences + padding)
+    same = [torch.equal(a, b) for a, b in zip(in_place, copied)]
+    print(f"REPORT selected in place: prefill + {len(same) - 1} graph decode steps bit-identical {same}")
+    assert all(same)
+    for key, t in state_copied.items():
+        assert torch.equal(t, state_in_place[key]), key

@@ -252,3 +252,44 @@ def test_merge_inverse_rope_not_for_many_queries_or_in_invariant_mode():
     assert kernels.chosen("sparse_attn_inverse_rope", *few) == "triton_decode_split"
     with invariance.batch_invariant(True):
         assert kernels.chosen("sparse_attn_inverse_rope", *few) == "composed"
+
+
+@pytest.mark.parametrize("B,W,k,rows_a_block,capacity,pool_dtype", [(1, 128, 512, 64, 2048, torch.bfloat16),
+                                                                    (4, 128, 512, 64, 1024, torch.bfloat16),
+                                                                    (2, 64, 70, 3, 30, torch.float32)])
+def test_selected_in_place_gives_the_copys_bits(monkeypatch, B, W, k, rows_a_block, capacity, pool_dtype):
+    """``sparse_attn_selected`` with ``SELECTED_IN_PLACE``: the attention reads the window keys and the picked pool
+    rows where they are -- the bits of ``selected_keys``' copy attended by the split decode (the output rotated back
+    either way), every element written; the dispatcher takes it for a few bf16 queries only, and says so before the
+    queries exist (``selected_in_place``)."""
+    from deepinfer_adapters.kernels import triton_keys
+
+    tri = _tri()
+    monkeypatch.setattr(tri, "SELECTED_IN_PLACE", True)
+    g = torch.Generator(device="cuda").manual_seed(B * 7 + k)
+    H, d, rd = 64, 512, 64
+    q = torch.randn(B, H, d, device="cuda", generator=g).bfloat16()
+    window = torch.randn(B, W, d, device="cuda", generator=g).bfloat16()
+    valid = torch.rand(B, W, device="cuda", generator=g) > 0.1
+    blocks = -(-capacity // rows_a_block)
+    pool = torch.randn(B * blocks * rows_a_block + 5, d, device="cuda", generator=g).to(pool_dtype)
+    table = torch.randperm(B * blocks, device="cuda", generator=g).view(B, blocks)
+    picked = torch.randint(-1, capacity + 3, (B, k), device="cuda", generator=g)
+    visible = torch.randint(capacity // 2, capacity + 1, (B,), device="cuda", generator=g)
+    sink = torch.randn(H, device="cuda", generator=g)
+    freqs = torch.polar(torch.ones(B, rd // 2, device="cuda"), torch.rand(B, rd // 2, device="cuda", generator=g) * 6)
+    rows = (window, valid, pool, picked, visible, table, rows_a_block, capacity)
+    keys, index = triton_keys.selected_keys(*rows)
+    want = kernels.apply_rope(tri.sparse_attn(q, keys.flatten(0, 1), sink, index, d**-0.5,
+                                              config=tri.DECODE_SPLIT_CONFIG), freqs, inverse=True)
+    args = (q, *rows, sink, d**-0.5, freqs)
+    assert kernels.selected_in_place(window, picked)
+    assert kernels.chosen("sparse_attn_selected", *args) == "triton_decode_split"
+    got = _poisoned_call(kernels.sparse_attn_selected, *args)
+    assert torch.isfinite(got).all() and torch.equal(got, want)
+    monkeypatch.setattr(tri, "MERGE_INVERSE_ROPE", False)
+    assert torch.equal(kernels.sparse_attn_selected(*args), want)
+    monkeypatch.setattr(tri, "SELECTED_IN_PLACE", False)
+    assert not kernels.selected_in_place(window, picked)
+    assert kernels.chosen("sparse_attn_selected", *args) == "composed"
+    assert torch.equal(kernels.sparse_attn_selected(*args), want)
