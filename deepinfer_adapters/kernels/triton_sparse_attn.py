@@ -326,9 +326,9 @@ def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torc
                 out_freqs: torch.Tensor | None = None, selected: tuple | None = None) -> torch.Tensor:
     """See the module doc and ``reference.sparse_attn``. Returns [S, H, d] in q's dtype. ``out_freqs`` [S, rd/2]
     complex64: the output's last rd dims rotated by their conjugate, ``apply_rope(out, out_freqs, inverse=True)``'s
-    bits (in split-K's merge where it runs, else by the RoPE kernel after). ``selected``: ``selected_keys``'
-    arguments, whose keys (the window's W, then the k picks of ``idx``) the bf16 kernel reads where they are; kv is
-    then the window's keys flattened (read for its dtype only)."""
+    bits (in split-K's merge where it runs and ``MERGE_INVERSE_ROPE``, else by the RoPE kernel after).
+    ``selected``: ``selected_keys``' arguments, whose keys (the window's W, then the k picks of ``idx``) the bf16
+    kernel reads where they are; kv is then the window's keys flattened (read for its dtype only)."""
     S, H, d = q.shape
     if kv.shape[-1] != d or idx.shape[0] != S:
         raise ValueError(f"sparse_attn: q {list(q.shape)}, kv {list(kv.shape)}, idx {list(idx.shape)} do not match")
@@ -367,7 +367,7 @@ def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torc
                      num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
         if split_k:
             merge_d = min(MERGE_BLOCK_D or _pow2(d), _pow2(d))
-            rope = out_freqs is not None and merge_d % 2 == 0 and d % 2 == 0
+            rope = out_freqs is not None and MERGE_INVERSE_ROPE and merge_d % 2 == 0 and d % 2 == 0
             f = torch.view_as_real(out_freqs.resolve_conj()).reshape(S, -1).contiguous() if rope else sink
             k_merge[(S, triton.cdiv(H, 16), triton.cdiv(d, merge_d))](
                 pm, pl, pacc, sink, out, f, -1.0, out.stride(0), out.stride(1), H, d, ns, NS=ns, BLOCK_H=16,
@@ -425,9 +425,10 @@ register("sparse_attn", "triton_decode_split", sparse_attn_decode_split, support
 
 # a decode step's output rotated back (the output path's inverse RoPE) in split-K's merge instead of a kernel of its
 # own after it: one launch less on a layer's chain at B <= DECODE_SPLIT_QUERIES; the same bits
-# (``sparse_attn_inverse_rope``). False: the composed op (the merge, then the RoPE kernel). H200, V4.1 at real widths,
-# 7 alternating rounds (session 36, part s36d): B=1 -1.3 us (4 of 7), neutral -- wo_a's GEMV, launched early under
-# PDL, ended ~12.9 us after its input either way (timelines s35d, s36d); kept for the launch it saves eager steps
+# (``sparse_attn_inverse_rope``). False: the merge, then the RoPE kernel (``sparse_attn``'s ``out_freqs`` and the
+# composed op alike). H200, V4.1 at real widths, 7 alternating rounds (session 36, part s36d): B=1 -1.3 us (4 of 7),
+# neutral -- wo_a's GEMV, launched early under PDL, ended ~12.9 us after its input either way (timelines s35d,
+# s36d); kept for the launch it saves eager steps
 MERGE_INVERSE_ROPE = True
 
 
@@ -488,10 +489,8 @@ def sparse_attn_selected_decode_split(q: torch.Tensor, window: torch.Tensor, val
                                       picked: torch.Tensor, visible: torch.Tensor, table: torch.Tensor,
                                       rows_a_block: int, capacity: int, sink: torch.Tensor, scale: float,
                                       freqs: torch.Tensor, probs_bf16: bool = True) -> torch.Tensor:
-    out = sparse_attn(q, window.flatten(0, 1), sink, picked, scale, probs_bf16, config=DECODE_SPLIT_CONFIG,
-                      out_freqs=freqs if MERGE_INVERSE_ROPE else None,
-                      selected=(window, valid, pool, picked, visible, table, rows_a_block, capacity))
-    return out if MERGE_INVERSE_ROPE else kernels.apply_rope(out, freqs, inverse=True, overwrite=True)
+    return sparse_attn(q, window.flatten(0, 1), sink, picked, scale, probs_bf16, config=DECODE_SPLIT_CONFIG,
+                       out_freqs=freqs, selected=(window, valid, pool, picked, visible, table, rows_a_block, capacity))
 
 
 register("selected_in_place", "triton_decode_split", selected_in_place, supports=supports_selected_in_place,
