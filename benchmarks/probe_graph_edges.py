@@ -114,7 +114,9 @@ def main() -> None:
             return super().__new__(cls, keep_graph=True)
 
         def __init__(self, *a, **k):
-            super().__init__()
+            # Python calls the binding's __init__ with the caller's arguments (none), which would construct it again
+            # without keep_graph (session 37, part s37a): keep_graph is said here as well
+            super().__init__(keep_graph=True)
             self.enable_debug_mode()
 
     plain, torch.cuda.CUDAGraph = torch.cuda.CUDAGraph, DebugGraph

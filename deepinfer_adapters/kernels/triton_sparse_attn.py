@@ -61,7 +61,7 @@ Triton is imported lazily (importing ``deepinfer_adapters`` needs no GPU stack).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -485,11 +485,17 @@ def supports_selected_decode_split(q: torch.Tensor, window: torch.Tensor, valid:
             and supports_inverse_rope_freqs(q, freqs))
 
 
+# the split decode's shapes in one stage: each program covers one block of keys, so there is no loop to pipeline, and
+# the window's and the pool's tiles (two loads of [64, 512] bf16) kept for a second stage would need 279 KB of shared
+# memory, over the H200's 227 KB (session 37, part s37a)
+SELECTED_CONFIG = replace(DECODE_SPLIT_CONFIG, num_stages=1)
+
+
 def sparse_attn_selected_decode_split(q: torch.Tensor, window: torch.Tensor, valid: torch.Tensor, pool: torch.Tensor,
                                       picked: torch.Tensor, visible: torch.Tensor, table: torch.Tensor,
                                       rows_a_block: int, capacity: int, sink: torch.Tensor, scale: float,
                                       freqs: torch.Tensor, probs_bf16: bool = True) -> torch.Tensor:
-    return sparse_attn(q, window.flatten(0, 1), sink, picked, scale, probs_bf16, config=DECODE_SPLIT_CONFIG,
+    return sparse_attn(q, window.flatten(0, 1), sink, picked, scale, probs_bf16, config=SELECTED_CONFIG,
                        out_freqs=freqs, selected=(window, valid, pool, picked, visible, table, rows_a_block, capacity))
 
 

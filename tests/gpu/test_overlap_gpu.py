@@ -112,3 +112,48 @@ def test_selected_rows_in_place_change_no_bit(tiny_checkpoint, monkeypatch):
     assert all(same)
     for key, t in state_copied.items():
         assert torch.equal(t, state_in_place[key]), key
+
+
+@pytest.mark.parametrize("overlapped", [False, True], ids=["one_stream", "overlap"])
+def test_selected_rows_in_place_call_by_call(tiny_checkpoint, monkeypatch, overlapped):
+    """Eager decode steps (no graph) with ``SELECTED_IN_PLACE``: each compressed layer's in-place attention against
+    ``selected_keys``' copy attended on the same inputs right after it (``sparse_attn_selected``'s "composed"), call
+    by call, with the overlap's side streams or without -- where a graph's steps differ, this says which call first
+    does and whether the streams matter."""
+    from deepinfer_adapters import kernels
+    from deepinfer_adapters.kernels import triton_sparse_attn as tri
+    from deepinfer_adapters.model_impl.batch import DecodeBatch
+
+    monkeypatch.setattr(overlap, "ENABLED", overlapped)
+    model = DeepseekV41ForCausalLM.from_pretrained(tiny_checkpoint("v41"), Numerics.reference(), device="cuda",
+                                                   progress=False, weights="fp8", with_draft=False)
+    monkeypatch.setattr(tri, "SELECTED_IN_PLACE", True)
+    report = []
+
+    def compared(q, window, valid, pool, picked, visible, *rest, **kwargs):
+        got = tri.sparse_attn_selected_decode_split(q, window, valid, pool, picked, visible, *rest, **kwargs)
+        want = kernels._composed_sparse_attn_selected(q, window, valid, pool, picked, visible, *rest, **kwargs)
+        torch.cuda.synchronize()
+        report.append((torch.equal(got, want), float((got.float() - want.float()).abs().max()), tuple(window.shape),
+                       tuple(picked.shape), visible.tolist(), pool.dtype))
+        return got
+
+    kernels.register("sparse_attn_selected", "triton_decode_split", compared,
+                     supports=tri.supports_selected_decode_split, priority=30)
+    try:
+        g = torch.Generator().manual_seed(11)
+        prompts = [torch.randint(3, 128000, (n,), generator=g).tolist() for n in (40, 9, 70)]
+        state = model.new_state(4, MAX_LEN)
+        with torch.inference_mode():
+            model(ForwardBatch.build([(s, 0, p) for s, p in zip(SLOTS, prompts)], device="cuda"), state)
+            tokens, pos = [p[-1] for p in prompts], [len(p) for p in prompts]
+            for _ in range(4):
+                batch = DecodeBatch.build(tokens, pos, SLOTS, max_len=MAX_LEN, device="cuda")
+                tokens, pos = model.decode(batch, state).argmax(-1).tolist(), [p + 1 for p in pos]
+    finally:
+        kernels.register("sparse_attn_selected", "triton_decode_split", tri.sparse_attn_selected_decode_split,
+                         supports=tri.supports_selected_decode_split, priority=30)
+    for i, row in enumerate(report):
+        print(f"REPORT selected call {i} overlapped={overlapped}: equal {row[0]} max diff {row[1]:.3g} window "
+              f"{row[2]} picked {row[3]} visible {row[4]} pool {row[5]}")
+    assert report and all(row[0] for row in report)
