@@ -447,8 +447,9 @@ AB_SWITCHES = {
     "keys_parts": flag(overlap, "KEYS_PARTS_ASIDE", False),
     # a V4.1 decode step's engram ids before the embedding, not on a stream of their own (overlap.ENGRAM_IDS_ASIDE)
     "engram_ids_aside": flag(overlap, "ENGRAM_IDS_ASIDE", False),
-    # the V4.1 indexer's query side in the keys' stream, not a stream of its own (overlap.INDEX_QUERIES_ASIDE)
-    "index_queries": flag(overlap, "INDEX_QUERIES_ASIDE", False),
+    # the V4.1 indexer's query side on a stream of its own at every batch size, one-token steps too (by default
+    # from 2 tokens: overlap.INDEX_QUERIES_ASIDE_FROM)
+    "index_queries": flag(overlap, "INDEX_QUERIES_ASIDE_FROM", 1),
     # the A/B's other run has the HC merge add 256 K splits a load instead of 64 (triton_hc.MERGE_CHUNK): a decode
     # step's 160 splits in one round of loads, not three dependent ones (other bits, the same for every T)
     "merge_chunk": flag(triton_hc, "MERGE_CHUNK", 256),

@@ -68,7 +68,8 @@ def test_decode_refuses_draft_stages(ckpt):
 
 
 @pytest.mark.parametrize("switches", [{}, {"PROJECT_BEFORE_MIXES": False, "KEYS_PARTS_ASIDE": False,
-                                           "NORM_BEFORE_MIXES": False, "INDEX_QUERIES_ASIDE": False,
+                                           "NORM_BEFORE_MIXES": False,
+                                           "INDEX_QUERIES_ASIDE_FROM": overlap.MAX_TOKENS + 1,
                                            "PUBLISH_EARLY": False, "INDEX_WEIGHTS_EARLY": False,
                                            "ENGRAM_IDS_ASIDE": False},
                                       {"DECODE_PRELUDE": not overlap.DECODE_PRELUDE},

@@ -1,7 +1,7 @@
 """``sparse_attn_selected`` (kernels/triton_sparse_attn.py, ``SELECTED_IN_PLACE``): a V4.1 compressed layer's decode
 attention reading its window keys and its picked compressed rows where they are (the pool through a paged block
 table) reads the tiles of the composed op -- ``selected_keys``' copy, then the split attention over it with the
-output rotated back -- so it has its bits: for bf16 and fp32 pools, picks past the capacity, below 0 and
+output rotated back -- so it has its bits: for bf16 pools (a pool of another dtype is copied first), picks past the capacity, below 0 and
 unseen, a window with missing keys and a pick count that leaves a block part-filled -- its tiles checked here under
 the CPU interpreter, the whole attention on the GPU (tests/gpu/test_sparse_attn_gpu.py); and the dispatch copies
 first wherever the in-place path is off or does not apply (the CPU: "torch" answers False)."""
@@ -41,7 +41,7 @@ def tiles(WIN, VALID, POOL, PICKS, VISIBLE, TABLE, OUT, EXISTS, K, D, W, rows_a_
 
 
 g = torch.Generator().manual_seed(3)
-for B, W, k, d, rab, cap, R, pdt in [(1, 64, 100, 64, 4, 40, 60, torch.bfloat16), (2, 64, 70, 48, 3, 30, 90, torch.float32),
+for B, W, k, d, rab, cap, R, pdt in [(1, 64, 100, 64, 4, 40, 60, torch.bfloat16), (2, 64, 70, 48, 3, 30, 90, torch.bfloat16),
                                      (3, 32, 40, 32, 5, 25, 80, torch.bfloat16), (2, 0, 10, 16, 2, 8, 20, torch.bfloat16)]:
     window = torch.randn(B, W, d, generator=g).bfloat16()
     valid = torch.rand(B, W, generator=g) > 0.2
@@ -66,7 +66,7 @@ for B, W, k, d, rab, cap, R, pdt in [(1, 64, 100, 64, 4, 40, 60, torch.bfloat16)
 def test_the_in_place_tiles_are_the_copys_rows_under_the_interpreter():
     """``selected_tile`` -- the one new piece of the attention kernel's in-place mode -- gives each block of 64 keys
     the rows ``selected_keys`` copies (0 where a key does not exist) and which exist (its index >= 0), in blocks
-    over the window, the picks, across the two and at a ragged end; bf16 and fp32 pools, picks past the capacity,
+    over the window, the picks, across the two and at a ragged end; picks past the capacity,
     below 0, the last seen row and the first unseen one, no window. (The attention around it is the kernel that
     ``sparse_attn`` runs, tested on the GPU: Triton's interpreter multiplies bf16 tiles wrongly on this machine.)"""
     lines = run_interpreted(SCRIPT).strip().splitlines()

@@ -61,7 +61,7 @@ Triton is imported lazily (importing ``deepinfer_adapters`` needs no GPU stack).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -154,11 +154,12 @@ def _kernels():
         seen = picked < tl.load(VISIBLE + s)
         in_ring = tl.load(VALID + s * stride_vb + jw, mask=inside & in_window, other=0) != 0
         valid = inside & tl.where(in_window, in_ring, seen)
-        win = tl.load(WIN + s * stride_wb + jw[:, None] * stride_ww + offs_d[None, :],
-                      mask=(valid & in_window)[:, None] & mask_d[None, :], other=0.0)
-        rows = tl.load(POOL + addr[:, None] * stride_pool + offs_d[None, :],
-                       mask=(valid & from_pool)[:, None] & mask_d[None, :], other=0.0)
-        return tl.where(in_window[:, None], win, rows.to(win.dtype)), valid
+        # one load through a tile of pointers into either tensor (of one dtype), not a load of each and a select: two
+        # [64, 512] tiles cost registers and shared memory, and the selected tile took another path into the dots
+        # than a loaded one (session 37, part s37c: B=1 113 us slower, some outputs a bf16 ULP apart)
+        ptrs = tl.where(in_window[:, None], WIN + s * stride_wb + jw[:, None] * stride_ww,
+                        POOL + addr[:, None] * stride_pool) + offs_d[None, :]
+        return tl.load(ptrs, mask=valid[:, None] & mask_d[None, :], other=0.0), valid
 
     @triton.jit
     def sparse_attn_bf16(Q, KV, SINK, IDX, OUT, PM, PL, PACC, scale,
@@ -480,22 +481,17 @@ def supports_selected_decode_split(q: torch.Tensor, window: torch.Tensor, valid:
                                    freqs: torch.Tensor, probs_bf16: bool = True) -> bool:
     rows = (window, valid, pool, picked, visible, table, rows_a_block, capacity)
     return (supports_selected_in_place(window, picked) and kernels.chosen("selected_keys", *rows) == "triton"
+            and pool.dtype == window.dtype  # one load reads either (``selected_tile``)
             and q.dim() == 3 and q.shape[0] == window.shape[0] and q.dtype == torch.bfloat16
             and supports(q, window.flatten(0, 1), sink, picked, scale, probs_bf16)
             and supports_inverse_rope_freqs(q, freqs))
-
-
-# the split decode's shapes in one stage: each program covers one block of keys, so there is no loop to pipeline, and
-# the window's and the pool's tiles (two loads of [64, 512] bf16) kept for a second stage would need 279 KB of shared
-# memory, over the H200's 227 KB (session 37, part s37a)
-SELECTED_CONFIG = replace(DECODE_SPLIT_CONFIG, num_stages=1)
 
 
 def sparse_attn_selected_decode_split(q: torch.Tensor, window: torch.Tensor, valid: torch.Tensor, pool: torch.Tensor,
                                       picked: torch.Tensor, visible: torch.Tensor, table: torch.Tensor,
                                       rows_a_block: int, capacity: int, sink: torch.Tensor, scale: float,
                                       freqs: torch.Tensor, probs_bf16: bool = True) -> torch.Tensor:
-    return sparse_attn(q, window.flatten(0, 1), sink, picked, scale, probs_bf16, config=SELECTED_CONFIG,
+    return sparse_attn(q, window.flatten(0, 1), sink, picked, scale, probs_bf16, config=DECODE_SPLIT_CONFIG,
                        out_freqs=freqs, selected=(window, valid, pool, picked, visible, table, rows_a_block, capacity))
 
 

@@ -45,8 +45,11 @@ NORM_BEFORE_MIXES = True
 PROJECT_BEFORE_MIXES = True
 # the V4.1 indexer's query side (its wq_b GEMV, RoPE, FP4 round trip, head weights) on a stream of its own
 # next to the window, compressor and publishing of a decode step (layers/attention_v41.py): in a layer that
-# runs the indexer those dozens of small kernels, not the query heads, are the critical path
-INDEX_QUERIES_ASIDE = True
+# runs the indexer those dozens of small kernels, not the query heads, are the critical path -- from this many tokens
+# a step: a one-token step runs them inline on the keys' stream, where one join less on the chain pays more than the
+# overlap. H200, V4.1 at real widths, 7 alternating rounds (session 37): inline at B=1 -6.1 us (part s37c, 7 of 7)
+# and -4.7 (s37d, 6 of 7), at B=8 +10.7 (s37d, 7 of 7); the same bits
+INDEX_QUERIES_ASIDE_FROM = 2
 # in a compressed layer's decode keys, the window ring and a source's compressed KV rows on streams of their own
 # next to the publishing and the selection: B=8 4.959 -> 4.928 ms (H200, 5 alternating rounds, session 19), B=1
 # within its rounds' spread

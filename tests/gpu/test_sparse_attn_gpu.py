@@ -256,7 +256,7 @@ def test_merge_inverse_rope_not_for_many_queries_or_in_invariant_mode():
 
 @pytest.mark.parametrize("B,W,k,rows_a_block,capacity,pool_dtype", [(1, 128, 512, 64, 2048, torch.bfloat16),
                                                                     (4, 128, 512, 64, 1024, torch.bfloat16),
-                                                                    (2, 64, 70, 3, 30, torch.float32)])
+                                                                    (2, 64, 70, 3, 30, torch.bfloat16)])
 def test_selected_in_place_gives_the_copys_bits(monkeypatch, B, W, k, rows_a_block, capacity, pool_dtype):
     """``sparse_attn_selected`` with ``SELECTED_IN_PLACE``: the attention reads the window keys and the picked pool
     rows where they are -- the bits of ``selected_keys``' copy attended by the split decode (the output rotated back
@@ -285,6 +285,8 @@ def test_selected_in_place_gives_the_copys_bits(monkeypatch, B, W, k, rows_a_blo
     args = (q, *rows, sink, d**-0.5, freqs)
     assert kernels.selected_in_place(window, picked)
     assert kernels.chosen("sparse_attn_selected", *args) == "triton_decode_split"
+    fp32_pool = (q, window, valid, pool.float(), *rows[3:], sink, d**-0.5, freqs)
+    assert kernels.chosen("sparse_attn_selected", *fp32_pool) == "composed"  # one load reads either tensor
     got = _poisoned_call(kernels.sparse_attn_selected, *args)
     assert torch.isfinite(got).all() and torch.equal(got, want)
     monkeypatch.setattr(tri, "MERGE_INVERSE_ROPE", False)

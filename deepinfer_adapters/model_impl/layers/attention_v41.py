@@ -152,12 +152,11 @@ class AttentionV41(AttentionBase):
         if self.runs_indexer and self._index_rows(batch, state):
             # the indexer's query side needs no keys: on a stream of its own next to the window, the
             # compressor and the publishing (overlap.py), joined where the scores need it
+            query_side = x.shape[0] >= overlap.INDEX_QUERIES_ASIDE_FROM
             if early.weights is None:
-                queries = aside(x, lambda: self.indexer.queries(x, qr, freqs, numerics),
-                                when=overlap.INDEX_QUERIES_ASIDE)
+                queries = aside(x, lambda: self.indexer.queries(x, qr, freqs, numerics), when=query_side)
             else:
-                index_queries = aside(x, lambda: self.indexer.index_queries(qr, freqs, numerics),
-                                      when=overlap.INDEX_QUERIES_ASIDE)
+                index_queries = aside(x, lambda: self.indexer.index_queries(qr, freqs, numerics), when=query_side)
 
                 def queries() -> tuple[torch.Tensor, torch.Tensor]:  # both parts joined where the scores read them
                     return index_queries(), early.weights()
