@@ -47,6 +47,8 @@ def parse(dot: str) -> tuple[dict[str, tuple[str, str]], list[tuple[str, str, st
 
 def kernel_name(label: str) -> str:
     """A short name for a node's label: a Triton kernel's own name, or the longest name in a mangled one."""
+    named = re.search(r"\(topoId: \d+\) \| ([A-Za-z_][A-Za-z0-9_]*)", label)  # the driver's own dump's field
+    label = named.group(1) if named else label
     words = [w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{3,}", label)
              if w not in _KINDS and not w.startswith(("graph_", "style", "shape", "label", "solid", "rectangle"))]
     mangled = [w for w in words if w.startswith("_Z")]
