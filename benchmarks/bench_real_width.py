@@ -465,9 +465,6 @@ AB_SWITCHES = {
     "topk_torch_order": torch_backend("topk_torch_order"),
     # the top-k's Triton kernel instead of the Gluon one (gluon_topk.GLUON_TOPK)
     "gluon_topk": flag(gluon_topk, "GLUON_TOPK", False),
-    # a V4.1 compressed layer's attention reading its picked rows in place (triton_sparse_attn.SELECTED_IN_PLACE; off
-    # by default until measured: the "no_" run is the one with it)
-    "selected_in_place": flag(triton_sparse_attn, "SELECTED_IN_PLACE", True),
     # a decode step's output rotated back in split-K's merge (triton_sparse_attn.MERGE_INVERSE_ROPE; the "no_" run
     # is the one with the RoPE kernel after the merge)
     "merge_rope": flag(triton_sparse_attn, "MERGE_INVERSE_ROPE", False),

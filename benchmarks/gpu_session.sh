@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [s27a] [s27b] [s27c] [s28a] [s29a] [s29b] [s29c] [s30b] [s30c] [s30d] [s30e] [s30f] [s31a] [s31b] [s31c] [s31d] [s31e] [s31f] [s31g] [s31h] [s32a] [s32d] [s32f] [s32g] [s33a] [s33b] [s33c] [s33d] [s33e] [s33f] [s33g] [s33h] [s34a] [s34b] [s34c] [s34d] [s34e] [s35a] [s35b] [s35c] [s35d] [s35f] [s35g] [s36a] [s36b] [s36c] [s36d] [s37a] [s37b] [s37c] [s37d] [s37e] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [s27a] [s27b] [s27c] [s28a] [s29a] [s29b] [s29c] [s30b] [s30c] [s30d] [s30e] [s30f] [s31a] [s31b] [s31c] [s31d] [s31e] [s31f] [s31g] [s31h] [s32a] [s32d] [s32f] [s32g] [s33a] [s33b] [s33c] [s33d] [s33e] [s33f] [s33g] [s33h] [s34a] [s34b] [s34c] [s34d] [s34e] [s35a] [s35b] [s35c] [s35d] [s35f] [s35g] [s36a] [s36b] [s36c] [s36d] [s37c] [s37d] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -1530,53 +1530,14 @@ if has s36d; then  # (~9 min) a decode step's output rotated back in split-K's m
   probe s36a 150 60 benchmarks/probe_graph_edges.py --first 60 --out "$OUT/s36a"
   pack
 fi
-if has s37a; then  # (~5 min; prepared in session 36, not run) a V4.1 compressed layer's decode attention reading its
-  # picked compressed rows where they are (triton_sparse_attn.SELECTED_IN_PLACE, off): its GPU tests (the copy's bits,
-  # the kernel alone and the model through graph replays), the A/B at B=1 (its "no_" run is the one in place; B=8 does
-  # not split), a B=1 timeline with it, then the decode graph's dump through the driver (part s36a)
-  gpu_tests s37a 240 "REPORT selected|FAIL|Error|passed|failed" tests/gpu/test_sparse_attn_gpu.py \
-    tests/gpu/test_overlap_gpu.py -k "selected or merge_inverse" -s
-  pack
-  if passed_all s37a; then
-    decode_ab s37a 150 --batches 1 --ab selected_in_place:1 --ab-rounds 7
-    pack
-    decode_ab s37a_tl 120 --batches 1 --timeline 1 --base selected_in_place
-  fi
-  pack
-  probe s36a 150 60 benchmarks/probe_graph_edges.py --first 60 --out "$OUT/s36a"
-  pack
-fi
-if has s37b; then  # (~5 min; prepared in session 36) the decode overlap's side streams again, one at a time, at B=1:
-  # each join into the binding chain costs ~2-3 us (a cross-stream start) where a kernel behind one other on its own
-  # stream overlaps under PDL (session 35), and the program around the switches has changed since they were measured
-  # (sessions 20-27); each "no_" run is the one with that side part inline
-  decode_ab s37b 280 --batches 1 --ab keys_parts:1 index_queries:1 publish_early:1 index_weights_early:1 \
+if has s37c; then  # (~2 min; session 37) the decode side streams inline one at a time at B=1 (prepared in session 36 as
+  # s37b; the run had the in-place selected rows' A/B and bits probe too, since removed: code at 90e4316)
+  decode_ab s37c 420 --batches 1 --ab keys_parts:1 index_queries:1 publish_early:1 index_weights_early:1 \
     engram_ids_aside:1 decode_keys:1 shared_through:1 --ab-rounds 7
-  pack
-fi
-if has s37c; then  # (~6 min; session 37) where the in-place selected rows' bits part from the copy's (part s37a:
-  # a bf16 ULP in some outputs), then at B=1 the in-place read and the decode side streams inline one at a time
-  # (part s37b's), all in one A/B
-  probe s37c_bits 60 12 benchmarks/probe_selected_bits.py
-  pack
-  decode_ab s37c 420 --batches 1 --ab selected_in_place:1 keys_parts:1 index_queries:1 publish_early:1 \
-    index_weights_early:1 engram_ids_aside:1 decode_keys:1 shared_through:1 --ab-rounds 7
   pack
 fi
 if has s37d; then  # (~2 min; session 37) the indexer's query side inline (part s37c: B=1 -6.1 us, 7 of 7) at B=1 and 8
   decode_ab s37d 300 --batches 1 8 --ab index_queries:1,8 --ab-rounds 7
-  pack
-fi
-if has s37e; then  # (~4 min; session 37) the in-place selected rows read through one tile of pointers into the window
-  # or the pool (part s37c's two loads and a select: B=1 113 us slower, a bf16 ULP apart): the bits probe, its GPU
-  # tests, then the B=1 A/B and a B=1 timeline with it
-  probe s37e_bits 60 12 benchmarks/probe_selected_bits.py
-  gpu_tests s37e 240 "REPORT selected|FAIL|Error|passed|failed" tests/gpu/test_sparse_attn_gpu.py \
-    tests/gpu/test_overlap_gpu.py -k "selected or merge_inverse" -s
-  pack
-  decode_ab s37e 150 --batches 1 --ab selected_in_place:1 --ab-rounds 7
-  pack
-  decode_ab s37e_tl 120 --batches 1 --timeline 1 --base selected_in_place
   pack
 fi
 if has s15decode; then  # V4.1 decode B = 1 profiled (~1 min): the kernels of one eager step, by name

@@ -42,11 +42,6 @@ def use_backend(op: str, name: str | None) -> None:
     _PINNED[op] = name
 
 
-def pinned(op: str) -> str | None:
-    """The backend ``use_backend`` pinned ``op`` to, if any."""
-    return _PINNED.get(op)
-
-
 def backends(op: str) -> list[str]:
     return [b.name for b in _BACKENDS.get(op, [])]
 
@@ -105,30 +100,6 @@ def _composed_sparse_attn_inverse_rope(q: Any, kv: Any, sink: Any, idx: Any, sca
 
 
 register("sparse_attn_inverse_rope", "composed", _composed_sparse_attn_inverse_rope, priority=0)
-
-
-def sparse_attn_selected(*args: Any, **kwargs: Any) -> Any:
-    return call("sparse_attn_selected", *args, **kwargs)
-
-
-def _composed_sparse_attn_selected(q: Any, window: Any, valid: Any, pool: Any, picked: Any, visible: Any, table: Any,
-                                   rows_a_block: int, capacity: int, sink: Any, scale: float, freqs: Any,
-                                   probs_bf16: bool = True) -> Any:
-    """A V4.1 compressed layer's decode attention over its window keys and its picked compressed rows
-    (``selected_keys``' arguments), the output rotated back: ``selected_keys``, then ``sparse_attn_inverse_rope``
-    over the keys it copied. A backend may read the rows in place (triton_sparse_attn)."""
-    keys, index = selected_keys(window, valid, pool, picked, visible, table, rows_a_block, capacity)
-    return sparse_attn_inverse_rope(q, keys.flatten(0, 1), sink, index, scale, freqs, probs_bf16=probs_bf16)
-
-
-def selected_in_place(window: Any, picked: Any) -> bool:
-    """Whether ``sparse_attn_selected`` reads a step's picked rows in place for these keys (a backend says so
-    where it does: "torch" answers False), so that the caller need not copy them (``selected_keys``) first."""
-    return call("selected_in_place", window, picked)
-
-
-register("sparse_attn_selected", "composed", _composed_sparse_attn_selected, priority=0)
-register("selected_in_place", "torch", lambda window, picked: False, priority=-100)
 
 
 def hc_split_sinkhorn(*args: Any, **kwargs: Any) -> Any:

@@ -20,10 +20,6 @@ the M dimension of both products (as in FlashMLA's sparse kernels):
   small batches (2.4-3.3x faster at S <= 8), but partials cost S x chunks x H x d x 8 B
   of traffic (1.7-3.5x slower for an 8k prefill) and p is rounded against each
   chunk's own running max (see Numerics).
-- Keys read in place (``sparse_attn_selected``, ``SELECTED_IN_PLACE``): a V4.1 compressed layer's decode keys are
-  its window keys, then its picks among the source's compressed rows; instead of a copy of both first
-  (``selected_keys``), the bf16 kernel reads each tile where it is (``selected_tile``: the pool through the block
-  table) -- the same tile values, so the same bits.
 - Any other dtypes (float32 numerics): a second kernel with exact fp32 dots
   (``input_precision="ieee"``), d in chunks, output dims split over programs.
 - Block shapes depend on H and d only, never on S: a query's result does not
@@ -134,45 +130,18 @@ def _kernels():
     import triton
     import triton.language as tl
 
-    global pdl_start, selected_tile  # bound at module level: Triton's interpreter resolves a kernel's names there
+    global pdl_start  # bound at module level: Triton's interpreter resolves a kernel's names there
     from deepinfer_adapters.kernels.triton_pdl import pdl_start
-
-    @triton.jit
-    def selected_tile(WIN, VALID, POOL, PICKS, VISIBLE, TABLE, s, kk, k_hi, offs_d, mask_d, W, rows_a_block, capacity,
-                      stride_wb, stride_ww, stride_vb, stride_pool, stride_pk, stride_tb):
-        """Keys kk of query s read where they are (``sparse_attn_selected``): kk < W its window key kk, else the
-        pool row of its pick kk - W -- ``selected_keys``' rows and index, in the window's dtype, without their
-        copy. Returns the tile [len(kk), D_PAD] (0 where a key does not exist) and which keys exist."""
-        inside = kk < k_hi
-        in_window = kk < W
-        from_pool = inside & (kk >= W)
-        jw = tl.where(in_window, kk, 0)
-        picked = tl.load(PICKS + s * stride_pk + tl.where(in_window, 0, kk - W), mask=from_pool, other=0)
-        row = tl.minimum(tl.maximum(picked, 0), capacity - 1)
-        block = tl.load(TABLE + s * stride_tb + row // rows_a_block, mask=from_pool, other=0)
-        addr = (block * rows_a_block + row % rows_a_block).to(tl.int64)
-        seen = picked < tl.load(VISIBLE + s)
-        in_ring = tl.load(VALID + s * stride_vb + jw, mask=inside & in_window, other=0) != 0
-        valid = inside & tl.where(in_window, in_ring, seen)
-        # one load through a tile of pointers into either tensor (of one dtype), not a load of each and a select: two
-        # [64, 512] tiles cost registers and shared memory, and the selected tile took another path into the dots
-        # than a loaded one (session 37, part s37c: B=1 113 us slower, some outputs a bf16 ULP apart)
-        ptrs = tl.where(in_window[:, None], WIN + s * stride_wb + jw[:, None] * stride_ww,
-                        POOL + addr[:, None] * stride_pool) + offs_d[None, :]
-        return tl.load(ptrs, mask=valid[:, None] & mask_d[None, :], other=0.0), valid
 
     @triton.jit
     def sparse_attn_bf16(Q, KV, SINK, IDX, OUT, PM, PL, PACC, scale,
                          stride_qs, stride_qh, stride_kvn, stride_is, stride_os, stride_oh,
                          H, D, K, NS,
-                         WIN, VALID, POOL, PICKS, VISIBLE, TABLE, W, rows_a_block, capacity,
-                         stride_wb, stride_ww, stride_vb, stride_pool, stride_pk, stride_tb,
                          BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, D_PAD: tl.constexpr,
-                         PROBS_BF16: tl.constexpr, SPLIT_K: tl.constexpr, SELECTED: tl.constexpr = False):
+                         PROBS_BF16: tl.constexpr, SPLIT_K: tl.constexpr):
         """bf16 q and kv: one [BLOCK_K, d] tile of gathered rows per step serves as K and V.
         SPLIT_K > 0: this program covers indices [pid2 * SPLIT_K, +SPLIT_K) and writes its
-        running max, denominator and unnormalised accumulator to PM / PL / PACC. SELECTED: the K = W + k keys
-        are read where they are (``selected_tile``; KV and IDX unused), else rows IDX of KV."""
+        running max, denominator and unnormalised accumulator to PM / PL / PACC."""
         pdl_start()
         s = tl.program_id(0).to(tl.int64)
         offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -194,15 +163,10 @@ def _kernels():
             k_hi = K
         for k0 in range(k_lo, k_hi, BLOCK_K):
             kk = k0 + offs_k
-            if SELECTED:
-                kv, valid = selected_tile(WIN, VALID, POOL, PICKS, VISIBLE, TABLE, s, kk, k_hi, offs_d, mask_d, W,
-                                          rows_a_block, capacity, stride_wb, stride_ww, stride_vb, stride_pool,
-                                          stride_pk, stride_tb)
-            else:
-                ids = tl.load(idx_row + kk, mask=kk < k_hi, other=-1)
-                valid = ids >= 0
-                kv = tl.load(KV + ids.to(tl.int64)[:, None] * stride_kvn + offs_d[None, :],
-                             mask=valid[:, None] & mask_d[None, :], other=0.0)
+            ids = tl.load(idx_row + kk, mask=kk < k_hi, other=-1)
+            valid = ids >= 0
+            kv = tl.load(KV + ids.to(tl.int64)[:, None] * stride_kvn + offs_d[None, :],
+                         mask=valid[:, None] & mask_d[None, :], other=0.0)
             scores = tl.dot(q, tl.trans(kv))
             scores = tl.where(valid[None, :], scores * scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(scores, 1))
@@ -324,12 +288,10 @@ def _kernels():
 
 def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor, scale: float,
                 probs_bf16: bool = True, *, config: Config | None = None,
-                out_freqs: torch.Tensor | None = None, selected: tuple | None = None) -> torch.Tensor:
+                out_freqs: torch.Tensor | None = None) -> torch.Tensor:
     """See the module doc and ``reference.sparse_attn``. Returns [S, H, d] in q's dtype. ``out_freqs`` [S, rd/2]
     complex64: the output's last rd dims rotated by their conjugate, ``apply_rope(out, out_freqs, inverse=True)``'s
-    bits (in split-K's merge where it runs and ``MERGE_INVERSE_ROPE``, else by the RoPE kernel after).
-    ``selected``: ``selected_keys``' arguments, whose keys (the window's W, then the k picks of ``idx``) the bf16
-    kernel reads where they are; kv is then the window's keys flattened (read for its dtype only)."""
+    bits (in split-K's merge where it runs, else by the RoPE kernel after)."""
     S, H, d = q.shape
     if kv.shape[-1] != d or idx.shape[0] != S:
         raise ValueError(f"sparse_attn: q {list(q.shape)}, kv {list(kv.shape)}, idx {list(idx.shape)} do not match")
@@ -345,11 +307,9 @@ def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torc
     if S == 0:
         return out
     bf16 = uses_bf16_kernel(q, kv)
-    if selected is not None and not bf16:
-        raise ValueError(f"sparse_attn: keys read in place need bf16 queries and keys, not {q.dtype} / {kv.dtype}")
     cfg = config or default_config(H, d, bf16)
     triton, k_bf16, k_merge, k_f32 = _kernels()
-    K = idx.shape[1] + (selected[0].shape[1] if selected is not None else 0)
+    K = idx.shape[1]
     strides = (q.stride(0), q.stride(1), kv.stride(0), idx.stride(0), out.stride(0), out.stride(1))
     if bf16:
         split_k = cfg.split_blocks * BLOCK_K
@@ -363,12 +323,11 @@ def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torc
             pl = pacc = out  # unused
         grid = (S, triton.cdiv(H, cfg.block_h), ns)
         k_bf16[grid](q, kv, sink, idx, out, pm if split_k else out, pl, pacc, float(scale), *strides, H, d, K, ns,
-                     *_selected_args(selected, q), BLOCK_H=cfg.block_h, BLOCK_K=BLOCK_K, D_PAD=_pow2(d),
-                     PROBS_BF16=bool(probs_bf16), SPLIT_K=split_k, SELECTED=selected is not None,
-                     num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
+                     BLOCK_H=cfg.block_h, BLOCK_K=BLOCK_K, D_PAD=_pow2(d), PROBS_BF16=bool(probs_bf16),
+                     SPLIT_K=split_k, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch())
         if split_k:
             merge_d = min(MERGE_BLOCK_D or _pow2(d), _pow2(d))
-            rope = out_freqs is not None and MERGE_INVERSE_ROPE and merge_d % 2 == 0 and d % 2 == 0
+            rope = out_freqs is not None and merge_d % 2 == 0 and d % 2 == 0
             f = torch.view_as_real(out_freqs.resolve_conj()).reshape(S, -1).contiguous() if rope else sink
             k_merge[(S, triton.cdiv(H, 16), triton.cdiv(d, merge_d))](
                 pm, pl, pacc, sink, out, f, -1.0, out.stride(0), out.stride(1), H, d, ns, NS=ns, BLOCK_H=16,
@@ -384,16 +343,6 @@ def sparse_attn(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torc
     if out_freqs is not None:  # no merge ran (or it could not rotate): the RoPE kernel, in place
         out = kernels.apply_rope(out, out_freqs, inverse=True, overwrite=True)
     return out
-
-
-def _selected_args(selected: tuple | None, unused: torch.Tensor) -> tuple:
-    """The bf16 kernel's arguments for keys read in place (``selected_tile``), from ``selected_keys``' arguments;
-    placeholders where there are none."""
-    if selected is None:
-        return (unused,) * 6 + (0,) * 9
-    window, valid, pool, picked, visible, table, rows_a_block, capacity = selected
-    return (window, valid, pool, picked, visible, table, window.shape[1], rows_a_block, capacity, window.stride(0),
-            window.stride(1), valid.stride(0), pool.stride(0), picked.stride(0), table.stride(0))
 
 
 register("sparse_attn", "triton", sparse_attn, supports=supports, priority=10)
@@ -426,23 +375,17 @@ register("sparse_attn", "triton_decode_split", sparse_attn_decode_split, support
 
 # a decode step's output rotated back (the output path's inverse RoPE) in split-K's merge instead of a kernel of its
 # own after it: one launch less on a layer's chain at B <= DECODE_SPLIT_QUERIES; the same bits
-# (``sparse_attn_inverse_rope``). False: the merge, then the RoPE kernel (``sparse_attn``'s ``out_freqs`` and the
-# composed op alike). H200, V4.1 at real widths, 7 alternating rounds (session 36, part s36d): B=1 -1.3 us (4 of 7),
-# neutral -- wo_a's GEMV, launched early under PDL, ended ~12.9 us after its input either way (timelines s35d,
-# s36d); kept for the launch it saves eager steps
+# (``sparse_attn_inverse_rope``). False: the composed op (the merge, then the RoPE kernel). H200, V4.1 at real widths,
+# 7 alternating rounds (session 36, part s36d): B=1 -1.3 us (4 of 7), neutral -- wo_a's GEMV, launched early under
+# PDL, ended ~12.9 us after its input either way (timelines s35d, s36d); kept for the launch it saves eager steps
 MERGE_INVERSE_ROPE = True
-
-
-def supports_inverse_rope_freqs(q: torch.Tensor, freqs: torch.Tensor) -> bool:
-    """RoPE rows [S, rd/2] complex64 on q's device for the last rd <= d dims of q [S, H, d]."""
-    return (freqs.device == q.device and freqs.dtype == torch.complex64 and freqs.dim() == 2
-            and freqs.shape[0] == q.shape[0] and 2 * freqs.shape[1] <= q.shape[-1])
 
 
 def supports_inverse_rope_decode_split(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor,
                                        scale: float, freqs: torch.Tensor, probs_bf16: bool = True) -> bool:
     """Where ``sparse_attn`` would take this backend's split decode (not where a test or a user pinned another)."""
-    return (MERGE_INVERSE_ROPE and supports_inverse_rope_freqs(q, freqs)
+    return (MERGE_INVERSE_ROPE and freqs.is_cuda and freqs.dtype == torch.complex64 and freqs.dim() == 2
+            and freqs.shape[0] == q.shape[0] and 2 * freqs.shape[1] <= q.shape[-1]
             and kernels.chosen("sparse_attn", q, kv, sink, idx, scale, probs_bf16) == "triton_decode_split")
 
 
@@ -453,49 +396,3 @@ def sparse_attn_inverse_rope_decode_split(q: torch.Tensor, kv: torch.Tensor, sin
 
 register("sparse_attn_inverse_rope", "triton_decode_split", sparse_attn_inverse_rope_decode_split,
          supports=supports_inverse_rope_decode_split, priority=30)
-
-# a V4.1 compressed layer's decode attention reading its picked compressed rows where they are (the pool, through
-# the block table) and its window keys, instead of a copy of both made first by ``selected_keys``: one kernel less
-# between the top-k and the attention, where the copy started on another of the graph's streams ~2.9 us after the
-# top-k and took ~2.8 us (session 36's s36d timeline). The same tiles, so the same bits. Prepared in session 36 and
-# off until its GPU tests and A/B have run
-SELECTED_IN_PLACE = False
-
-
-def selected_in_place(window: torch.Tensor, picked: torch.Tensor) -> bool:
-    return True  # chosen only where supports_selected_in_place holds
-
-
-def supports_selected_in_place(window: torch.Tensor, picked: torch.Tensor) -> bool:
-    """Where the split decode would run (a few queries outside batch-invariant mode, bf16 keys, no other
-    ``sparse_attn`` backend pinned) -- said before the queries exist, from the keys."""
-    return (SELECTED_IN_PLACE and window.is_cuda and window.dtype == torch.bfloat16 and window.dim() == 3
-            and 0 < window.shape[0] <= DECODE_SPLIT_QUERIES and not invariance.enabled() and triton_available()
-            and kernels.pinned("sparse_attn") in (None, "triton_decode_split")
-            and kernels.pinned("sparse_attn_selected") in (None, "triton_decode_split"))
-
-
-def supports_selected_decode_split(q: torch.Tensor, window: torch.Tensor, valid: torch.Tensor, pool: torch.Tensor,
-                                   picked: torch.Tensor, visible: torch.Tensor, table: torch.Tensor,
-                                   rows_a_block: int, capacity: int, sink: torch.Tensor, scale: float,
-                                   freqs: torch.Tensor, probs_bf16: bool = True) -> bool:
-    rows = (window, valid, pool, picked, visible, table, rows_a_block, capacity)
-    return (supports_selected_in_place(window, picked) and kernels.chosen("selected_keys", *rows) == "triton"
-            and pool.dtype == window.dtype  # one load reads either (``selected_tile``)
-            and q.dim() == 3 and q.shape[0] == window.shape[0] and q.dtype == torch.bfloat16
-            and supports(q, window.flatten(0, 1), sink, picked, scale, probs_bf16)
-            and supports_inverse_rope_freqs(q, freqs))
-
-
-def sparse_attn_selected_decode_split(q: torch.Tensor, window: torch.Tensor, valid: torch.Tensor, pool: torch.Tensor,
-                                      picked: torch.Tensor, visible: torch.Tensor, table: torch.Tensor,
-                                      rows_a_block: int, capacity: int, sink: torch.Tensor, scale: float,
-                                      freqs: torch.Tensor, probs_bf16: bool = True) -> torch.Tensor:
-    return sparse_attn(q, window.flatten(0, 1), sink, picked, scale, probs_bf16, config=DECODE_SPLIT_CONFIG,
-                       out_freqs=freqs, selected=(window, valid, pool, picked, visible, table, rows_a_block, capacity))
-
-
-register("selected_in_place", "triton_decode_split", selected_in_place, supports=supports_selected_in_place,
-         priority=30)
-register("sparse_attn_selected", "triton_decode_split", sparse_attn_selected_decode_split,
-         supports=supports_selected_decode_split, priority=30)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from torch import nn
@@ -48,32 +47,6 @@ class WindowSlots:
         """``kernels.window_slots``: one launch on the GPU, where torch's integer ops were ~7 at the first layer
         that reads a window."""
         return cls(*kernels.window_slots(batch.positions, batch.slots, size, window))
-
-
-class DecodeKeys(Protocol):
-    """What a decode step's keys part gives ``decode_step``: keys that attend a query."""
-
-    def attend(self, q: torch.Tensor, sink: torch.Tensor, scale: float, freqs: torch.Tensor,
-               probs_bf16: bool) -> torch.Tensor:
-        """q [B, H, d] over the keys, with the per-head sink, the output rotated back (inverse RoPE)."""
-        ...
-
-
-@dataclass(frozen=True)
-class GatheredKeys:
-    """A decode step's keys [B, K, d] and their ``gathered_index`` [B, K] (which exist), as ``decode_step``'s
-    keys part gives them; ``SelectedKeys`` (attention_v41.py) is the other kind."""
-
-    keys: torch.Tensor
-    index: torch.Tensor
-
-    def attend(self, q: torch.Tensor, sink: torch.Tensor, scale: float, freqs: torch.Tensor,
-               probs_bf16: bool) -> torch.Tensor:
-        """q [B, H, d] over these keys, the output rotated back (inverse RoPE): the same index layout as the
-        per-sequence path, so the same blocks of 64 and the same result. One op, so that a backend may rotate
-        where it writes the output (split-K's merge)."""
-        return kernels.sparse_attn_inverse_rope(q, self.keys.flatten(0, 1), sink, self.index, scale, freqs,
-                                                probs_bf16=probs_bf16)
 
 
 def join_rows(outs: list[torch.Tensor]) -> torch.Tensor:
@@ -224,21 +197,22 @@ class AttentionBase(nn.Module):
         return same_input(x, numerics, self.q_kv, self.wq_a, self.wkv)
 
     def decode_step(self, x: torch.Tensor, batch: DecodeBatch, numerics: Numerics,
-                    keys_and_index: Callable[[torch.Tensor, Callable[[], torch.Tensor], torch.Tensor], DecodeKeys],
+                    keys_and_index: Callable[[torch.Tensor, Callable[[], torch.Tensor], torch.Tensor],
+                                             tuple[torch.Tensor, torch.Tensor]],
                     projected: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """One decode step's attention (``model.decode``): wq_a + wkv (``project``; ``projected``: its
         output where the caller issued it already), then the queries (wq_b, one large GEMV) next to
-        ``keys_and_index(qr, window kv, freqs)`` -> the keys (``GatheredKeys`` or ``SelectedKeys``): the window
+        ``keys_and_index(qr, window kv, freqs)`` -> (keys [B, K, d], their ``gathered_index``): the window
         ring, compressor and indexer, dozens of small kernels that need only qr and the KV (overlap.py),
         then attention and the output. The window KV comes as a callable: issued where the keys' part
         needs it, not ahead of its other work."""
         freqs = self.decode_freqs(batch)
         q_low, kv = projected if projected is not None else self.project(x, numerics)
         qr = self.q_norm(q_low)
-        q, keys = side_by_side(
+        q, (keys, index) = side_by_side(
             x, lambda: self.query_heads(qr, freqs, numerics),
             lambda: keys_and_index(qr, lambda: self.window_kv(kv, freqs, numerics), freqs), when=overlap.DECODE_KEYS)
-        return self.project_out(keys.attend(q, self.attn_sink, self.scale, freqs, numerics.attn_probs_bf16), numerics)
+        return self.project_out(self.attend_gathered(q, keys, index, freqs, numerics), numerics)
 
     def decode_freqs(self, batch: DecodeBatch) -> torch.Tensor:
         """RoPE rows of a decode step's positions, looked up once per step per table."""
@@ -255,6 +229,14 @@ class AttentionBase(nn.Module):
         # per-element index kernel: H200, 128 sequences, 50 -> 17 us for the read, benchmarks/bench_gather.py)
         keys = kernels.window_store_gather(ring.flatten(0, 1), slots.write_rows, slots.read_rows, kv)
         return keys.view(*slots.valid.shape, *ring.shape[2:]), slots
+
+    def attend_gathered(self, q: torch.Tensor, keys: torch.Tensor, index: torch.Tensor, freqs: torch.Tensor,
+                        numerics: Numerics) -> torch.Tensor:
+        """q [B, H, d] over per-sequence keys [B, K, d] (``gathered_index`` of which exist), the output rotated
+        back (inverse RoPE): the same index layout as the per-sequence path, so the same blocks of 64 and the same
+        result. One op, so that a backend may rotate where it writes the output (split-K's merge)."""
+        return kernels.sparse_attn_inverse_rope(q, keys.flatten(0, 1), self.attn_sink, index, self.scale, freqs,
+                                                probs_bf16=numerics.attn_probs_bf16)
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, idx: torch.Tensor, numerics: Numerics) -> torch.Tensor:
         return kernels.sparse_attn(q, keys, self.attn_sink, idx, self.scale, probs_bf16=numerics.attn_probs_bf16)

@@ -21,8 +21,7 @@ import torch
 from deepinfer_adapters import kernels
 from deepinfer_adapters.config import AttnRole, LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
-from deepinfer_adapters.model_impl.layers.attention_common import (AttentionBase, GatheredKeys, WindowSlots,
-                                                                  gathered_index, join_rows)
+from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, WindowSlots, gathered_index, join_rows
 from deepinfer_adapters.model_impl.layers.compressor_v4 import CompressorV4, quantize_kv_v4, store_completed
 from deepinfer_adapters.model_impl.layers.indexer_v4 import IndexerV4
 from deepinfer_adapters.model_impl.numerics import Numerics
@@ -82,12 +81,12 @@ class AttentionV4(AttentionBase):
 
     def _decode_keys(self, x: torch.Tensor, qr: torch.Tensor, window_kv: Callable[[], torch.Tensor],
                      freqs: torch.Tensor, batch: DecodeBatch, state: StateCache,
-                     numerics: Numerics) -> GatheredKeys:
+                     numerics: Numerics) -> tuple[torch.Tensor, torch.Tensor]:
         """A decode step's keys [B, K, d] and attention index: the window, then (compressed
         layers) the compressed rows picked, after storing a completed row."""
         keys, window = self.decode_window(state, batch, window_kv())
         if self.compressor is None:
-            return GatheredKeys(keys, window.attend_index)
+            return keys, window.attend_index
         entries, complete = self.compressor.decode(x, numerics, state, batch)
         store_completed(state, self.key, "compressed_kv", batch, self.ratio, entries, complete)
         if self.indexer is not None:
@@ -97,7 +96,7 @@ class AttentionV4(AttentionBase):
         else:
             addr, index = self._visible_rows(batch, state, window)
         rows = state.row_pool(self.key, "compressed_kv")[addr].to(keys.dtype)
-        return GatheredKeys(torch.cat([keys, rows], 1), index)
+        return torch.cat([keys, rows], 1), index
 
     def _visible_rows(self, batch: DecodeBatch, state: StateCache,
                       window: WindowSlots) -> tuple[torch.Tensor, torch.Tensor]:

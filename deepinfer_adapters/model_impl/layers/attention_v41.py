@@ -22,7 +22,7 @@ import torch
 
 from deepinfer_adapters.config import LayerSpec, ModelConfig
 from deepinfer_adapters.model_impl.batch import DecodeBatch, ForwardBatch
-from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, GatheredKeys, join_rows
+from deepinfer_adapters.model_impl.layers.attention_common import AttentionBase, join_rows
 from deepinfer_adapters.model_impl.layers.compressor_v41 import CompressorV41, group_start
 from deepinfer_adapters.model_impl.layers.indexer_v41 import IndexerV41
 from deepinfer_adapters.model_impl import overlap
@@ -48,34 +48,6 @@ class EarlyDecode:
     projected: tuple[torch.Tensor, torch.Tensor] | None = None
     publish: Callable[[], Callable[[], None] | None] | None = None
     weights: Callable[[], torch.Tensor] | None = None
-
-
-@dataclass(frozen=True)
-class SelectedKeys:
-    """A V4.1 compressed layer's decode keys where they are: each sequence's window keys [B, W, d] (``valid`` [B,
-    W]), then its picks [B, k] among the source's compressed rows (``pool``, found through the block table; a pick
-    counts below ``visible`` [B]) -- ``kernels.selected_keys``'s arguments. ``attend`` runs the attention over
-    them in place (``kernels.sparse_attn_selected``); ``gathered`` copies them first (``selected_keys``)."""
-
-    window: torch.Tensor
-    valid: torch.Tensor
-    pool: torch.Tensor
-    picked: torch.Tensor
-    visible: torch.Tensor
-    table: torch.Tensor
-    rows_a_block: int
-    capacity: int
-
-    def rows(self) -> tuple:
-        return (self.window, self.valid, self.pool, self.picked, self.visible, self.table, self.rows_a_block,
-                self.capacity)
-
-    def gathered(self) -> GatheredKeys:
-        return GatheredKeys(*kernels.selected_keys(*self.rows()))
-
-    def attend(self, q: torch.Tensor, sink: torch.Tensor, scale: float, freqs: torch.Tensor,
-               probs_bf16: bool) -> torch.Tensor:
-        return kernels.sparse_attn_selected(q, *self.rows(), sink, scale, freqs, probs_bf16=probs_bf16)
 
 
 class AttentionV41(AttentionBase):
@@ -141,13 +113,13 @@ class AttentionV41(AttentionBase):
 
     def _decode_keys(self, x: torch.Tensor, qr: torch.Tensor, window_kv: Callable[[], torch.Tensor],
                      freqs: torch.Tensor, batch: DecodeBatch, state: StateCache, numerics: Numerics,
-                     early: EarlyDecode) -> GatheredKeys | SelectedKeys:
-        """A decode step's keys: the window, then (compressed layers) the selected rows, after publishing this
-        layer's rows and selecting. ``early``: what ``decode_early`` started (the publishing, the head weights),
-        joined here."""
+                     early: EarlyDecode) -> tuple[torch.Tensor, torch.Tensor]:
+        """A decode step's keys [B, K, d] and attention index: the window, then (compressed
+        layers) the selected rows, after publishing this layer's rows and selecting. ``early``: what
+        ``decode_early`` started (the publishing, the head weights), joined here."""
         if not self.ratio:
             keys, window = self.decode_window(state, batch, window_kv())
-            return GatheredKeys(keys, window.attend_index)
+            return keys, window.attend_index
         queries = None
         if self.runs_indexer and self._index_rows(batch, state):
             # the indexer's query side needs no keys: on a stream of its own next to the window, the
@@ -188,12 +160,9 @@ class AttentionV41(AttentionBase):
                                                                   join_parts if where == "before_topk" else None)
             (keys, window), (table, rows_a_block) = join_parts()
             picked, visible = batch.scratch["selections"]
-            selected = SelectedKeys(keys, window.valid, state.row_pool(self.source_key, "compressed_kv"), picked,
-                                    visible, table, rows_a_block, state.row_capacity(self.source_key, "compressed_kv"))
-            # the copy here, on the keys' stream, unless the attention reads the rows in place: after the keys
-            # part it would sit between the join and the attention
-            if not kernels.selected_in_place(keys, picked):
-                selected = selected.gathered()
+            selected = kernels.selected_keys(keys, window.valid, state.row_pool(self.source_key, "compressed_kv"),
+                                             picked, visible, table, rows_a_block,
+                                             state.row_capacity(self.source_key, "compressed_kv"))
         except BaseException:  # no side stream left open
             join_all(early.publish, compressed_part, window_part, queries)
             raise
