@@ -447,9 +447,6 @@ AB_SWITCHES = {
     "keys_parts": flag(overlap, "KEYS_PARTS_ASIDE", False),
     # a V4.1 decode step's engram ids before the embedding, not on a stream of their own (overlap.ENGRAM_IDS_ASIDE)
     "engram_ids_aside": flag(overlap, "ENGRAM_IDS_ASIDE", False),
-    # a V4.1 decode step's side parts from its start issued after the first block, forked from the start
-    # (overlap.SIDE_PARTS_AFTER_FIRST_BLOCK; off by default until measured: the "no_" run is the one with it)
-    "side_parts_later": flag(overlap, "SIDE_PARTS_AFTER_FIRST_BLOCK", True),
     # the V4.1 indexer's query side on a stream of its own at every batch size, one-token steps too (by default
     # from 2 tokens: overlap.INDEX_QUERIES_ASIDE_FROM)
     "index_queries": flag(overlap, "INDEX_QUERIES_ASIDE_FROM", 1),

@@ -73,10 +73,8 @@ def test_decode_refuses_draft_stages(ckpt):
                                            "PUBLISH_EARLY": False, "INDEX_WEIGHTS_EARLY": False,
                                            "ENGRAM_IDS_ASIDE": False},
                                       {"DECODE_PRELUDE": not overlap.DECODE_PRELUDE},
-                                      {"SIDE_PARTS_AFTER_FIRST_BLOCK": not overlap.SIDE_PARTS_AFTER_FIRST_BLOCK},
                                       {"KEYS_PARTS_JOINED": "before_scores"}, {"KEYS_PARTS_JOINED": "before_topk"}],
-                         ids=["defaults", "all_off", "prelude_flipped", "side_parts_flipped", "parts_before_scores",
-                              "parts_before_topk"])
+                         ids=["defaults", "all_off", "prelude_flipped", "parts_before_scores", "parts_before_topk"])
 def test_launch_order_switches_keep_decode_equal_to_forward(ckpt, monkeypatch, switches):
     """overlap.py's launch-order switches move where kernels are issued, never what they compute: decode
     still equals forward bit for bit with their defaults (on) and with all of them off (other code paths:
@@ -85,8 +83,6 @@ def test_launch_order_switches_keep_decode_equal_to_forward(ckpt, monkeypatch, s
     for name, value in switches.items():
         monkeypatch.setattr(overlap, name, value)
     model = _model(ckpt, Numerics.reference().invariant())
-    first = model.layers[0]
-    assert first.engram is None and not first.attn.ratio  # SIDE_PARTS_AFTER_FIRST_BLOCK applies where on
     assert_decode_equals_forward(model, _dense(model), SLOTS, PROMPTS, STEPS, MAX_LEN)
 
 

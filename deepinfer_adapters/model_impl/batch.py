@@ -175,14 +175,13 @@ class DecodeBatch:
             return value.value
         return value
 
-    def shared_ahead(self, prepare: Callable[[], object],
-                     since: "torch.cuda.Event | None" = None) -> Callable[[], object]:
+    def shared_ahead(self, prepare: Callable[[], object]) -> Callable[[], object]:
         """Run ``prepare`` (``shared`` calls) now on a stream of its own (``overlap.aside``), next to what the
         caller issues after it, instead of where each value's first reader asks: a step's index tensors that
         depend only on the batch then stay off the critical path of the layer that reads them first. Every
         ``shared`` call for one of them makes its stream wait for the side part's end. Returns the join, which
         the step calls before it ends (a captured graph's side streams rejoin it). ``prepare`` must read
-        nothing the step writes. ``since``: ``overlap.aside``'s (a fork point issued earlier)."""
+        nothing the step writes."""
         before = set(self.scratch)
         built: dict = {}
 
@@ -191,7 +190,7 @@ class DecodeBatch:
             built.update((k, v) for k, v in self.scratch.items() if k not in before)
             return built
 
-        join = overlap.aside(self.positions, side, since=since)
+        join = overlap.aside(self.positions, side)
         for key, value in built.items():
             self.scratch[key] = _Ahead(join, value)
         return join

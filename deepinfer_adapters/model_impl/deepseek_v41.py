@@ -136,18 +136,17 @@ class DeepseekV41ForCausalLM(CausalLMBase):
             self._require_hasher()
         num = self.numerics
         batch.scratch.clear()
-        first = self.layers[0]
-        later = (overlap.SIDE_PARTS_AFTER_FIRST_BLOCK and len(self.layers) > 1 and first.engram is None
-                 and not first.attn.ratio)
-        start = overlap.fork_point(batch.input_ids) if later else None
-        side_parts = None
+        # the engram ids (~20 small integer kernels: ~38 us at B = 1, H200 timeline, session 21) on a stream of their
+        # own next to the embedding and the layers before the first engram one (overlap.ENGRAM_IDS_ASIDE)
+        hash_ids = overlap.aside(batch.input_ids, lambda: self._engram_ids_decode(batch, state),
+                                 when=overlap.ENGRAM_IDS_ASIDE and self.cfg.engram is not None)
+        # the compressed layers' shared index tensors from the step's start too, where overlap.DECODE_PRELUDE
+        prelude = batch.shared_ahead(lambda: self._decode_prelude(batch, state)) if overlap.DECODE_PRELUDE else None
         # hc copies of each embedding in one gather (an expanded index), not a gather and a repeat
         h = self.embed.weight[batch.input_ids.unsqueeze(1).expand(-1, self.cfg.hc_mult)].to(num.dtype)
         pre = self._identity_pre_mix(h.shape[0], h.device)
         normed = None
-        for i, (block, next_norm) in enumerate(zip(self.layers, self._next_norms())):
-            if side_parts is None and (i > 0 or not later):
-                side_parts = hash_ids, prelude = self._decode_side_parts(batch, state, start)
+        for block, next_norm in zip(self.layers, self._next_norms()):
             if block.engram is not None:
                 h = block.engram(h, hash_ids()[:, block.engram.table_index], num)
             h, pre, normed = block.decode(h, pre, batch, state, num, normed=normed, next_norm=next_norm)
@@ -155,18 +154,6 @@ class DeepseekV41ForCausalLM(CausalLMBase):
         if prelude is not None:
             prelude()
         return self.head(normed, num, torch.float32)
-
-    def _decode_side_parts(self, batch: DecodeBatch, state: StateCache,
-                           start: torch.cuda.Event | None) -> tuple[Callable[[], torch.Tensor], Callable | None]:
-        """A decode step's side parts from its start (``start``: where they fork; None: where they are issued), as
-        their joins: the engram ids (~20 small integer kernels: ~38 us at B = 1, H200 timeline, session 21) on a
-        stream of their own next to the layers before the first engram one (overlap.ENGRAM_IDS_ASIDE), and the
-        compressed layers' shared index tensors (overlap.DECODE_PRELUDE; None where off)."""
-        hash_ids = overlap.aside(batch.input_ids, lambda: self._engram_ids_decode(batch, state),
-                                 when=overlap.ENGRAM_IDS_ASIDE and self.cfg.engram is not None, since=start)
-        prelude = (batch.shared_ahead(lambda: self._decode_prelude(batch, state), since=start)
-                   if overlap.DECODE_PRELUDE else None)
-        return hash_ids, prelude
 
     def _decode_prelude(self, batch: DecodeBatch, state: StateCache) -> None:
         for block in self.layers:

@@ -66,12 +66,6 @@ INDEX_WEIGHTS_EARLY = True
 # a V4.1 decode step's engram ids (the n-gram hashes of the new tokens and their ring's write) on a stream of their
 # own from the step's start, joined at the first engram layer, instead of before the embedding
 ENGRAM_IDS_ASIDE = True
-# a V4.1 decode step's side parts from its start (the engram ids, the compressed layers' prelude: ~40 small kernels on
-# two streams) issued after the first block where that block reads neither, still forked from the step's start
-# (``fork_point``): the same graph but for its nodes' order. A captured graph's kernels launch in that order, and the
-# B=1 timelines since session 25 show the first norm starting ~7 us after the embedding's gather, which is all it
-# waits for (the graph's dump, session 37, part s37a). Prepared in session 37, off until measured
-SIDE_PARTS_AFTER_FIRST_BLOCK = False
 # a V4.1 decode step's shared index tensors of its compressed layers (the compressor rings' rows, the groups' RoPE rows
 # and row addresses, the visible rows, the block tables: ``AttentionV41.decode_prelude``) built on a stream of their
 # own from the step's start (``DecodeBatch.shared_ahead``), not by the first compressed layer that reads them, whose
@@ -139,30 +133,13 @@ def join_all(*joins: Callable[[], object] | None) -> None:
             join()
 
 
-def _on_a_stream(x: torch.Tensor, when: bool = True) -> bool:
-    """Whether a side part of a step with activations ``x`` runs on a stream of its own (``side_by_side``)."""
-    return ENABLED and when and x.is_cuda and x.shape[0] <= MAX_TOKENS and not torch.compiler.is_compiling()
-
-
-def fork_point(x: torch.Tensor) -> torch.cuda.Event | None:
-    """Where side parts issued later should start from (``aside``'s ``since``): an event on the current stream, or
-    None where side parts run inline."""
-    if not _on_a_stream(x):
-        return None
-    event = torch.cuda.Event()
-    event.record(torch.cuda.current_stream(x.device))
-    return event
-
-
-def aside(x: torch.Tensor, side: Callable[[], B], *, when: bool = True, urgent: bool = True,
-          since: torch.cuda.Event | None = None) -> Callable[[], B]:
+def aside(x: torch.Tensor, side: Callable[[], B], *, when: bool = True, urgent: bool = True) -> Callable[[], B]:
     """Start side() as ``side_by_side`` does and return ``join``: join() makes the calling stream wait
     for side()'s work and returns its value (every call waits: a part read from several streams is
     joined from each). What runs between the two is the main part, however far down the call stack
     join() is called (the MoE hands it to the experts' kernel, which calls it right before adding the
-    shared expert's output). ``since``: a ``fork_point`` the side part starts after, instead of after
-    everything issued so far (it must read nothing issued since)."""
-    if not _on_a_stream(x, when):
+    shared expert's output)."""
+    if not (ENABLED and when and x.is_cuda and x.shape[0] <= MAX_TOKENS) or torch.compiler.is_compiling():
         value = side()
         return lambda: value
     level = min(set(range(len(_live) + 1)) - _live)
@@ -171,10 +148,7 @@ def aside(x: torch.Tensor, side: Callable[[], B], *, when: bool = True, urgent: 
     stream = _STREAMS.get(key)
     if stream is None:
         stream = _STREAMS[key] = torch.cuda.Stream(x.device, priority=priority)
-    if since is None:
-        stream.wait_stream(torch.cuda.current_stream(x.device))
-    else:
-        stream.wait_event(since)
+    stream.wait_stream(torch.cuda.current_stream(x.device))
     _live.add(level)
     try:
         with torch.cuda.stream(stream):

@@ -41,20 +41,17 @@ def _run(model):
 
 @pytest.mark.parametrize("arch,flipped", [("v41", {}), ("v41", {"DECODE_PRELUDE": not overlap.DECODE_PRELUDE}),
                                           ("v41", {"REJOIN_JOINED": not overlap.REJOIN_JOINED}),
-                                          ("v41", {"SIDE_PARTS_AFTER_FIRST_BLOCK":
-                                                   not overlap.SIDE_PARTS_AFTER_FIRST_BLOCK}),
                                           ("v41", {"KEYS_PARTS_JOINED": "before_scores"}),
                                           ("v41", {"KEYS_PARTS_JOINED": "before_topk"}),
                                           ("v4", {}), ("v4", {"REJOIN_JOINED": not overlap.REJOIN_JOINED})],
-                         ids=["v41", "v41-prelude", "v41-rejoin", "v41-side_parts", "v41-parts_before_scores",
-                              "v41-parts_before_topk", "v4", "v4-rejoin"])
+                         ids=["v41", "v41-prelude", "v41-rejoin", "v41-parts_before_scores", "v41-parts_before_topk",
+                              "v4", "v4-rejoin"])
 def test_overlap_changes_no_bit(tiny_checkpoint, monkeypatch, arch, flipped):
     """With overlap.py's defaults and with the ``flipped`` switches: V4.1's compressed layers' shared index
     tensors built ahead from the step's start on a stream of their own or by their first reader
     (``DECODE_PRELUDE``); the parts' owners joining them again when they end, or only where something failed
-    (``REJOIN_JOINED``: every part must still be joined, or the graph's capture fails); the step's side parts from
-    its start issued after the first block, forked from the start (``SIDE_PARTS_AFTER_FIRST_BLOCK``); an index
-    layer's keys parts joined before its index scores, before its top-k or after it (``KEYS_PARTS_JOINED``)."""
+    (``REJOIN_JOINED``: every part must still be joined, or the graph's capture fails); an index layer's keys parts
+    joined before its index scores, before its top-k or after it (``KEYS_PARTS_JOINED``)."""
     for name, value in flipped.items():
         monkeypatch.setattr(overlap, name, value)
     cls = DeepseekV41ForCausalLM if arch == "v41" else DeepseekV4ForCausalLM
