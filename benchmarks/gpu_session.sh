@@ -1540,14 +1540,12 @@ if has s37d; then  # (~2 min; session 37) the indexer's query side inline (part 
   decode_ab s37d 300 --batches 1 8 --ab index_queries:1,8 --ab-rounds 7
   pack
 fi
-if has s37f; then  # (~6 min; session 37) session 37's defaults (the in-place rows removed, the indexer's query side
-  # inline at one-token steps) through the overlap, decode-graph and model GPU tests, with the side parts from the
-  # step's start issued after the first block among them (overlap.SIDE_PARTS_AFTER_FIRST_BLOCK, prepared, off); then
-  # its A/B at B=1 and 8 (the "no_" run is the one with it)
+if has s37f; then  # (~3 min; session 37) session 37's defaults (the in-place rows removed, the indexer's query side
+  # inline at one-token steps) through the overlap, decode-graph and model GPU tests. Its run also had the side parts
+  # from the step's start issued after the first block (overlap.SIDE_PARTS_AFTER_FIRST_BLOCK) among the overlap tests
+  # and in an A/B at B=1 and 8 (switch side_parts_later), both removed with that code (at fade2d5)
   gpu_tests s37f 300 "REPORT overlap|FAIL|Error|passed|failed" tests/gpu/test_overlap_gpu.py \
     tests/gpu/test_decode_graphs_gpu.py tests/gpu/test_model_gpu.py -s
-  pack
-  decode_ab s37f 200 --batches 1 8 --ab side_parts_later:1,8 --ab-rounds 7
   pack
 fi
 if has s37g; then  # (~3 min; session 37) part s37f's failing graph-replay tests (urgent side streams up to 0 and 1

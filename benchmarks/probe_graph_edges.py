@@ -86,17 +86,6 @@ def topological(nodes: dict, edges: list) -> list[str]:
     return order
 
 
-def dot_print(handle: int, path: str) -> None:
-    """cuGraphDebugDotPrint (the driver API: a runtime cudaGraph_t is a CUgraph) of a kept graph, verbose."""
-    import ctypes
-
-    cuda = ctypes.CDLL("libcuda.so.1")
-    cuda.cuGraphDebugDotPrint.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint]
-    err = cuda.cuGraphDebugDotPrint(ctypes.c_void_p(handle), path.encode(), 1)  # CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE
-    if err or not os.path.exists(path):
-        raise SystemExit(f"cuGraphDebugDotPrint returned {err}; no {path}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--first", type=int, default=40)
@@ -111,8 +100,8 @@ def main() -> None:
 
     class DebugGraph(torch.cuda.CUDAGraph):  # keeps the graph for the dump
         def __new__(cls, *a, **k):
-            # without keep_graph torch drops the captured graph once instantiated (raw_cuda_graph needs it kept);
-            # debug_dump wrote nothing either way in session 36 (parts s36a, s36d)
+            # without keep_graph torch drops the captured graph once instantiated, and debug_dump writes nothing
+            # (sessions 36-37: parts s36a, s36d, s37a)
             return super().__new__(cls, keep_graph=True)
 
         def __init__(self, *a, **k):
@@ -130,8 +119,8 @@ def main() -> None:
     (graph, _), = graphs._graphs.values()
     path = os.path.join(args.out, "graph_b1.dot")
     graph.debug_dump(path)
-    if not os.path.exists(path):  # torch 2.11 wrote nothing, debug mode or not (session 36): the driver's own call
-        dot_print(graph.raw_cuda_graph(), path)
+    if not os.path.exists(path):
+        raise SystemExit(f"debug_dump wrote no {path} (is the graph kept? see DebugGraph)")
     with open(path) as fh:
         nodes, edges = parse(fh.read())
     kinds = collections.Counter(kind for kind, _ in nodes.values())
