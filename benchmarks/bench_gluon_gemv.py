@@ -23,8 +23,7 @@ def _offline_pdl() -> dict:
     """The PDL constexprs a GPU launch takes at the module's settings (``gluon_gemv.pdl_options`` with a GPU)."""
     from deepinfer_adapters.kernels import gluon_gemv
 
-    return {"PDL": gluon_gemv.GLUON_PDL, "NEXT_LAUNCH": gluon_gemv.NEXT_LAUNCH_POINTS.index(gluon_gemv.NEXT_LAUNCH),
-            "AHEAD": gluon_gemv.WEIGHTS_AHEAD}
+    return {"PDL": gluon_gemv.GLUON_PDL, "NEXT_LAUNCH": gluon_gemv.NEXT_LAUNCH_POINTS.index(gluon_gemv.NEXT_LAUNCH)}
 
 
 def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32, lanes: int = 1) -> None:
@@ -44,8 +43,7 @@ def compile_offline(stages: int, pairs: bool = False, w_bk: int = 32, lanes: int
            "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32", "n_items": "i32",
            "tiles_per_pair": "i32", "NT": "i32", "KT": "i32", "stride_wsn": "i32", "stride_asm": "i32",
            "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr", "W_BN": "constexpr", "W_BK": "constexpr",
-           "PAIRS": "constexpr", "LANES": "constexpr", "PDL": "constexpr", "NEXT_LAUNCH": "constexpr",
-           "AHEAD": "constexpr"}
+           "PAIRS": "constexpr", "LANES": "constexpr", "PDL": "constexpr", "NEXT_LAUNCH": "constexpr"}
     divisible = ("WS", "AS", "OUT", "K", "k_per_split", "stride_asm", "stride_om", "stride_os")
     compile_sm90(fp8_gemv_kernel, sig, {"STAGES": stages, "W_BN": 1 if pairs else 32, "W_BK": w_bk, "PAIRS": pairs,
                                         "LANES": lanes, **_offline_pdl()},
@@ -67,7 +65,7 @@ def compile_offline_bf16(stages: int, group_rows: int = 1024, lanes: int = 2) ->
            "WS": "*i32", "OUT": "*fp32", "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32",
            "n_items": "i32", "stride_wsn": "i32", "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr",
            "W_BN": "constexpr", "GROUP_ROWS": "constexpr", "LANES": "constexpr", "PDL": "constexpr",
-           "NEXT_LAUNCH": "constexpr", "AHEAD": "constexpr"}
+           "NEXT_LAUNCH": "constexpr"}
     divisible = ("WS", "OUT", "N", "K", "k_per_split", "stride_om", "stride_os")
     compile_sm90(bf16_gemv_kernel, sig, {"STAGES": stages, "W_BN": 32, "GROUP_ROWS": group_rows, "LANES": lanes,
                                          **_offline_pdl()},

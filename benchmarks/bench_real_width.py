@@ -64,7 +64,7 @@ from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import reference, reference_fp8
 from deepinfer_adapters.kernels import fp8_blockwise, gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
 from deepinfer_adapters.kernels import triton_pool, triton_sparse_attn, triton_support
-from deepinfer_adapters.kernels import gluon_topk, triton_linear, triton_route, triton_topk
+from deepinfer_adapters.kernels import gluon_topk, triton_linear, triton_topk
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -321,11 +321,6 @@ AB_SWITCHES = {
     "gluon_pdl": flag(gluon_gemv, "GLUON_PDL", False),
     # ... under it, the kernel after a GEMV launched from another point of the GEMV than gluon_gemv.NEXT_LAUNCH
     **{f"gluon_next_{point}": flag(gluon_gemv, "NEXT_LAUNCH", point) for point in gluon_gemv.NEXT_LAUNCH_POINTS},
-    # the GEMV loaders' first weight tiles copied before PDL's wait (session 38; neutral in session 23)
-    "weights_ahead": flag(gluon_gemv, "WEIGHTS_AHEAD", True),
-    # the kernel after the MoE route launched only as the route ends (session 38): at one token / up to 8
-    "route_holds_next": flag(triton_route, "ROUTE_HOLDS_NEXT_TOKENS", 1),
-    "route_holds_next_8": flag(triton_route, "ROUTE_HOLDS_NEXT_TOKENS", 8),
     # decode GEMVs with few weight row tiles: FP8 steps instead of bf16 steps (triton_fp8_gemm.BF16_STEPS)
     "bf16_steps": flag(triton_fp8_gemm, "BF16_STEPS", False),
     # one-token MoE routing's per-token sort: torch's sort + gather instead of one Triton launch

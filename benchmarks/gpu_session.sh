@@ -1558,7 +1558,8 @@ if has s37g; then  # (~3 min; session 37) part s37f's failing graph-replay tests
 fi
 if has s38a; then  # (~6 min; session 38) the GEMV loaders' first weight tiles before PDL's wait (WEIGHTS_AHEAD) and
   # the routed experts' GEMV launched only as the route ends (triton_route.ROUTE_HOLDS_NEXT_TOKENS): the Gluon GEMV's
-  # and the route's GPU tests (the PDL chain in a graph with the tiles ahead and without), then the A/Bs at B=1 and 8
+  # and the route's GPU tests (the PDL chain in a graph with the tiles ahead and without), then the A/Bs at B=1 and 8.
+  # Both lost and were removed (code at 708d096): the part runs only there
   gpu_tests s38a 240 "FAIL|Error|passed|failed" tests/gpu/test_gluon_gemv_gpu.py tests/gpu/test_route_gpu.py
   if passed_all s38a; then
     decode_ab s38a_ab 360 --batches 1 8 --ab weights_ahead:1,8 route_holds_next:1 route_holds_next_8:8 --ab-rounds 7

@@ -125,10 +125,6 @@ GLUON_PDL = True
 # B=8 4.466 / 4.564 (7 of 7 rounds each); "end" B=1 1.826 / 1.821, B=8 4.576 / 4.632
 NEXT_LAUNCH = "last_copy"
 NEXT_LAUNCH_POINTS = ("start", "last_copy", "end")  # the kernels' NEXT_LAUNCH constexpr: 0, 1, 2
-# under PDL, each loader's first weight tiles (its first item's first ring slots) copied before the wait, while
-# the kernel before runs (not for pairs: their experts are that kernel's output). Neutral in session 23 (before the
-# scales moved into the ring and the side streams became urgent); measured again in session 38
-WEIGHTS_AHEAD = False
 
 
 def fits(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], act_block: int,
@@ -271,7 +267,7 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
         w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, rows, K, k_per_split, split, n_items, tiles_per_pair,
         *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0,
         STAGES=TWO_LANE_STAGES if n_lanes == 2 else STAGES,
-        W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=n_lanes, num_warps=4, AHEAD=WEIGHTS_AHEAD,
+        W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=n_lanes, num_warps=4,
         **pdl_options())
     return out if split == 1 or partials else sum_splits(out, out_dtype)
 
@@ -351,7 +347,7 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, b
     bf16_gemv_kernel[(programs,)](
         w_desc, a_desc, words, out, N, T, K, k_per_split, split, n_items, words.stride(0), out.stride(-2),
         out.stride(0) if split > 1 else 0, STAGES=GROUPED_STAGES, W_BN=32, GROUP_ROWS=N // G, LANES=GROUPED_LANES,
-        num_warps=4, AHEAD=WEIGHTS_AHEAD, **pdl_options())
+        num_warps=4, **pdl_options())
     return (out if split == 1 else sum_splits(out, x.dtype)).view(T, G, N // G)
 
 

@@ -120,28 +120,14 @@ def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_i
                  LANE: gl.constexpr = 0, LANES: gl.constexpr = 1, PDL: gl.constexpr = False,
                  NEXT_LAUNCH: gl.constexpr = 0, ws_smem=None, as_smem=None, WS=None, AS=None, N=0, M=0,
                  stride_wsn=0, stride_asm=0, W_BN: gl.constexpr = 32, SCALES_IN_RING: gl.constexpr = False,
-                 ACT_SCALES: gl.constexpr = True, AHEAD: gl.constexpr = False):
+                 ACT_SCALES: gl.constexpr = True):
     """Copies the steps of the items of the program's lane LANE (of LANES, each with its ring) into the ring.
     Under PDL with NEXT_LAUNCH 1, lets the next kernel launch after its last copy. SCALES_IN_RING: also each
     step's scales, by cp.async into ``ws_smem`` / ``as_smem`` (the weight's words alone without ACT_SCALES: bf16
-    activations), which then arrive with its tiles. AHEAD (under PDL, not PAIRS: a pair's expert comes from the
-    kernel before): the weight tiles of the lane's first item's first STAGES steps are copied before the wait,
-    while the kernel before still runs (the weights are not its output)."""
+    activations), which then arrive with its tiles."""
+    _wait_for_previous(PDL)
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
-    step_bytes: gl.constexpr = w_desc.block_type.nbytes + a_desc.block_type.nbytes
-    ahead = 0  # steps whose weight tile was copied before the wait: the free slots 0 .. ahead - 1
-    if AHEAD and PDL and not PAIRS:
-        first = gl.program_id(0) + LANE * gl.num_programs(0)
-        _, row0, _, k0, k_steps = _item(first, n_splits, k_per_split, K, tiles_per_pair, W_ROWS)
-        ahead = gl.minimum(k_steps, STAGES) * (first < n_items).to(gl.int32)
-        for i in range(ahead):
-            # the slot's expected bytes (its activation tile's too) and the expect's arrival now: the phase cannot
-            # complete before the activation tile, copied after the wait (and after the scales' cp.async arrivals
-            # below, which add their pending arrivals to the still open phase)
-            mbarrier.expect(ready.index(i), step_bytes)
-            _tma_load(w_desc, [row0, k0 + i * 128], ready.index(i), w_smem.index(i))
-    _wait_for_previous(PDL)
     if SCALES_IN_RING:  # one warp: 64 rows' words, 2 a thread; 4 blocks x 16 activation rows, 2 a thread
         word_layout: gl.constexpr = gl.BlockedLayout([W_ROWS // 32], [32], [1], [0])
         block_layout: gl.constexpr = gl.BlockedLayout([4 * T // 32], [32], [1], [0])
@@ -171,13 +157,12 @@ def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_i
                 if ACT_SCALES:
                     async_copy.async_copy_global_to_shared(as_smem.index(s), act_scales + 4 * i)
                 async_copy.mbarrier_arrive(ready.index(s))
-            if g >= ahead:
-                mbarrier.expect(ready.index(s), step_bytes)
-                if PAIRS:  # the step's 128 x 128 tile of the expert, rows of 128 inputs: its row0 % 128 half
-                    tile_row = ((expert * NT + row0 // 128) * KT + k0 // 128 + i) * 128 + row0 % 128
-                    _tma_load(w_desc, [tile_row, 0], ready.index(s), w_smem.index(s))
-                else:
-                    _tma_load(w_desc, [row0, k0 + i * 128], ready.index(s), w_smem.index(s))
+            mbarrier.expect(ready.index(s), w_desc.block_type.nbytes + a_desc.block_type.nbytes)
+            if PAIRS:  # the step's 128 x 128 tile of the expert, rows of 128 inputs: its row0 % 128 half
+                tile_row = ((expert * NT + row0 // 128) * KT + k0 // 128 + i) * 128 + row0 % 128
+                _tma_load(w_desc, [tile_row, 0], ready.index(s), w_smem.index(s))
+            else:
+                _tma_load(w_desc, [row0, k0 + i * 128], ready.index(s), w_smem.index(s))
             _tma_load(a_desc, [a_row, a_k0 + i * 128], ready.index(s), a_smem.index(s))
             g += 1
     _let_next_launch(PDL and NEXT_LAUNCH == 1)
@@ -302,7 +287,7 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_it
 def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_split, n_splits, n_items, tiles_per_pair,
                     NT, KT, stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr,
                     W_BK: gl.constexpr, PAIRS: gl.constexpr, LANES: gl.constexpr = 1, PDL: gl.constexpr = False,
-                    NEXT_LAUNCH: gl.constexpr = 0, AHEAD: gl.constexpr = False):
+                    NEXT_LAUNCH: gl.constexpr = 0):
     """Persistent: program p takes work items p, p + programs, ... (an item: a 64-row tile x one K split) and
     writes OUT[split][token, row] = sum over the split's K range of A[token] W[row] with both operands'
     block scales. WS: the weight's E8M0 scales, per 32 inputs as int32 words (four blocks a word) or per 128
@@ -311,9 +296,9 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
     and 128-input tiles. LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots, as
     ``bf16_gemv_kernel``'s. PDL: launched under programmatic dependent launch, each partition waits for the
     kernel before first; the next kernel may launch from the start (NEXT_LAUNCH 0), after each loader's last
-    copy (1) or at the end (2); AHEAD: the loaders' first weight tiles copied before the wait. Weight scales as words
-    (W_BK 32): each step's scales copied by the loader into the ring next to its tiles (cp.async, tracked by the step's
-    ready barrier); as bytes (W_BK 128, pairs only) loaded by the warpgroup a step ahead."""
+    copy (1) or at the end (2). Weight scales as words (W_BK 32): each step's scales copied by the loader into the
+    ring next to its tiles (cp.async, tracked by the step's ready barrier); as bytes (W_BK 128, pairs only)
+    loaded by the warpgroup a step ahead."""
     _let_next_launch(PDL and NEXT_LAUNCH == 0)
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
@@ -329,7 +314,7 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
                               PAIRS, 0, 1, PDL, ws0, as0, SCALES_IN_RING)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, EXPERT, AROW, n_items, n_splits, k_per_split,
                             K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 1, PDL, NEXT_LAUNCH, ws0, as0, WS, AS,
-                            N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING, True, AHEAD)),
+                            N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
         ], [1], [loader_regs])
     else:
         w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
@@ -343,10 +328,10 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
                               PAIRS, 1, 2, PDL, ws1, as1, SCALES_IN_RING)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, EXPERT, AROW, n_items, n_splits, k_per_split,
                             K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 2, PDL, NEXT_LAUNCH, ws0, as0, WS, AS,
-                            N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING, True, AHEAD)),
+                            N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
             (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, EXPERT, AROW, n_items, n_splits, k_per_split,
                             K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 1, 2, PDL, NEXT_LAUNCH, ws1, as1, WS, AS,
-                            N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING, True, AHEAD)),
+                            N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
         ], [4, 1, 1], [224, loader_regs, loader_regs])
 
 
@@ -395,8 +380,7 @@ def _bf16_products(w_smem, a_smem, ws_smem, ready, empty, OUT, n_items, n_splits
 @gluon.jit
 def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_items, stride_wsn, stride_om,
                      stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr, GROUP_ROWS: gl.constexpr,
-                     LANES: gl.constexpr, PDL: gl.constexpr = False, NEXT_LAUNCH: gl.constexpr = 0,
-                     AHEAD: gl.constexpr = False):
+                     LANES: gl.constexpr, PDL: gl.constexpr = False, NEXT_LAUNCH: gl.constexpr = 0):
     """Persistent, as ``fp8_gemv_kernel``: OUT[split][token, row] = sum over the split's K range of A[token]
     (bf16, not quantized) times the weight row converted to bf16 with its [W_BN, 32] E8M0 block scales (int32
     words: four blocks a 128-input step, copied by the loader into the ring with the step's tiles). GROUP_ROWS
@@ -407,7 +391,7 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
     program p's lane l takes items p + l P, p + (l + LANES) P, ... The conversion to bf16 holds one warpgroup to
     ~0.7 us a step against ~0.26 us for the step's copies (session 21): a second one converts while the first
     waits; four gain little more (the SM's issue rate bounds the conversion; session 26). PDL, NEXT_LAUNCH: as
-    ``fp8_gemv_kernel``'s, and AHEAD."""
+    ``fp8_gemv_kernel``'s."""
     _let_next_launch(PDL and NEXT_LAUNCH == 0)
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
@@ -420,7 +404,7 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
                               stride_os, STAGES, 0, 1, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 1, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
-                            stride_wsn, 0, W_BN, True, False, AHEAD)),
+                            stride_wsn, 0, W_BN, True, False)),
         ], [1], [LOADER_REGS])
     elif LANES == 2:
         w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
@@ -432,10 +416,10 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
                               stride_os, STAGES, 1, 2, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 2, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
-                            stride_wsn, 0, W_BN, True, False, AHEAD)),
+                            stride_wsn, 0, W_BN, True, False)),
             (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 1, 2, PDL, NEXT_LAUNCH, ws1, as1, WS, WS, N, M,
-                            stride_wsn, 0, W_BN, True, False, AHEAD)),
+                            stride_wsn, 0, W_BN, True, False)),
         # registers a thread: the CTA's 64K hold the first warpgroup at 256, the second at 224 and the loaders
         # (with the two warps Triton pads them with) at LOADER_REGS; ptxas then launches the 12 warps at 168 each
         ], [4, 1, 1], [224, LOADER_REGS, LOADER_REGS])
@@ -458,15 +442,15 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
                               stride_os, STAGES, 3, 4, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 4, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
-                            stride_wsn, 0, W_BN, True, False, AHEAD)),
+                            stride_wsn, 0, W_BN, True, False)),
             (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 1, 4, PDL, NEXT_LAUNCH, ws1, as1, WS, WS, N, M,
-                            stride_wsn, 0, W_BN, True, False, AHEAD)),
+                            stride_wsn, 0, W_BN, True, False)),
             (_gemv_loader, (w_desc, a_desc, w2, a2, ready2, empty2, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 2, 4, PDL, NEXT_LAUNCH, ws2, as2, WS, WS, N, M,
-                            stride_wsn, 0, W_BN, True, False, AHEAD)),
+                            stride_wsn, 0, W_BN, True, False)),
             (_gemv_loader, (w_desc, a_desc, w3, a3, ready3, empty3, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 3, 4, PDL, NEXT_LAUNCH, ws3, as3, WS, WS, N, M,
-                            stride_wsn, 0, W_BN, True, False, AHEAD)),
+                            stride_wsn, 0, W_BN, True, False)),
         ], [4, 4, 4, 1, 1, 1, 1], [FOUR_LANE_REGS, FOUR_LANE_REGS, FOUR_LANE_REGS, LOADER_REGS, LOADER_REGS,
                                    LOADER_REGS, LOADER_REGS])

@@ -30,11 +30,8 @@ GRID_DEPENDENCY = tl.constexpr(triton_support.pdl_capable())
 
 
 @triton.jit
-def pdl_start(NEXT_AT_END: tl.constexpr = False):
-    """A kernel's first statement: let the next kernel launch, then wait for the previous one. NEXT_AT_END: the
-    next kernel launches only as this one ends (its programs would otherwise sit on the SMs while this one and
-    those before it run: where a wide kernel follows a long chain of one-program kernels)."""
+def pdl_start():
+    """A kernel's first statement: let the next kernel launch, then wait for the previous one."""
     if GRID_DEPENDENCY:
-        if not NEXT_AT_END:
-            gdc_launch_dependents()
+        gdc_launch_dependents()
         gdc_wait()

@@ -44,10 +44,6 @@ from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, 
 
 MAX_EXPERTS = 1024  # the logits of one token stay in the registers of one program
 SOFTPLUS_THRESHOLD = 20.0  # torch's default: above it softplus(x) is x
-# tokens up to which the kernel after the route (the MoE's pair sort, then the routed experts' GEMV) launches only as
-# the route ends: launched from its start, the experts' GEMV -- a program on 0.94 of the SMs, launched in turn as
-# the sort starts -- holds those SMs through the gate and the route, which the shared expert beside them could use
-ROUTE_HOLDS_NEXT_TOKENS = 0
 # Not done: each argmax round as one int64 max over (the key's order-preserving bits, the index reversed), one of a
 # round's three dependent warp reductions fewer. H200, V4.1 B=1 graphs alternating (session 23): 1.964 ms against
 # 1.961 with the max and min here, and 1,696 SASS instructions against 1,584 offline
@@ -68,8 +64,8 @@ def _kernel():
     def route_kernel(LOGITS, BIAS, GIVEN, W, IDS, E, k, stride_l, stride_b, stride_g, stride_w, stride_i, eps, scale,
                      THRESHOLD: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
                      HAS_BIAS: tl.constexpr, HAS_IDS: tl.constexpr, RENORMALIZE: tl.constexpr,
-                     INTERPRET: tl.constexpr, NEXT_AT_END: tl.constexpr):
-        pdl_start(NEXT_AT_END)
+                     INTERPRET: tl.constexpr):
+        pdl_start()
         t = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK_E)
         inside = offs < E
@@ -128,8 +124,7 @@ def moe_route(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renorm
                      0 if given is None else given.stride(0), weights.stride(0), picked.stride(0), eps, scale,
                      THRESHOLD=SOFTPLUS_THRESHOLD, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(topk),
                      HAS_BIAS=bias is not None, HAS_IDS=given is not None, RENORMALIZE=renormalize,
-                     INTERPRET=interpreting(), NEXT_AT_END=T <= ROUTE_HOLDS_NEXT_TOKENS,
-                     num_warps=max(1, block_e // 512), enable_fp_fusion=False, **pdl_launch())
+                     INTERPRET=interpreting(), num_warps=max(1, block_e // 512), enable_fp_fusion=False, **pdl_launch())
     return weights, picked
 
 
