@@ -64,7 +64,7 @@ from deepinfer_adapters import kernels
 from deepinfer_adapters.kernels import reference, reference_fp8
 from deepinfer_adapters.kernels import fp8_blockwise, gluon_gemv, gluon_moe, triton_fp8_gemm, triton_hc, triton_moe
 from deepinfer_adapters.kernels import triton_pool, triton_sparse_attn, triton_support
-from deepinfer_adapters.kernels import gluon_topk, triton_linear, triton_topk
+from deepinfer_adapters.kernels import gluon_topk, triton_linear, triton_route, triton_topk
 from deepinfer_adapters.config import parse_config
 from deepinfer_adapters.model_impl import native_format, overlap
 from deepinfer_adapters.model_impl.batch import ForwardBatch
@@ -379,6 +379,10 @@ AB_SWITCHES = {
     # a decode step's wo_a on the Triton grouped kernel instead of the Gluon GEMV's ring with bf16 products
     # (gluon_gemv.GLUON_GROUPED)
     "gluon_grouped": flag(gluon_gemv, "GLUON_GROUPED", False),
+    # wo_a's block scales on each 32-input slice's product, not on each weight value (session 38)
+    "grouped_scales_after": flag(gluon_gemv, "GROUPED_SCALES_AFTER", True),
+    # the MoE route in 4 warps from 2 tokens (session 38; session 34: B=8 -25 us, then +4)
+    "route_4warps": flag(triton_route, "FOUR_WARPS_FROM_TOKENS", 2),
     # the Gluon decode GEMV (dense and one token's experts) with one warpgroup an SM for every product, not two
     # lanes (each with its loader and ring) where a product has one activation row (gluon_gemv.TWO_LANE_ROWS)
     "gemv_lanes": flag(gluon_gemv, "TWO_LANE_ROWS", 0),

@@ -44,6 +44,10 @@ from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, 
 
 MAX_EXPERTS = 1024  # the logits of one token stay in the registers of one program
 SOFTPLUS_THRESHOLD = 20.0  # torch's default: above it softplus(x) is x
+# the kernel in 4 warps from this many tokens (0: never; one warp a program for up to 512 experts otherwise). H200,
+# session 34: B=8 25 us faster in one call (7 of 7 rounds), 4 us slower in the next; B=1 neutral. Measured again in
+# session 38
+FOUR_WARPS_FROM_TOKENS = 0
 # Not done: each argmax round as one int64 max over (the key's order-preserving bits, the index reversed), one of a
 # round's three dependent warp reductions fewer. H200, V4.1 B=1 graphs alternating (session 23): 1.964 ms against
 # 1.961 with the max and min here, and 1,696 SASS instructions against 1,584 offline
@@ -124,8 +128,14 @@ def moe_route(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renorm
                      0 if given is None else given.stride(0), weights.stride(0), picked.stride(0), eps, scale,
                      THRESHOLD=SOFTPLUS_THRESHOLD, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(topk),
                      HAS_BIAS=bias is not None, HAS_IDS=given is not None, RENORMALIZE=renormalize,
-                     INTERPRET=interpreting(), num_warps=max(1, block_e // 512), enable_fp_fusion=False, **pdl_launch())
+                     INTERPRET=interpreting(), num_warps=_warps(T, block_e), enable_fp_fusion=False, **pdl_launch())
     return weights, picked
+
+
+def _warps(tokens: int, block_e: int) -> int:
+    if 0 < FOUR_WARPS_FROM_TOKENS <= tokens:
+        return 4
+    return max(1, block_e // 512)
 
 
 def fits(logits: torch.Tensor, bias: torch.Tensor | None, topk: int, renormalize: bool, eps: float, scale: float,
