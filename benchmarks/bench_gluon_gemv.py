@@ -65,10 +65,10 @@ def compile_offline_bf16(stages: int, group_rows: int = 1024, lanes: int = 2) ->
            "WS": "*i32", "OUT": "*fp32", "N": "i32", "M": "i32", "K": "i32", "k_per_split": "i32", "n_splits": "i32",
            "n_items": "i32", "stride_wsn": "i32", "stride_om": "i32", "stride_os": "i32", "STAGES": "constexpr",
            "W_BN": "constexpr", "GROUP_ROWS": "constexpr", "LANES": "constexpr", "PDL": "constexpr",
-           "NEXT_LAUNCH": "constexpr", "SCALES_AFTER": "constexpr"}
+           "NEXT_LAUNCH": "constexpr"}
     divisible = ("WS", "OUT", "N", "K", "k_per_split", "stride_om", "stride_os")
     compile_sm90(bf16_gemv_kernel, sig, {"STAGES": stages, "W_BN": 32, "GROUP_ROWS": group_rows, "LANES": lanes,
-                                         "SCALES_AFTER": gluon_gemv.GROUPED_SCALES_AFTER, **_offline_pdl()},
+                                         **_offline_pdl()},
                  divisible, f"bf16_gemv_kernel (STAGES={stages}, GROUP_ROWS={group_rows}, LANES={lanes})")
 
 
@@ -88,8 +88,6 @@ def main():
     ap.add_argument("--lanes", type=int, nargs="+", default=[1, 2], help="the kernels' warpgroups an SM")
     ap.add_argument("--shares", type=float, nargs="+", default=[1.0, 0.875],
                     help="bf16_gemv_kernel's share of the SMs (--grouped)")
-    ap.add_argument("--scales-after", type=int, nargs="+", default=[0],
-                    help="bf16_gemv_kernel's block scales after the products, 0 / 1 (--grouped)")
     args = ap.parse_args()
     if args.compile_only:
         from deepinfer_adapters.kernels import gluon_gemv
@@ -150,8 +148,7 @@ def main():
 
 def time_grouped(args, bw: float, g: torch.Generator) -> None:
     """wo_a (8 groups of 1024 rows over 4096 inputs, bf16 activations): the Triton grouped kernel against
-    ``bf16_gemv_kernel`` over the ring depths, warpgroups, SM shares and where the block scales apply, at 1 and 8
-    rows."""
+    ``bf16_gemv_kernel`` over the ring depths, warpgroups and SM shares, at 1 and 8 rows."""
     from benchmarks.bench_decode_gemv import BLOCK, random_weight
     from benchmarks.timing import L2_BYTES, rel, time_graph
     from deepinfer_adapters.kernels import gluon_gemv, reference_fp8
@@ -166,11 +163,10 @@ def time_grouped(args, bw: float, g: torch.Generator) -> None:
         floor = (G * R * K * (1 + 1 / 1024) + M * G * (K + R) * 2) / bw * 1e6
         row = {"triton": time_graph([lambda x=x, w=w: tg.fp8_grouped_linear(x, *w, BLOCK) for x, w in zip(xs, ws)])}
         rels = {"triton": rel(tg.fp8_grouped_linear(xs[0], *ws[0], BLOCK), ref)}
-        for stages, lanes, share, after in itertools.product(args.stages, args.lanes, args.shares, args.scales_after):
+        for stages, lanes, share in itertools.product(args.stages, args.lanes, args.shares):
             gluon_gemv.GROUPED_STAGES = stages
             gluon_gemv.GROUPED_LANES, gluon_gemv.GROUPED_SM_SHARE = lanes, share
-            gluon_gemv.GROUPED_SCALES_AFTER = bool(after)
-            key = f"s{stages}_l{lanes}_sh{share:g}" + ("_after" if after else "")
+            key = f"s{stages}_l{lanes}_sh{share:g}"
             try:
                 rels[key] = rel(gluon_gemv.grouped_linear(xs[0], *ws[0], BLOCK), ref)
                 row[key] = time_graph([lambda x=x, w=w: gluon_gemv.grouped_linear(x, *w, BLOCK)

@@ -1568,7 +1568,8 @@ if has s38a; then  # (~6 min; session 38) the GEMV loaders' first weight tiles b
 fi
 if has s38b; then  # (~5 min; session 38) wo_a's block scales on each 32-input slice's product, not on each weight
   # value (gluon_gemv.GROUPED_SCALES_AFTER): the grouped GEMV's GPU tests both ways, wo_a alone, then the A/B at B=1, 8;
-  # the MoE route in 4 warps at B=8 (triton_route.FOUR_WARPS_FROM_TOKENS) with it
+  # the MoE route in 4 warps at B=8 (triton_route.FOUR_WARPS_FROM_TOKENS) with it. The scales after lost and were
+  # removed (code at e297f6e; the part's switch grouped_scales_after and route_4warps (then 2 tokens) only there)
   gpu_tests s38b 240 "FAIL|Error|passed|failed" tests/gpu/test_gluon_gemv_gpu.py -k "grouped or chain or route" \
     tests/gpu/test_route_gpu.py
   pack

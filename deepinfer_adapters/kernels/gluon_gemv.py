@@ -78,9 +78,6 @@ GLUON_GROUPED = True
 GROUPED_LANES = 4
 GROUPED_STAGES = 3
 GROUPED_SM_SHARE = 1.0  # 7/8: 19.1 us (items left over for some lanes)
-# wo_a's block scales applied to each 32-input slice's fp32 product instead of to each weight value before its
-# conversion to bf16 (``bf16_gemv_kernel``'s SCALES_AFTER): one conversion chain a value shorter (session 38)
-GROUPED_SCALES_AFTER = False
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each) of a program with one lane: 8 keep ~80 KB of an SM's weights in flight
@@ -350,7 +347,7 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, b
     bf16_gemv_kernel[(programs,)](
         w_desc, a_desc, words, out, N, T, K, k_per_split, split, n_items, words.stride(0), out.stride(-2),
         out.stride(0) if split > 1 else 0, STAGES=GROUPED_STAGES, W_BN=32, GROUP_ROWS=N // G, LANES=GROUPED_LANES,
-        SCALES_AFTER=GROUPED_SCALES_AFTER, num_warps=4, **pdl_options())
+        num_warps=4, **pdl_options())
     return (out if split == 1 else sum_splits(out, x.dtype)).view(T, G, N // G)
 
 

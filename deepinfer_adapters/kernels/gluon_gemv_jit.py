@@ -356,58 +356,23 @@ def _bf16_step(acc, w_smem, a_smem, ws_smem, ready, empty, g, STAGES: gl.constex
 
 
 @gluon.jit
-def _bf16_step_scaled_after(acc, zero, w_smem, a_smem, ws_smem, ready, empty, g, STAGES: gl.constexpr,
-                            w_layout: gl.constexpr, mma_layout: gl.constexpr):
-    """As ``_bf16_step``, the block scales applied after the products (SCALES_AFTER): each 32-input slice's E4M3
-    codes converted to bf16 as they are (exact: 4 significant bits), its product with the activation slice into
-    a zeroed fp32 tile, then times its rows' E8M0 scale (a power of two: exact) and added to acc in K order. No
-    fp32 multiply and round trip per weight value: the conversion is what bounds the step (session 26)."""
-    s = g % STAGES
-    mbarrier.wait(ready.index(s), (g // STAGES) & 1)
-    w_tile = w_smem.index(s)
-    a_tile = a_smem.index(s)
-    p0 = warpgroup_mma(w_tile.slice(0, 32, dim=1).load(w_layout).to(gl.bfloat16),
-                       a_tile.slice(0, 32, dim=1).permute((1, 0)), zero, use_acc=False, is_async=True)
-    p1 = warpgroup_mma(w_tile.slice(32, 32, dim=1).load(w_layout).to(gl.bfloat16),
-                       a_tile.slice(32, 32, dim=1).permute((1, 0)), zero, use_acc=False, is_async=True)
-    p2 = warpgroup_mma(w_tile.slice(64, 32, dim=1).load(w_layout).to(gl.bfloat16),
-                       a_tile.slice(64, 32, dim=1).permute((1, 0)), zero, use_acc=False, is_async=True)
-    p3 = warpgroup_mma(w_tile.slice(96, 32, dim=1).load(w_layout).to(gl.bfloat16),
-                       a_tile.slice(96, 32, dim=1).permute((1, 0)), zero, use_acc=False, is_async=True)
-    words = ws_smem.index(s).load(gl.SliceLayout(1, mma_layout))
-    p0, p1, p2, p3 = warpgroup_mma_wait(num_outstanding=0, deps=(p0, p1, p2, p3))
-    mbarrier.arrive(empty.index(s), count=1)
-    acc += p0 * gl.expand_dims(_block_scale(words, 0), 1)
-    acc += p1 * gl.expand_dims(_block_scale(words, 1), 1)
-    acc += p2 * gl.expand_dims(_block_scale(words, 2), 1)
-    acc += p3 * gl.expand_dims(_block_scale(words, 3), 1)
-    return acc
-
-
-@gluon.jit
 def _bf16_products(w_smem, a_smem, ws_smem, ready, empty, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
-                   stride_os, STAGES: gl.constexpr, LANE: gl.constexpr, LANES: gl.constexpr, PDL: gl.constexpr,
-                   SCALES_AFTER: gl.constexpr = False):
-    """A warpgroup of ``bf16_gemv_kernel``: ``_bf16_step`` (or ``_bf16_step_scaled_after``) over the K range of
-    each item of its lane, the products accumulated in fp32."""
+                   stride_os, STAGES: gl.constexpr, LANE: gl.constexpr, LANES: gl.constexpr, PDL: gl.constexpr):
+    """A warpgroup of ``bf16_gemv_kernel``: ``_bf16_step`` over the K range of each item of its lane, the
+    products accumulated in fp32."""
     _wait_for_previous(PDL)
     W_ROWS: gl.constexpr = w_smem.type.shape[1]
     T: gl.constexpr = a_smem.type.shape[1]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, T, 16])
     w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
-    zero = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
     tiles = gl.cdiv(N, W_ROWS)
     g = 0  # the ring's position, as the loader's
     for item in range(gl.program_id(0) + LANE * gl.num_programs(0), n_items, gl.num_programs(0) * LANES):
         _, row0, split, k0, k_steps = _item(item, n_splits, k_per_split, K, tiles, W_ROWS)
         acc = gl.zeros((W_ROWS, T), dtype=gl.float32, layout=mma_layout)
         for i in range(k_steps):  # the loader copies each step's words into the ring with its tiles
-            if SCALES_AFTER:
-                acc = _bf16_step_scaled_after(acc, zero, w_smem, a_smem, ws_smem, ready, empty, g + i, STAGES,
-                                              w_layout, mma_layout)
-            else:
-                acc = _bf16_step(acc, w_smem, a_smem, ws_smem, ready, empty, g + i, STAGES, w_layout)
+            acc = _bf16_step(acc, w_smem, a_smem, ws_smem, ready, empty, g + i, STAGES, w_layout)
         g += k_steps
         _store_tile(acc, OUT, row0, 0, split, N, M, stride_om, stride_os)
 
@@ -415,8 +380,7 @@ def _bf16_products(w_smem, a_smem, ws_smem, ready, empty, OUT, n_items, n_splits
 @gluon.jit
 def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_items, stride_wsn, stride_om,
                      stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr, GROUP_ROWS: gl.constexpr,
-                     LANES: gl.constexpr, PDL: gl.constexpr = False, NEXT_LAUNCH: gl.constexpr = 0,
-                     SCALES_AFTER: gl.constexpr = False):
+                     LANES: gl.constexpr, PDL: gl.constexpr = False, NEXT_LAUNCH: gl.constexpr = 0):
     """Persistent, as ``fp8_gemv_kernel``: OUT[split][token, row] = sum over the split's K range of A[token]
     (bf16, not quantized) times the weight row converted to bf16 with its [W_BN, 32] E8M0 block scales (int32
     words: four blocks a 128-input step, copied by the loader into the ring with the step's tiles). GROUP_ROWS
@@ -427,8 +391,7 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
     program p's lane l takes items p + l P, p + (l + LANES) P, ... The conversion to bf16 holds one warpgroup to
     ~0.7 us a step against ~0.26 us for the step's copies (session 21): a second one converts while the first
     waits; four gain little more (the SM's issue rate bounds the conversion; session 26). PDL, NEXT_LAUNCH: as
-    ``fp8_gemv_kernel``'s. SCALES_AFTER: the block scales applied to each 32-input slice's fp32 product
-    (``_bf16_step_scaled_after``) instead of to each weight value before the product."""
+    ``fp8_gemv_kernel``'s."""
     _let_next_launch(PDL and NEXT_LAUNCH == 0)
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     T: gl.constexpr = a_desc.block_type.shape[0]
@@ -438,7 +401,7 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
     if LANES == 1:
         gl.warp_specialize([
             (_bf16_products, (w0, a0, ws0, ready0, empty0, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
-                              stride_os, STAGES, 0, 1, PDL, SCALES_AFTER)),
+                              stride_os, STAGES, 0, 1, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 1, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
                             stride_wsn, 0, W_BN, True, False)),
@@ -448,9 +411,9 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
         ws1, as1 = _scale_slots(STAGES, W_ROWS, T)
         gl.warp_specialize([
             (_bf16_products, (w0, a0, ws0, ready0, empty0, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
-                              stride_os, STAGES, 0, 2, PDL, SCALES_AFTER)),
+                              stride_os, STAGES, 0, 2, PDL)),
             (_bf16_products, (w1, a1, ws1, ready1, empty1, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
-                              stride_os, STAGES, 1, 2, PDL, SCALES_AFTER)),
+                              stride_os, STAGES, 1, 2, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 2, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
                             stride_wsn, 0, W_BN, True, False)),
@@ -470,13 +433,13 @@ def bf16_gemv_kernel(w_desc, a_desc, WS, OUT, N, M, K, k_per_split, n_splits, n_
         ws3, as3 = _scale_slots(STAGES, W_ROWS, T)
         gl.warp_specialize([
             (_bf16_products, (w0, a0, ws0, ready0, empty0, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
-                              stride_os, STAGES, 0, 4, PDL, SCALES_AFTER)),
+                              stride_os, STAGES, 0, 4, PDL)),
             (_bf16_products, (w1, a1, ws1, ready1, empty1, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
-                              stride_os, STAGES, 1, 4, PDL, SCALES_AFTER)),
+                              stride_os, STAGES, 1, 4, PDL)),
             (_bf16_products, (w2, a2, ws2, ready2, empty2, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
-                              stride_os, STAGES, 2, 4, PDL, SCALES_AFTER)),
+                              stride_os, STAGES, 2, 4, PDL)),
             (_bf16_products, (w3, a3, ws3, ready3, empty3, OUT, n_items, n_splits, k_per_split, K, N, M, stride_om,
-                              stride_os, STAGES, 3, 4, PDL, SCALES_AFTER)),
+                              stride_os, STAGES, 3, 4, PDL)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, WS, WS, n_items, n_splits, k_per_split, K,
                             tiles, 1, 1, STAGES, False, GROUP_ROWS, 0, 4, PDL, NEXT_LAUNCH, ws0, as0, WS, WS, N, M,
                             stride_wsn, 0, W_BN, True, False)),

@@ -203,20 +203,17 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     assert len(calls) == 8  # two for each one-token run (the default share, a quarter of the SMs, the two switches)
 
 
-@pytest.mark.parametrize("scales_after", [False, True])
 @pytest.mark.parametrize("lanes", [1, 2, 4])
 @pytest.mark.parametrize("T", [1, 5, 16])
 @pytest.mark.parametrize("G,R,K", [(8, 1024, 4096), (2, 128, 256)])
-def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes, scales_after):
+def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
     """``gluon_gemv.grouped_linear`` (where ``GLUON_GROUPED``, on): a decode step's wo_a on the persistent ring,
     bf16 products -- the weight converted with its [32, 32] block scales in registers, each group's rows reading their
     group's inputs -- within bf16 GEMM rounding of the reference and of the Triton grouped kernel. K split at the
     small widths; batch-invariant mode keeps the Triton kernel. One warpgroup or two (each with its ring and
-    scale slots). The block scales on each weight value before the product or on each 32-input slice's product
-    (``GROUPED_SCALES_AFTER``)."""
+    scale slots)."""
     gg = _gg()
     monkeypatch.setattr(gg, "GROUPED_LANES", lanes)
-    monkeypatch.setattr(gg, "GROUPED_SCALES_AFTER", scales_after)
     g = torch.Generator(device="cuda").manual_seed(T + G)
     w = torch.randn(G * R, K, device="cuda", generator=g) / K**0.5
     w8, scale = quant_fp8_blocks(w * torch.logspace(-2, 1, K, device="cuda"), BLOCK)
@@ -239,17 +236,15 @@ def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes, scales_
         assert kernels.chosen("fp8_grouped_linear", x, w8, scale, BLOCK) != "gluon"
 
 
-@pytest.mark.parametrize("scales_after", [False, True])
 @pytest.mark.parametrize("lanes", [1, 2, 4])
-def test_grouped_linear_converts_every_e4m3_code_exactly(monkeypatch, lanes, scales_after):
+def test_grouped_linear_converts_every_e4m3_code_exactly(monkeypatch, lanes):
     """Every E4M3 code but NaN (subnormals and both zeros too) under block scales 2^-27 .. 2^13 comes out as the
     reference's bf16 value: one-hot activations pick single weights, so each output is one exact product.
     (Scales below ~2^-27 make fp32 subnormal products, which the tensor cores are not asked to keep.) In one
-    warpgroup an SM, two or four; the scales on the weight values or on the products (``GROUPED_SCALES_AFTER``)."""
+    warpgroup an SM, two or four (``GROUPED_LANES``: the parameter went unused before session 38)."""
     gg = _gg()
     monkeypatch.setattr(gg, "GLUON_GROUPED", True)
     monkeypatch.setattr(gg, "GROUPED_LANES", lanes)
-    monkeypatch.setattr(gg, "GROUPED_SCALES_AFTER", scales_after)
     R, K = 128, 256
     codes = torch.arange(256, device="cuda", dtype=torch.int32)
     codes = torch.where((codes & 0x7F) == 0x7F, 0, codes)  # NaN codes as zero
