@@ -88,8 +88,6 @@ def main():
     ap.add_argument("--lanes", type=int, nargs="+", default=[1, 2], help="the kernels' warpgroups an SM")
     ap.add_argument("--shares", type=float, nargs="+", default=[1.0, 0.875],
                     help="bf16_gemv_kernel's share of the SMs (--grouped)")
-    ap.add_argument("--fp8-split", type=int, nargs="+", default=[0],
-                    help="wo_a on FP8 products (gluon_gemv.GROUPED_FP8_SPLIT), 0 / 1 (--grouped)")
     args = ap.parse_args()
     if args.compile_only:
         from deepinfer_adapters.kernels import gluon_gemv
@@ -150,8 +148,7 @@ def main():
 
 def time_grouped(args, bw: float, g: torch.Generator) -> None:
     """wo_a (8 groups of 1024 rows over 4096 inputs, bf16 activations): the Triton grouped kernel against
-    ``bf16_gemv_kernel`` over the ring depths, warpgroups and SM shares (or, ``--fp8-split 1``, on FP8 products:
-    ``GROUPED_FP8_SPLIT``, the activations' quantization included), at 1 and 8 rows."""
+    ``bf16_gemv_kernel`` over the ring depths, warpgroups and SM shares, at 1 and 8 rows."""
     from benchmarks.bench_decode_gemv import BLOCK, random_weight
     from benchmarks.timing import L2_BYTES, rel, time_graph
     from deepinfer_adapters.kernels import gluon_gemv, reference_fp8
@@ -166,11 +163,10 @@ def time_grouped(args, bw: float, g: torch.Generator) -> None:
         floor = (G * R * K * (1 + 1 / 1024) + M * G * (K + R) * 2) / bw * 1e6
         row = {"triton": time_graph([lambda x=x, w=w: tg.fp8_grouped_linear(x, *w, BLOCK) for x, w in zip(xs, ws)])}
         rels = {"triton": rel(tg.fp8_grouped_linear(xs[0], *ws[0], BLOCK), ref)}
-        for stages, lanes, share, fp8 in itertools.product(args.stages, args.lanes, args.shares, args.fp8_split):
+        for stages, lanes, share in itertools.product(args.stages, args.lanes, args.shares):
             gluon_gemv.GROUPED_STAGES = stages
             gluon_gemv.GROUPED_LANES, gluon_gemv.GROUPED_SM_SHARE = lanes, share
-            gluon_gemv.GROUPED_FP8_SPLIT = bool(fp8)
-            key = f"s{stages}_l{lanes}_sh{share:g}" + ("_fp8" if fp8 else "")
+            key = f"s{stages}_l{lanes}_sh{share:g}"
             try:
                 rels[key] = rel(gluon_gemv.grouped_linear(xs[0], *ws[0], BLOCK), ref)
                 row[key] = time_graph([lambda x=x, w=w: gluon_gemv.grouped_linear(x, *w, BLOCK)

@@ -379,8 +379,6 @@ AB_SWITCHES = {
     # a decode step's wo_a on the Triton grouped kernel instead of the Gluon GEMV's ring with bf16 products
     # (gluon_gemv.GLUON_GROUPED)
     "gluon_grouped": flag(gluon_gemv, "GLUON_GROUPED", False),
-    # wo_a on FP8 products: its activations as codes and residuals (session 38)
-    "grouped_fp8": flag(gluon_gemv, "GROUPED_FP8_SPLIT", True),
     # the MoE route in one warp at every batch (session 38: 4 warps from 8 tokens, B=8 -16.7 us) / 4 from 2 tokens
     "route_1warp": flag(triton_route, "FOUR_WARPS_FROM_TOKENS", 0),
     "route_4warps_2": flag(triton_route, "FOUR_WARPS_FROM_TOKENS", 2),

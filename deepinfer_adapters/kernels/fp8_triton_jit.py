@@ -102,32 +102,6 @@ def act_quant_kernel(X, Q, S, K, stride_xm, stride_qm, stride_sm,
 
 
 @triton.jit
-def act_quant_hilo_kernel(X, Q, S, K, M, stride_xm, stride_qm, stride_sm, BLOCK: tl.constexpr, GROUPS: tl.constexpr):
-    """One row x GROUPS blocks of BLOCK values as two E4M3 rows with fp32 power-of-two scales: row ``row`` the
-    codes act_quant_kernel would store, row M + row the residual (x minus its codes times their scale: exact in
-    fp32) quantized with a scale of its own per block (its amax floored at 1e-30, not 1e-4: a residual is small).
-    x = hi s + lo s' exactly wherever the residual's bits (at most 4 significant ones where hi is an E4M3 normal)
-    fit E4M3 at s'; elsewhere within 2^-10 s' (values below ~2^-14 of their block's largest)."""
-    pdl_start()
-    row = tl.program_id(0).to(tl.int64)
-    group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
-    offs = group[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
-    mask = offs < K
-    x = tl.load(X + row * stride_xm + offs, mask=mask, other=0.0).to(tl.float32)
-    hi, s_hi = quantize_rows(x)
-    # stored before the residual reads the codes back: with both stores at the end, Triton 3.6's sm_90 build gave
-    # wrong residuals for part of a row (session 38, benchmarks/probe_hilo.py; the interpreter's were right)
-    tl.store(Q + row * stride_qm + offs, hi, mask=mask)
-    r = x - hi.to(tl.float32) * s_hi[:, None]
-    s_lo = ceil_pow2(tl.maximum(tl.max(tl.abs(r), 1), 1e-30) * (1.0 / 448.0))
-    lo = tl.minimum(tl.maximum(r * pow2_reciprocal(s_lo)[:, None], -448.0), 448.0).to(tl.float8e4nv)
-    in_row = group * BLOCK < K
-    tl.store(Q + (row + M) * stride_qm + offs, lo, mask=mask)
-    tl.store(S + row * stride_sm + group, s_hi, mask=in_row)
-    tl.store(S + (row + M) * stride_sm + group, s_lo, mask=in_row)
-
-
-@triton.jit
 def scaled_activation(a, as_ptr, kb, mask_m, A_SB: tl.constexpr, QUANT_A: tl.constexpr):
     """An FP8 GEMM step's activation tile and its per-row scales: quantized here (QUANT_A: a is
     bf16, as act_quant_kernel would) or the E4M3 tile as loaded with its stored scales."""

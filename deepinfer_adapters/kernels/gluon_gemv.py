@@ -43,7 +43,7 @@ import torch
 
 from deepinfer_adapters.kernels import invariance, register, triton_support
 from deepinfer_adapters.kernels.gluon_moe import gluon_hopper
-from deepinfer_adapters.kernels.triton_fp8_gemm import act_quant, act_quant_hilo, split_k, sum_splits
+from deepinfer_adapters.kernels.triton_fp8_gemm import act_quant, split_k, sum_splits
 from deepinfer_adapters.kernels.triton_support import interpreting
 from deepinfer_adapters.model_impl.quant import is_e4m3_tiles
 
@@ -78,11 +78,6 @@ GLUON_GROUPED = True
 GROUPED_LANES = 4
 GROUPED_STAGES = 3
 GROUPED_SM_SHARE = 1.0  # 7/8: 19.1 us (items left over for some lanes)
-# wo_a on FP8 products (session 38): its bf16 activations as two E4M3 rows, the codes and their residual's
-# (``act_quant_hilo``: the same values but for those ~2^-14 below their block's largest), through
-# ``fp8_gemv_kernel`` with GROUP_ROWS, the two rows' products added in the split sum -- no weight conversion, which
-# bounds ``bf16_gemv_kernel`` (session 26). Up to TOKENS / 2 tokens
-GROUPED_FP8_SPLIT = False
 ROWS = 64  # weight rows a program (the FP8 wgmma's M)
 TOKENS = 16  # activation rows a product (the narrow operand; fewer come as TMA's zero rows)
 STAGES = 8  # ring slots (10 KB each) of a program with one lane: 8 keep ~80 KB of an SM's weights in flight
@@ -253,12 +248,11 @@ def _tma(t: torch.Tensor, box_rows: int):
 def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: torch.Tensor, out_rows: int, N: int,
             K: int, n_tiles: int, tiles_per_pair: int, out_dtype: torch.dtype, *, w_bn: int, w_bk: int,
             pairs: tuple[torch.Tensor, torch.Tensor] | None = None, nt_kt: tuple[int, int] = (1, 1),
-            share: float | None = None, partials: bool = False, group_rows: int = 0) -> torch.Tensor:
+            share: float | None = None, partials: bool = False) -> torch.Tensor:
     """Split K, allocate the output, build the TMA descriptors (weight boxes of ROWS x 128 from ``w_rows``,
     activation boxes of TOKENS x 128) and launch ``fp8_gemv_kernel``; ``pairs``: (experts, activation rows).
     ``partials``: where K is split, the fp32 partials [split, rows, N] as the kernel left them (the caller's
-    next kernel adds them in split order, as ``sum_splits``), not their sum. ``group_rows``: a grouped weight
-    (``fp8_gemv_kernel``'s GROUP_ROWS; ``q`` [rows, groups x K])."""
+    next kernel adds them in split order, as ``sum_splits``), not their sum."""
     from deepinfer_adapters.kernels.gluon_gemv_jit import fp8_gemv_kernel
 
     rows = 1 if pairs is not None else q.shape[0]  # activation rows a product: a pair takes one
@@ -273,7 +267,7 @@ def _launch(w_rows: torch.Tensor, q: torch.Tensor, q_scale: torch.Tensor, ws: to
         w_desc, a_desc, ws, q_scale, out, experts, a_rows, N, rows, K, k_per_split, split, n_items, tiles_per_pair,
         *nt_kt, ws.stride(0), q_scale.stride(0), out.stride(-2), out.stride(0) if split > 1 else 0,
         STAGES=TWO_LANE_STAGES if n_lanes == 2 else STAGES,
-        W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=n_lanes, GROUP_ROWS=group_rows, num_warps=4,
+        W_BN=w_bn, W_BK=w_bk, PAIRS=pairs is not None, LANES=n_lanes, num_warps=4,
         **pdl_options())
     return out if split == 1 or partials else sum_splits(out, out_dtype)
 
@@ -345,17 +339,11 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, b
     T, G, K = x.shape
     N = weight.shape[0]
     n_tiles = N // ROWS
-    words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
-    if GROUPED_FP8_SPLIT and 2 * T <= TOKENS:
-        q, q_scale = act_quant_hilo(x.reshape(T, G * K), 32)
-        parts = _launch(weight, q, q_scale, words, 2 * T, N, K, n_tiles, n_tiles, torch.float32, w_bn=32, w_bk=32,
-                        share=GROUPED_SM_SHARE, partials=True, group_rows=N // G)
-        # [split, (codes, residuals), T, N] -> one sum over splits and both rows, in that order
-        return sum_splits(parts.view(-1, T, N), x.dtype).view(T, G, N // G)
     split, k_per_split, programs = _work(n_tiles, K, GROUPED_LANES, x.device, GROUPED_SM_SHARE)
     out = _output(split, T, N, x.device, x.dtype)
     n_items = n_tiles * split
     w_desc, a_desc = _tma(weight, ROWS), _tma(x.contiguous().view(T, G * K), TOKENS)
+    words = scale.view(torch.uint8).view(torch.int32)  # a scale row's four blocks of a 128-input step
     bf16_gemv_kernel[(programs,)](
         w_desc, a_desc, words, out, N, T, K, k_per_split, split, n_items, words.stride(0), out.stride(-2),
         out.stride(0) if split > 1 else 0, STAGES=GROUPED_STAGES, W_BN=32, GROUP_ROWS=N // G, LANES=GROUPED_LANES,

@@ -145,7 +145,7 @@ def _gemv_loader(w_desc, a_desc, w_smem, a_smem, ready, empty, EXPERT, AROW, n_i
             words = WS + srow.to(gl.int64) * stride_wsn + k0 // 128
             if ACT_SCALES:
                 act_scales = AS + (a_row + gl.minimum(block_toks % T, M - 1)).to(gl.int64) * stride_asm \
-                    + block_toks // T + a_k0 // 32
+                    + block_toks // T + k0 // 32
         for i in range(k_steps):
             s = g % STAGES
             free = ((g // STAGES) & 1) ^ 1  # a slot starts free: the first wait on phase 1 passes
@@ -287,7 +287,7 @@ def _gemv_products(w_smem, a_smem, ready, empty, WS, AS, OUT, EXPERT, AROW, n_it
 def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_split, n_splits, n_items, tiles_per_pair,
                     NT, KT, stride_wsn, stride_asm, stride_om, stride_os, STAGES: gl.constexpr, W_BN: gl.constexpr,
                     W_BK: gl.constexpr, PAIRS: gl.constexpr, LANES: gl.constexpr = 1, PDL: gl.constexpr = False,
-                    NEXT_LAUNCH: gl.constexpr = 0, GROUP_ROWS: gl.constexpr = 0):
+                    NEXT_LAUNCH: gl.constexpr = 0):
     """Persistent: program p takes work items p, p + programs, ... (an item: a 64-row tile x one K split) and
     writes OUT[split][token, row] = sum over the split's K range of A[token] W[row] with both operands'
     block scales. WS: the weight's E8M0 scales, per 32 inputs as int32 words (four blocks a word) or per 128
@@ -296,8 +296,7 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
     and 128-input tiles. LANES 2: two warpgroups, each with its loader warp and a ring of STAGES slots, as
     ``bf16_gemv_kernel``'s. PDL: launched under programmatic dependent launch, each partition waits for the
     kernel before first; the next kernel may launch from the start (NEXT_LAUNCH 0), after each loader's last
-    copy (1) or at the end (2). GROUP_ROWS (scales in the ring only): a grouped weight, as ``bf16_gemv_kernel``'s.
-    Weight scales as words (W_BK 32): each step's scales copied by the loader into the
+    copy (1) or at the end (2). Weight scales as words (W_BK 32): each step's scales copied by the loader into the
     ring next to its tiles (cp.async, tracked by the step's ready barrier); as bytes (W_BK 128, pairs only)
     loaded by the warpgroup a step ahead."""
     _let_next_launch(PDL and NEXT_LAUNCH == 0)
@@ -314,8 +313,8 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
                               N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
                               PAIRS, 0, 1, PDL, ws0, as0, SCALES_IN_RING)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, EXPERT, AROW, n_items, n_splits, k_per_split,
-                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, GROUP_ROWS, 0, 1, PDL, NEXT_LAUNCH, ws0,
-                            as0, WS, AS, N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
+                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 1, PDL, NEXT_LAUNCH, ws0, as0, WS, AS,
+                            N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
         ], [1], [loader_regs])
     else:
         w1, a1, ready1, empty1 = _ring(w_desc, a_desc, STAGES)
@@ -328,11 +327,11 @@ def fp8_gemv_kernel(w_desc, a_desc, WS, AS, OUT, EXPERT, AROW, N, M, K, k_per_sp
                               N, M, tiles_per_pair, stride_wsn, stride_asm, stride_om, stride_os, STAGES, W_BN, W_BK,
                               PAIRS, 1, 2, PDL, ws1, as1, SCALES_IN_RING)),
             (_gemv_loader, (w_desc, a_desc, w0, a0, ready0, empty0, EXPERT, AROW, n_items, n_splits, k_per_split,
-                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, GROUP_ROWS, 0, 2, PDL, NEXT_LAUNCH, ws0,
-                            as0, WS, AS, N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
+                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 0, 2, PDL, NEXT_LAUNCH, ws0, as0, WS, AS,
+                            N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
             (_gemv_loader, (w_desc, a_desc, w1, a1, ready1, empty1, EXPERT, AROW, n_items, n_splits, k_per_split,
-                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, GROUP_ROWS, 1, 2, PDL, NEXT_LAUNCH, ws1,
-                            as1, WS, AS, N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
+                            K, tiles_per_pair, NT, KT, STAGES, PAIRS, 0, 1, 2, PDL, NEXT_LAUNCH, ws1, as1, WS, AS,
+                            N, M, stride_wsn, stride_asm, W_BN, SCALES_IN_RING)),
         ], [4, 1, 1], [224, loader_regs, loader_regs])
 
 

@@ -189,26 +189,6 @@ def act_quant(x: torch.Tensor, block: int, *, dequant_to: torch.dtype | None = N
     return q, s
 
 
-def act_quant_hilo(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [M, K] -> (E4M3 [2M, K], fp32 scales [2M, K / block]): rows 0 .. M - 1 ``act_quant``'s codes and scales,
-    rows M .. 2M - 1 the residuals' (``act_quant_hilo_kernel``): x = hi s + lo s' exactly for bf16 x, but for
-    values ~2^-14 below their block's largest (within 2^-10 s' there). Products with the two rows, added, are
-    the products with x to fp32 rounding: a bf16 GEMM on FP8 tensor cores."""
-    triton, _, _, _, _ = _kernels()
-    from deepinfer_adapters.kernels.fp8_triton_jit import act_quant_hilo_kernel
-
-    M, K = x.shape
-    x = x if x.stride(-1) == 1 else x.contiguous()
-    q = torch.empty(2 * M, K, device=x.device, dtype=torch.float8_e4m3fn)
-    s = torch.empty(2 * M, triton.cdiv(K, block), device=x.device, dtype=torch.float32)
-    groups = quant_groups(triton.cdiv(K, block), block)
-    if M:
-        act_quant_hilo_kernel[(M, triton.cdiv(triton.cdiv(K, block), groups))](
-            x, q, s, K, M, x.stride(0), q.stride(0), s.stride(0), BLOCK=block, GROUPS=groups,
-            num_warps=4, **pdl_launch())
-    return q, s
-
-
 def stored_scale_groups(K: int, block: int, scale_block: int | None, dequant_to: torch.dtype | None) -> int:
     """Blocks under one stored scale (``act_quant``'s ``scale_block``), checked."""
     if scale_block is None:

@@ -96,22 +96,19 @@ def test_few_programs_take_many_items_each(monkeypatch, programs, lanes):
     assert _rel(few, reference_fp8.fp8_linear(x, w8, scale, BLOCK, 32)) <= 2e-3
 
 
-@pytest.mark.parametrize("fp8_split", [False, True])
 @pytest.mark.parametrize("next_launch", [0, 1, 2])
 @pytest.mark.parametrize("M", [1, 8])
-def test_a_chain_under_pdl_in_a_graph_gives_the_bits_without_it(monkeypatch, M, next_launch, fp8_split):
+def test_a_chain_under_pdl_in_a_graph_gives_the_bits_without_it(monkeypatch, M, next_launch):
     """act_quant -> GEMV -> grouped GEMV (bf16 products) -> act_quant -> GEMV replayed from a CUDA graph under
     programmatic dependent launch (``pdl_options``: each GEMV launched while the kernel before it runs, the kernel
     after it launched from the GEMV's start, after its last copies or at its end: ``NEXT_LAUNCH``), the input
     rewritten between replays: the bits of the same chain run eagerly without PDL. A partition reading the
     activations or their scales before its wait would read the last replay's. (Session 38 ran it with each
-    loader's first weight tiles copied before its wait too: passed, then removed as slower.) The grouped GEMV on
-    bf16 or FP8 products (``GROUPED_FP8_SPLIT``)."""
+    loader's first weight tiles copied before its wait too: passed, then removed as slower.)"""
     gg = _gg()
     from deepinfer_adapters.kernels import triton_fp8_gemm as tg
     from deepinfer_adapters.kernels import triton_support
 
-    monkeypatch.setattr(gg, "GROUPED_FP8_SPLIT", fp8_split)
     x, w8, scale = _inputs(M, 5120, 5120, 21 + M)
     g = torch.Generator(device="cuda").manual_seed(M)
     wg8, gscale = quant_fp8_blocks(torch.randn(5120, 640, device="cuda", generator=g) / 640**0.5, BLOCK)
@@ -206,20 +203,17 @@ def test_one_tokens_experts_on_the_pair_gemv(monkeypatch, E, D, I, per, lanes):
     assert len(calls) == 8  # two for each one-token run (the default share, a quarter of the SMs, the two switches)
 
 
-@pytest.mark.parametrize("fp8_split", [False, True])
 @pytest.mark.parametrize("lanes", [1, 2, 4])
 @pytest.mark.parametrize("T", [1, 5, 16])
 @pytest.mark.parametrize("G,R,K", [(8, 1024, 4096), (2, 128, 256)])
-def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes, fp8_split):
+def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes):
     """``gluon_gemv.grouped_linear`` (where ``GLUON_GROUPED``, on): a decode step's wo_a on the persistent ring,
     bf16 products -- the weight converted with its [32, 32] block scales in registers, each group's rows reading their
     group's inputs -- within bf16 GEMM rounding of the reference and of the Triton grouped kernel. K split at the
     small widths; batch-invariant mode keeps the Triton kernel. One warpgroup or two (each with its ring and
-    scale slots). With ``GROUPED_FP8_SPLIT`` up to 8 tokens on FP8 products instead (the activations as codes
-    and residuals, ``act_quant_hilo``; 16 tokens keep the bf16 products): the same tolerances."""
+    scale slots)."""
     gg = _gg()
     monkeypatch.setattr(gg, "GROUPED_LANES", lanes)
-    monkeypatch.setattr(gg, "GROUPED_FP8_SPLIT", fp8_split)
     g = torch.Generator(device="cuda").manual_seed(T + G)
     w = torch.randn(G * R, K, device="cuda", generator=g) / K**0.5
     w8, scale = quant_fp8_blocks(w * torch.logspace(-2, 1, K, device="cuda"), BLOCK)
@@ -242,19 +236,15 @@ def test_grouped_linear_on_bf16_products(monkeypatch, T, G, R, K, lanes, fp8_spl
         assert kernels.chosen("fp8_grouped_linear", x, w8, scale, BLOCK) != "gluon"
 
 
-@pytest.mark.parametrize("fp8_split", [False, True])
 @pytest.mark.parametrize("lanes", [1, 2, 4])
-def test_grouped_linear_converts_every_e4m3_code_exactly(monkeypatch, lanes, fp8_split):
+def test_grouped_linear_converts_every_e4m3_code_exactly(monkeypatch, lanes):
     """Every E4M3 code but NaN (subnormals and both zeros too) under block scales 2^-27 .. 2^13 comes out as the
     reference's bf16 value: one-hot activations pick single weights, so each output is one exact product.
     (Scales below ~2^-27 make fp32 subnormal products, which the tensor cores are not asked to keep.) In one
-    warpgroup an SM, two or four (``GROUPED_LANES``: the parameter went unused before session 38); on FP8 products
-    (``GROUPED_FP8_SPLIT``) the 16-token blocks keep the bf16 products, so 8 tokens a call there."""
+    warpgroup an SM, two or four (``GROUPED_LANES``: the parameter went unused before session 38)."""
     gg = _gg()
     monkeypatch.setattr(gg, "GLUON_GROUPED", True)
     monkeypatch.setattr(gg, "GROUPED_LANES", lanes)
-    monkeypatch.setattr(gg, "GROUPED_FP8_SPLIT", fp8_split)
-    tokens = 8 if fp8_split else 16
     R, K = 128, 256
     codes = torch.arange(256, device="cuda", dtype=torch.int32)
     codes = torch.where((codes & 0x7F) == 0x7F, 0, codes)  # NaN codes as zero
@@ -262,39 +252,10 @@ def test_grouped_linear_converts_every_e4m3_code_exactly(monkeypatch, lanes, fp8
     w8 = torch.where((w8 & 0x7F) == 0x7F, 0, w8).to(torch.uint8).view(torch.float8_e4m3fn)
     exps = torch.tensor([100, 110, 117, 120, 127, 130, 134, 135, 140], device="cuda", dtype=torch.int32)
     scale = exps[torch.arange(R // 32 * K // 32, device="cuda") % len(exps)].view(R // 32, K // 32).to(torch.uint8)
-    for k0 in range(0, K, tokens):
-        x = torch.zeros(tokens, 1, K, device="cuda", dtype=torch.bfloat16)
-        x[torch.arange(tokens), 0, k0 + torch.arange(tokens)] = 1
+    for k0 in range(0, K, 16):
+        x = torch.zeros(16, 1, K, device="cuda", dtype=torch.bfloat16)
+        x[torch.arange(16), 0, k0 + torch.arange(16)] = 1
         assert kernels.chosen("fp8_grouped_linear", x, w8, scale, BLOCK) == "gluon"
         got = kernels.fp8_grouped_linear(x, w8, scale, BLOCK)
         want = reference_fp8.fp8_grouped_linear(x, w8, scale, BLOCK)
         assert torch.equal(got, want), (k0, (got.float() - want.float()).abs().max())
-
-
-@pytest.mark.parametrize("rows,K", [(1, 4096), (8, 4096), (3, 2304)])
-def test_act_quant_hilo_gives_the_bf16_values_back(rows, K):
-    """``act_quant_hilo`` compiled: the codes row is ``act_quant``'s, the residual row torch's E4M3 rounding of the
-    residual under its scale, and codes + residual equal x exactly where both are E4M3 normals (zeros too), within
-    half a subnormal step of the residual's scale elsewhere (values ~2^-14 below their block's largest)."""
-    from deepinfer_adapters.kernels import triton_fp8_gemm as tg
-
-    g = torch.Generator(device="cuda").manual_seed(rows)
-    x = torch.randn(rows, K // 32, 32, device="cuda", generator=g)
-    x = x * 2.0 ** torch.randint(-12, 5, (rows, K // 32, 1), device="cuda", generator=g).float()
-    x[:, :, 5] *= 2.0 ** -20
-    x[:, :, 7] = 0
-    x = x.reshape(rows, K).bfloat16()
-    q, s = tg.act_quant_hilo(x, 32)
-    q1, s1 = tg.act_quant(x, 32)
-    assert torch.equal(q[:rows].view(torch.uint8), q1.view(torch.uint8)) and torch.equal(s[:rows], s1)
-    per_value = s.double().repeat_interleave(32, dim=-1)
-    hi, lo = q[:rows].double() * per_value[:rows], q[rows:].double() * per_value[rows:]
-    residual = x.double() - hi
-    want_lo = (residual / per_value[rows:]).float().to(torch.float8_e4m3fn)
-    assert torch.equal(q[rows:].view(torch.uint8), want_lo.view(torch.uint8))
-    both_normal = (hi.abs() >= per_value[:rows] * 2.0 ** -6) & (residual.abs() >= per_value[rows:] * 2.0 ** -6)
-    exact = x.double()
-    kept = both_normal | (exact == 0)
-    assert torch.equal((hi + lo)[kept], exact[kept])
-    assert ((hi + lo - exact).abs() <= per_value[rows:] * 2.0 ** -10).all()
-    assert (hi != exact).float().mean() > 0.5 and (hi + lo == exact).float().mean() > 0.9
