@@ -379,10 +379,8 @@ AB_SWITCHES = {
     # a decode step's wo_a on the Triton grouped kernel instead of the Gluon GEMV's ring with bf16 products
     # (gluon_gemv.GLUON_GROUPED)
     "gluon_grouped": flag(gluon_gemv, "GLUON_GROUPED", False),
-    # the MoE route in one warp at every batch (session 38: 4 warps from 8 tokens, B=8 -16.7 us) / 4 from 2 tokens
+    # the MoE route in one warp at every batch (session 38: 4 warps at every batch, B=8 -16 us, B=1 -2 to -7 us)
     "route_1warp": flag(triton_route, "FOUR_WARPS_FROM_TOKENS", 0),
-    "route_4warps_2": flag(triton_route, "FOUR_WARPS_FROM_TOKENS", 2),
-    "route_4warps_1": flag(triton_route, "FOUR_WARPS_FROM_TOKENS", 1),
     # the Gluon decode GEMV (dense and one token's experts) with one warpgroup an SM for every product, not two
     # lanes (each with its loader and ring) where a product has one activation row (gluon_gemv.TWO_LANE_ROWS)
     "gemv_lanes": flag(gluon_gemv, "TWO_LANE_ROWS", 0),

@@ -45,9 +45,9 @@ from deepinfer_adapters.kernels.triton_support import interpreting, pdl_launch, 
 MAX_EXPERTS = 1024  # the logits of one token stay in the registers of one program
 SOFTPLUS_THRESHOLD = 20.0  # torch's default: above it softplus(x) is x
 # the kernel in 4 warps from this many tokens (0: never; one warp a program for up to 512 experts otherwise). H200,
-# session 34: B=8 25 us faster in one call (7 of 7 rounds), 4 us slower in the next; B=1 neutral. Session 38 (part
-# s38b): B=8 16.7 us faster (7 of 7). Below 8 tokens not measured
-FOUR_WARPS_FROM_TOKENS = 8
+# session 34: B=8 25 us faster in one call (7 of 7 rounds), 4 us slower in the next; B=1 neutral. Session 38: B=8
+# 16.7 and 16.0 us faster (s38b, s38c; 7 of 7 each), B=1 7.2 and 1.7 us faster (s38e, 6 of 7 each); the same bits
+FOUR_WARPS_FROM_TOKENS = 1
 # Not done: each argmax round as one int64 max over (the key's order-preserving bits, the index reversed), one of a
 # round's three dependent warp reductions fewer. H200, V4.1 B=1 graphs alternating (session 23): 1.964 ms against
 # 1.961 with the max and min here, and 1,696 SASS instructions against 1,584 offline
