@@ -2,7 +2,7 @@
 # One device call (< 10 min on the H200) that checks and times what is pending on the GPU.
 # Usage from the repo root, with the wheels of ../shared/reference/gpu.md in .whl/ (carry .whl):
 #   bash benchmarks/gpu_session.sh [tests] [quick] [kernels] [sweep] [gather] [linear] [peer] [attn] [model] [decode] [fp4]
-#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [s27a] [s27b] [s27c] [s28a] [s29a] [s29b] [s29c] [s30b] [s30c] [s30d] [s30e] [s30f] [s31a] [s31b] [s31c] [s31d] [s31e] [s31f] [s31g] [s31h] [s32a] [s32d] [s32f] [s32g] [s33a] [s33b] [s33c] [s33d] [s33e] [s33f] [s33g] [s33h] [s34a] [s34b] [s34c] [s34d] [s34e] [s35a] [s35b] [s35c] [s35d] [s35f] [s35g] [s36a] [s36b] [s36c] [s36d] [s37c] [s37d] [s37f] [s37g] [s38a] [s38b] [s38c] [s38d] [s38e] [s38f] [prefill] [engine]
+#                                  [peer_fp4] [fp4check] [fp4rows] [pdl] [s9] [s9model] [final] [gemv] [s10] [s10final] [s10hc] [s11] [s11bf16] [s12] [s12moe] [s12time] [s12final] [s12ops] [s12norm] [s13] [s13b] [s13v4fp4] [s13final] [s13prefill] [s14prefill] [s14profile] [s14v4prefill] [s15check] [s15gluon] [s15decode] [s15final] [s16check] [s16ncu] [s16stall] [s16a] [s16b] [s16final] [s16idx] [s17check] [s17ncu] [s17a] [s17final] [s17stall] [s18check] [s18a] [s18time] [s18c] [s18final] [s18ab] [s18idx] [s19a] [s19b] [s19c] [s19pairs] [s20a] [s20b] [s21check] [s21a] [s21b] [s21c] [s22check] [s22a] [s22b] [s22final] [s22c] [s22share] [s22c_model] [s23check] [s23a] [s23b] [s23final] [s23v4] [s23l2] [s23ncu] [s24check] [s24a] [s24b] [s24c] [s24d] [s25check] [s25a] [s25b] [s25final] [s25t] [s26a] [s26b] [s26c] [s26d] [s26final] [s26last] [s26e] [s27a] [s27b] [s27c] [s28a] [s29a] [s29b] [s29c] [s30b] [s30c] [s30d] [s30e] [s30f] [s31a] [s31b] [s31c] [s31d] [s31e] [s31f] [s31g] [s31h] [s32a] [s32d] [s32f] [s32g] [s33a] [s33b] [s33c] [s33d] [s33e] [s33f] [s33g] [s33h] [s34a] [s34b] [s34c] [s34d] [s34e] [s35a] [s35b] [s35c] [s35d] [s35f] [s35g] [s36a] [s36b] [s36c] [s36d] [s37c] [s37d] [s37f] [s37g] [s38d] [s38f] [prefill] [engine]
 #   [tests1] [tests2] (default: tests kernels model)
 # Results land in $OUT/session.tgz. Summaries are printed as each part ends.
 set -u
@@ -1556,56 +1556,10 @@ if has s37g; then  # (~3 min; session 37) part s37f's failing graph-replay tests
   gpu_tests s37g2 150 "graph replay|FAIL|Error|passed|failed" tests/gpu/test_decode_graphs_gpu.py -k graph_replay -s
   pack
 fi
-if has s38a; then  # (~6 min; session 38) the GEMV loaders' first weight tiles before PDL's wait (WEIGHTS_AHEAD) and
-  # the routed experts' GEMV launched only as the route ends (triton_route.ROUTE_HOLDS_NEXT_TOKENS): the Gluon GEMV's
-  # and the route's GPU tests (the PDL chain in a graph with the tiles ahead and without), then the A/Bs at B=1 and 8.
-  # Both lost and were removed (code at 708d096): the part runs only there
-  gpu_tests s38a 240 "FAIL|Error|passed|failed" tests/gpu/test_gluon_gemv_gpu.py tests/gpu/test_route_gpu.py
-  if passed_all s38a; then
-    decode_ab s38a_ab 360 --batches 1 8 --ab weights_ahead:1,8 route_holds_next:1 route_holds_next_8:8 --ab-rounds 7
-  fi
-  pack
-fi
-if has s38b; then  # (~5 min; session 38) wo_a's block scales on each 32-input slice's product, not on each weight
-  # value (gluon_gemv.GROUPED_SCALES_AFTER): the grouped GEMV's GPU tests both ways, wo_a alone, then the A/B at B=1, 8;
-  # the MoE route in 4 warps at B=8 (triton_route.FOUR_WARPS_FROM_TOKENS) with it. The scales after lost and were
-  # removed (code at e297f6e; the part's switch grouped_scales_after and route_4warps (then 2 tokens) only there)
-  gpu_tests s38b 240 "FAIL|Error|passed|failed" tests/gpu/test_gluon_gemv_gpu.py -k "grouped or chain or route" \
-    tests/gpu/test_route_gpu.py
-  pack
-  if passed_all s38b; then
-    timeout 100 python benchmarks/bench_gluon_gemv.py --grouped --stages 3 --lanes 4 --shares 1.0 --scales-after 0 1 \
-      > "$OUT/gluon_grouped_s38b.log" 2>&1
-    grep -E "^wo_a|Error" "$OUT/gluon_grouped_s38b.log"; pack
-    decode_ab s38b_ab 360 --batches 1 8 --ab grouped_scales_after:1,8 route_4warps:8 --ab-rounds 7
-  fi
-  pack
-fi
-if has s38c; then  # (~6 min; session 38) wo_a on FP8 products, its bf16 activations as E4M3 codes and their
-  # residuals (gluon_gemv.GROUPED_FP8_SPLIT): the Gluon GEMV's GPU tests (the grouped ones both ways, the PDL chain,
-  # act_quant_hilo's exact reconstruction) and the route's (4 warps from 8 tokens now); wo_a alone; the A/Bs. The FP8
-  # products lost (B=1 +9.2 us) and were removed: code, its tests and benchmarks/probe_hilo.py at 12c2983
-  probe s38c_hilo 60 5 benchmarks/probe_hilo.py
-  gpu_tests s38c 300 "FAIL|Error|passed|failed" tests/gpu/test_gluon_gemv_gpu.py tests/gpu/test_route_gpu.py
-  pack
-  if passed_all s38c; then
-    timeout 100 python benchmarks/bench_gluon_gemv.py --grouped --stages 3 --lanes 4 --shares 1.0 --fp8-split 0 1 \
-      > "$OUT/gluon_grouped_s38c.log" 2>&1
-    grep -E "^wo_a|Error" "$OUT/gluon_grouped_s38c.log"; pack
-    decode_ab s38c_ab 360 --batches 1 8 --ab grouped_fp8:1,8 route_1warp:8 --ab-rounds 7
-  fi
-  pack
-fi
 if has s38d; then  # (~6 min; session 38) the final defaults (the MoE route in 4 warps from 8 tokens) through the GPU
   # tests of the MoE, batch invariance and the decode graphs
   gpu_tests s38d 420 "FAIL|Error|passed|failed" tests/gpu/test_moe_gpu.py tests/gpu/test_batch_invariance_gpu.py \
     tests/gpu/test_decode_graphs_gpu.py
-  pack
-fi
-if has s38e; then  # (~2 min; session 38) the MoE route in 4 warps at one token too (on the B=1 critical path, ~5.6
-  # us after the gate's split sum in the s36d timeline; session 34 had it neutral at B=1)
-  # (run twice: -7.2 and -1.7 us, 6 of 7 rounds each; then on at every batch, the switch route_4warps_1 gone)
-  decode_ab s38e 240 --batches 1 --ab route_4warps_1:1 --ab-rounds 7
   pack
 fi
 if has s38f; then  # (~2 min; session 38) the route in 4 warps at every batch: its GPU tests and the graph replays
